@@ -1,0 +1,21 @@
+# The quick start: `make demo` (set up and run the default meta-training demo) and
+# `make test` (set up and run the test suite). Both create .venv on first use.
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup bench clean
+setup: $(STAMP)
+$(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-python
+	scripts/setup-venv
+
+demo: $(STAMP)
+	$(VENV)/bin/metadisco train $(ARGS)
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(VENV)/bin/python benchmarks/inner_loop.py
+
+clean:
+	rm -rf $(VENV)

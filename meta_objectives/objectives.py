@@ -1,0 +1,56 @@
+"""Composition: one objective per plug point, and meta-parameters as one pytree keyed by plug.
+
+`Objectives` is static structure (hashable, safe to close over in jit); its parameters are the
+dict {"drift": ..., "value_loss": ..., "shaping": ...}. A run evolves any subset of the plugs:
+the ES solution is the sub-dict of the evolved plugs, and `merge` fills in the rest from the
+fixed defaults, so the inner loop always sees the full dict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import jax
+
+from meta_objectives import drift as _drift
+from meta_objectives import shaping as _shaping
+from meta_objectives import value_loss as _value_loss
+from meta_objectives.base import PLUGS, MetaObjective, from_spec
+
+
+@dataclass(frozen=True)
+class Objectives:
+    """The three plug points of the inner PPO; the defaults are PPO exactly."""
+
+    drift: MetaObjective = _drift.PPOClip()
+    value_loss: MetaObjective = _value_loss.ClippedL2()
+    shaping: MetaObjective = _shaping.NoShaping()
+
+    def __post_init__(self):
+        for plug in PLUGS:
+            obj = getattr(self, plug)
+            if getattr(obj, "plug", None) != plug:
+                raise ValueError(f"Objectives.{plug} got a {getattr(obj, 'plug', type(obj).__name__)} objective")
+
+    def init(self, key: jax.Array, plugs=PLUGS) -> dict:
+        """Initial parameters of `plugs`, one independent key per plug point."""
+        keys = dict(zip(PLUGS, jax.random.split(key, len(PLUGS))))
+        return {plug: getattr(self, plug).init(keys[plug]) for plug in plugs}
+
+    def merge(self, meta_params: dict, defaults: dict) -> dict:
+        """Full params dict: evolved entries from `meta_params`, the rest from `defaults`."""
+        unknown = set(meta_params) - set(PLUGS)
+        if unknown:
+            raise ValueError(f"meta_params has unknown plug points {sorted(unknown)}; expected {PLUGS}")
+        return {plug: meta_params.get(plug, defaults.get(plug, {})) for plug in PLUGS}
+
+    def replace(self, **changes) -> "Objectives":
+        return dataclasses.replace(self, **changes)
+
+    def spec(self) -> dict:
+        return {plug: getattr(self, plug).spec() for plug in PLUGS}
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "Objectives":
+        return cls(**{plug: from_spec(spec[plug]) for plug in PLUGS if plug in spec})

@@ -1,0 +1,80 @@
+"""Reward shaping: r' = g(r) + gamma * Phi(s') - Phi(s) (Ng et al. 1999, potential-based).
+
+`next_obs` is the observation the transition ended in *before* any auto-reset (gymnax's
+`final_observation`), so no potential is ever taken across a reset. A terminated episode has no
+future: Phi(s') is dropped. A truncated one keeps Phi(s') (the state still has a future; the
+critic bootstraps from it too).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+
+from meta_objectives._nets import apply_mlp, init_mlp
+from meta_objectives.base import MetaObjective, register
+
+
+@register
+@dataclass(frozen=True)
+class NoShaping(MetaObjective):
+    plug = "shaping"
+    name = "none"
+
+    def init(self, key):
+        return {}
+
+    def shape_reward(self, params, obs, reward, next_obs, terminated, gamma):
+        return reward
+
+
+def monotone_transform(params, reward):
+    """g(r) = e^a (r - tanh r) + e^b tanh r: strictly increasing for all a, b; identity at 0, 0."""
+    t = jnp.tanh(reward)
+    return jnp.exp(params["a"]) * (reward - t) + jnp.exp(params["b"]) * t
+
+
+@register
+@dataclass(frozen=True)
+class PotentialShaping(MetaObjective):
+    """Learned potential Phi(s) = MLP(obs) (zero output layer: no shaping at init).
+
+    obs_shape: one observation's shape (the engine fills it in from the environment).
+    transform: also learn the monotone reward transform g (identity at init).
+    """
+
+    obs_shape: tuple[int, ...] = ()
+    hidden: int = 32
+    transform: bool = False
+    plug = "shaping"
+    name = "potential"
+    learned = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
+
+    @property
+    def obs_dim(self) -> int:
+        return int(math.prod(self.obs_shape))
+
+    def init(self, key):
+        if not self.obs_shape:
+            raise ValueError("PotentialShaping needs obs_shape (the environment's observation shape)")
+        params = {"potential": init_mlp(key, self.obs_dim, self.hidden, bias=True)}
+        if self.transform:
+            params["transform"] = {"a": jnp.float32(0.0), "b": jnp.float32(0.0)}
+        return params
+
+    def potential(self, params, obs):
+        """obs: [..., *obs_shape] -> Phi: [...]."""
+        batch = obs.shape[: obs.ndim - len(self.obs_shape)]
+        flat = obs.reshape(batch + (self.obs_dim,)).astype(jnp.float32)
+        return apply_mlp(params["potential"], flat)[..., 0]
+
+    def shape_reward(self, params, obs, reward, next_obs, terminated, gamma):
+        if self.transform:
+            reward = monotone_transform(params["transform"], reward)
+        future = jnp.where(terminated, 0.0, self.potential(params, next_obs))
+        return reward + gamma * future - self.potential(params, obs)
