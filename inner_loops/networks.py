@@ -1,0 +1,71 @@
+"""Actor-critic networks and the two action distributions PPO needs (no distrax dependency)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs (PureJaxRL layout and orthogonal initialisation).
+
+    __call__(obs [..., *obs_shape]) -> (policy output [..., num_actions], value [...]).
+    Discrete: logits. Continuous: the Gaussian mean; log_std is a state-independent parameter.
+    """
+
+    num_actions: int
+    discrete: bool
+    hidden: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, obs):
+        act = ACTIVATIONS[self.activation]
+        x = obs.reshape(obs.shape[: obs.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
+
+        def mlp(h, head_size, head_scale, prefix):
+            for i, width in enumerate(self.hidden):
+                h = act(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)), name=f"{prefix}_{i}")(h))
+            return nn.Dense(head_size, kernel_init=nn.initializers.orthogonal(head_scale), name=f"{prefix}_out")(h)
+
+        pi = mlp(x, self.num_actions, 0.01, "actor")
+        value = mlp(x, 1, 1.0, "critic")[..., 0]
+        if not self.discrete:
+            log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
+            pi = (pi, jnp.broadcast_to(log_std, pi.shape))
+        return pi, value
+
+    obs_ndim: int = 1
+
+
+def sample(discrete: bool, pi, key):
+    """Sample an action and return (action, log_prob)."""
+    if discrete:
+        action = jax.random.categorical(key, pi)
+    else:
+        mean, log_std = pi
+        action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+    return action, log_prob(discrete, pi, action)
+
+
+def log_prob(discrete: bool, pi, action):
+    if discrete:
+        logp = jax.nn.log_softmax(pi)
+        return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    mean, log_std = pi
+    z = (action - mean) / jnp.exp(log_std)
+    return jnp.sum(-0.5 * z * z - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
+
+
+def entropy(discrete: bool, pi):
+    if discrete:
+        logp = jax.nn.log_softmax(pi)
+        return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    _, log_std = pi
+    return jnp.sum(log_std + 0.5 * jnp.log(2 * jnp.pi * jnp.e), axis=-1)

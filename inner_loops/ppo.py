@@ -1,0 +1,342 @@
+"""PPO as one pure function, open at three plug points (drift, value loss, reward shaping).
+
+    train = make_train(env, config, objectives)      # static: shapes, env, objectives
+    result = train(meta_params, key)                 # jit-able; vmap over meta_params and key
+    result.returns                                   # [num_updates] learning curve
+
+The run reads top to bottom: `collect` a rollout, `gae`, then `update_epoch` x epochs of
+minibatch steps on `ppo_loss`, scanned over updates. With the default `Objectives()` this is
+PPO-clip with PPO's clipped value loss (PureJaxRL), to the number.
+
+`meta_params` is a dict keyed by plug point ("drift", "value_loss", "shaping") holding the
+parameters of the plugs being evolved; the others use their objective's initial parameters.
+The numbers in `PPOHyperparams` are traced too (vmap over learning rates works); everything in
+`PPOConfig` outside `hparams` fixes shapes and is static.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from inner_loops import networks
+from inner_loops.envs import Env
+from meta_objectives import Objectives
+
+
+@struct.dataclass
+class PPOHyperparams:
+    """Traced numbers (leaves): vmappable, and evolution could propose them."""
+
+    lr: float = 2.5e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Static structure of a PPO run (changing any of these recompiles)."""
+
+    num_envs: int = 4
+    num_steps: int = 128
+    total_timesteps: int = 500_000
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    anneal_lr: bool = True
+    normalize_obs: bool = False
+    record_samples: int = 0  # (ratio, advantage) pairs kept per update, for distillation
+    hparams: PPOHyperparams = field(default_factory=PPOHyperparams)
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+    @property
+    def steps_per_run(self) -> int:
+        """Environment steps actually taken (total_timesteps rounded down to whole updates)."""
+        return self.num_updates * self.batch_size
+
+    def replace(self, **changes) -> "PPOConfig":
+        hp = {k: changes.pop(k) for k in list(changes) if k in PPOHyperparams.__dataclass_fields__}
+        cfg = dataclasses.replace(self, **changes)
+        return dataclasses.replace(cfg, hparams=cfg.hparams.replace(**hp)) if hp else cfg
+
+    def validate(self) -> "PPOConfig":
+        """Raise ValueError (before anything compiles) for a config that cannot run."""
+        for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"PPO config: {name} must be a positive integer, got {getattr(self, name)}")
+        if self.batch_size % self.num_minibatches:
+            raise ValueError(
+                f"PPO config: the batch (num_envs * num_steps = {self.num_envs} * {self.num_steps} = "
+                f"{self.batch_size}) does not split into num_minibatches = {self.num_minibatches}; "
+                "choose num_minibatches dividing it."
+            )
+        if self.num_updates < 1:
+            raise ValueError(
+                f"PPO config: total_timesteps = {self.total_timesteps} is less than one rollout "
+                f"(num_envs * num_steps = {self.batch_size}); raise total_timesteps."
+            )
+        if self.activation not in networks.ACTIVATIONS:
+            raise ValueError(f"PPO config: activation must be one of {sorted(networks.ACTIVATIONS)}")
+        if not self.hidden or min(self.hidden) <= 0:
+            raise ValueError("PPO config: hidden must be a non-empty tuple of positive widths")
+        hp = self.hparams
+        if not (hp.lr > 0 and 0 < hp.gamma <= 1 and 0 <= hp.gae_lambda <= 1 and hp.max_grad_norm > 0):
+            raise ValueError(f"PPO config: need lr > 0, 0 < gamma <= 1, 0 <= gae_lambda <= 1, max_grad_norm > 0; got {hp}")
+        return self
+
+
+# Published settings (PureJaxRL; ../shared/REFERENCE.md). CPU experiments shrink total_timesteps.
+PRESETS: dict[str, PPOConfig] = {
+    "classic": PPOConfig(),
+    "minatar": PPOConfig(num_envs=64, num_steps=128, total_timesteps=10_000_000, hparams=PPOHyperparams(lr=5e-3)),
+    "brax": PPOConfig(
+        num_envs=2048, num_steps=10, total_timesteps=50_000_000, num_minibatches=32, hidden=(256, 256),
+        anneal_lr=False, normalize_obs=True, hparams=PPOHyperparams(lr=3e-4, ent_coef=0.0),
+    ),
+}
+
+
+def preset_name(env_name: str) -> str:
+    if env_name.startswith("brax/"):
+        return "brax"
+    if "MinAtar" in env_name:
+        return "minatar"
+    return "classic"
+
+
+def preset_for(env_name: str) -> PPOConfig:
+    """The published PPO settings for an environment's family."""
+    return PRESETS[preset_name(env_name)]
+
+
+class Transition(NamedTuple):
+    """One rollout step for all envs; leaves are [num_steps, num_envs, ...] after `collect`."""
+
+    obs: jax.Array  # normalised observation the policy saw
+    raw_obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array  # raw observation before auto-reset
+    episode_return: jax.Array
+    episode_done: jax.Array
+
+
+@struct.dataclass
+class ObsNorm:
+    """Running mean and variance of observations (parallel Welford update per rollout)."""
+
+    mean: jax.Array
+    var: jax.Array
+    count: jax.Array
+
+    @classmethod
+    def create(cls, shape):
+        return cls(jnp.zeros(shape), jnp.ones(shape), jnp.float32(1e-4))
+
+    def __call__(self, obs):
+        return jnp.clip((obs - self.mean) / jnp.sqrt(self.var + 1e-8), -10.0, 10.0)
+
+    def update(self, batch):
+        b_mean, b_var, b_count = jnp.mean(batch, 0), jnp.var(batch, 0), batch.shape[0]
+        delta, total = b_mean - self.mean, self.count + b_count
+        m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
+        return ObsNorm(self.mean + delta * b_count / total, m2 / total, total)
+
+
+@struct.dataclass
+class TrainResult:
+    """What a run reports; nothing grows with the number of environment steps per update."""
+
+    returns: jax.Array  # [num_updates] mean return of episodes completed in each update
+    final_return: jax.Array  # [] mean of the last 10% of `returns`
+    diverged: jax.Array  # [] bool: a loss or parameter went NaN/inf
+    drift_samples: jax.Array  # [num_updates, record_samples, 2] visited (ratio, advantage)
+
+
+class _Runner(NamedTuple):
+    params: dict
+    opt_state: optax.OptState
+    env_state: object
+    obs: jax.Array
+    obs_norm: ObsNorm
+    key: jax.Array
+
+
+def gae(values, next_values, rewards, terminated, done, gamma, gae_lambda):
+    """Generalised advantage estimation over [T, N] arrays, terminated and truncated apart.
+
+    next_values[t] = V(final_obs[t]), the state the transition reached before any reset, so a
+    truncated step bootstraps from its real successor while `terminated` zeroes the bootstrap.
+    `done` (terminated or truncated) stops the trace at every episode boundary.
+    Returns (advantages, value targets), both [T, N].
+    """
+    deltas = rewards + gamma * next_values * (1.0 - terminated) - values
+
+    def backward(carry, xs):
+        delta, d = xs
+        carry = delta + gamma * gae_lambda * (1.0 - d) * carry
+        return carry, carry
+
+    _, adv = jax.lax.scan(backward, jnp.zeros_like(values[0]), (deltas, done), reverse=True)
+    return adv, adv + values
+
+
+def make_train(env: Env, config: PPOConfig, objectives: Objectives = Objectives()):
+    """Build `train(meta_params, key, hparams=None) -> TrainResult` (see module docstring)."""
+    config.validate()
+    network = networks.ActorCritic(
+        num_actions=env.num_actions, discrete=env.discrete, hidden=config.hidden,
+        activation=config.activation, obs_ndim=len(env.obs_shape),
+    )
+    default_meta_params = objectives.init(jax.random.key(0))
+    num_updates, mb_size = config.num_updates, config.minibatch_size
+
+    def policy(params, obs):
+        return network.apply(params, obs)
+
+    def collect(runner: _Runner):
+        """Roll the policy for num_steps in num_envs environments -> (runner, Transition)."""
+
+        def one_step(runner: _Runner, _):
+            key, k_act, k_env = jax.random.split(runner.key, 3)
+            obs = runner.obs_norm(runner.obs) if config.normalize_obs else runner.obs
+            pi, value = policy(runner.params, obs)
+            action, logp = networks.sample(env.discrete, pi, k_act)
+            step = jax.vmap(env.step)(jax.random.split(k_env, config.num_envs), runner.env_state, action)
+            transition = Transition(
+                obs, runner.obs, action, logp, value, step.reward, step.terminated, step.truncated,
+                step.final_obs, step.episode_return, step.done,
+            )
+            return runner._replace(env_state=step.state, obs=step.obs, key=key), transition
+
+        return jax.lax.scan(one_step, runner, None, config.num_steps)
+
+    def ppo_loss(params, batch, obj_params, progress, hp):
+        """PPO loss with the drift form of the policy objective: -(r A - D(r, A))."""
+        obs, action, old_logp, old_value, adv, target = batch
+        pi, value = policy(params, obs)
+        ratio = jnp.exp(networks.log_prob(env.discrete, pi, action) - old_logp)
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        drift = objectives.drift.drift(obj_params["drift"], ratio, adv, progress)
+        policy_loss = -jnp.mean(ratio * adv - drift)
+        value_loss = jnp.mean(objectives.value_loss.value_loss(obj_params["value_loss"], value, target, old_value))
+        ent = jnp.mean(networks.entropy(env.discrete, pi))
+        total = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * ent
+        return total, jnp.stack([ratio, adv], -1)[: config.record_samples]
+
+    def update_epoch(carry, key, batch, obj_params, progress, hp, optimizer):
+        """One epoch: shuffle the batch, one gradient step per minibatch."""
+        params, opt_state = carry
+        perm = jax.random.permutation(key, config.batch_size)
+        minibatches = jax.tree.map(
+            lambda x: x[perm].reshape((config.num_minibatches, mb_size) + x.shape[1:]), batch
+        )
+
+        def minibatch_step(carry, mb):
+            params, opt_state = carry
+            (loss, samples), grads = jax.value_and_grad(ppo_loss, has_aux=True)(params, mb, obj_params, progress, hp)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), (loss, samples)
+
+        return jax.lax.scan(minibatch_step, (params, opt_state), minibatches)
+
+    def train(meta_params: dict, key: jax.Array, hparams: PPOHyperparams | None = None) -> TrainResult:
+        hp = config.hparams if hparams is None else hparams
+        obj_params = objectives.merge(meta_params, default_meta_params)
+        steps_per_update = config.update_epochs * config.num_minibatches
+
+        def lr_schedule(count):
+            frac = 1.0 - (count // steps_per_update) / num_updates
+            return hp.lr * frac if config.anneal_lr else hp.lr
+
+        optimizer = optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(lr_schedule, eps=1e-5))
+        key, k_net, k_env = jax.random.split(key, 3)
+        obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, config.num_envs))
+        params = network.init(k_net, obs)
+        runner = _Runner(params, optimizer.init(params), env_state, obs, ObsNorm.create(env.obs_shape), key)
+
+        def update(runner: _Runner, update_idx):
+            progress = update_idx / num_updates
+            runner, traj = collect(runner)
+            norm = runner.obs_norm if config.normalize_obs else (lambda o: o)
+            _, next_values = policy(runner.params, norm(traj.final_obs))
+            rewards = objectives.shaping.shape_reward(
+                obj_params["shaping"], traj.raw_obs, traj.reward, traj.final_obs, traj.terminated, hp.gamma
+            )
+            terminated = traj.terminated.astype(jnp.float32)
+            done = traj.episode_done.astype(jnp.float32)
+            adv, targets = gae(traj.value, next_values, rewards, terminated, done, hp.gamma, hp.gae_lambda)
+            flat = lambda x: x.reshape((config.batch_size,) + x.shape[2:])
+            batch = tuple(map(flat, (traj.obs, traj.action, traj.log_prob, traj.value, adv, targets)))
+            key, k_epochs = jax.random.split(runner.key)
+            (params, opt_state), (losses, samples) = jax.lax.scan(
+                lambda carry, k: update_epoch(carry, k, batch, obj_params, progress, hp, optimizer),
+                (runner.params, runner.opt_state), jax.random.split(k_epochs, config.update_epochs),
+            )
+            obs_norm = runner.obs_norm.update(flat(traj.raw_obs)) if config.normalize_obs else runner.obs_norm
+            n_done = done.sum()
+            mean_return = jnp.where(n_done > 0, (traj.episode_return * done).sum() / jnp.maximum(n_done, 1), jnp.nan)
+            partial = runner.env_state.episode_return.mean()
+            finite = jnp.all(jnp.isfinite(losses)) & jnp.all(
+                jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)])
+            )
+            runner = runner._replace(params=params, opt_state=opt_state, obs_norm=obs_norm, key=key)
+            return runner, (mean_return, partial, finite, samples[-1, -1])
+
+        runner, (returns, partial, finite, samples) = jax.lax.scan(update, runner, jnp.arange(num_updates))
+        returns = _fill_missing(returns, partial[-1])
+        tail = max(1, num_updates // 10)
+        return TrainResult(
+            returns=returns,
+            final_return=returns[-tail:].mean(),
+            diverged=~jnp.all(finite),
+            drift_samples=samples,
+        )
+
+    return train
+
+
+def _fill_missing(returns, fallback):
+    """Updates in which no episode ended carry the last value forward (leading ones take the first
+    value; a run in which no episode ever ended reports its running episodes' mean return)."""
+    valid = ~jnp.isnan(returns)
+    idx = jnp.where(valid, jnp.arange(returns.shape[0]), -1)
+    last = jax.lax.cummax(idx)
+    first = jnp.argmax(valid)
+    filled = returns[jnp.where(last >= 0, last, first)]
+    return jnp.where(valid.any(), filled, fallback)
+
+
+def evaluate_config(env: Env, config: PPOConfig) -> dict:
+    """Numbers a user wants to see before launching (steps, updates, batch)."""
+    return {
+        "env": env.name, "num_updates": config.num_updates, "batch_size": config.batch_size,
+        "minibatch_size": config.minibatch_size, "steps_per_run": config.steps_per_run,
+        "log10_steps": round(math.log10(max(config.steps_per_run, 1)), 2),
+    }
