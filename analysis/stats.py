@@ -258,3 +258,10 @@ def summarize(
         }
         for k, v in arrays.items()
     }
+
+
+def normalize_score(score, ppo, init):
+    """PPO-normalised score (score - init) / (ppo - init): 0 = the initial (untrained) policy,
+    1 = PPO. Works for negative-return environments too; numpy or jax arrays alike."""
+    denom = ppo - init
+    return (score - init) / (denom + (denom == 0) * 1e-8)

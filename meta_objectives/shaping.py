@@ -31,9 +31,13 @@ class NoShaping(MetaObjective):
 
 
 def monotone_transform(params, reward):
-    """g(r) = e^a (r - tanh r) + e^b tanh r: strictly increasing for all a, b; identity at 0, 0."""
+    """g(r) = e^a (r - tanh r) + e^b tanh r: strictly increasing for all a, b; identity at 0, 0.
+
+    Computed as r + (e^a - 1)(r - tanh r) + (e^b - 1) tanh r, which is exactly r (bit for bit)
+    at a = b = 0; the direct form rounds (r - tanh r) + tanh r to within an ulp of r only.
+    """
     t = jnp.tanh(reward)
-    return jnp.exp(params["a"]) * (reward - t) + jnp.exp(params["b"]) * t
+    return reward + jnp.expm1(params["a"]) * (reward - t) + jnp.expm1(params["b"]) * t
 
 
 @register

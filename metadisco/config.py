@@ -1,0 +1,319 @@
+"""Run configuration: frozen dataclasses, experiment files (TOML) and command-line overrides.
+
+A run is fully described by a `RunConfig`; the run directory stores it resolved (config.json),
+so any run can be re-created and resumed. Validation happens here, before anything compiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+FITNESS_KINDS = ("auc", "final", "auc_norm", "final_norm")
+FITNESS_SHAPING = ("centered_rank", "z_score", "normalize", "raw")
+
+
+@dataclass(frozen=True)
+class ESConfig:
+    """The evolution strategy (evosax 0.3) and its schedules."""
+
+    strategy: str = "Open_ES"
+    population_size: int = 16
+    sigma_init: float = 0.01
+    sigma_decay: float = 1.0  # multiplied in every generation
+    sigma_limit: float = 0.001
+    lr: float = 0.01
+    lr_decay: float = 1.0
+    lr_limit: float = 0.0001
+    optimizer: str = "adam"  # adam | sgd
+    antithetic: bool = True
+    fitness_shaping: str = "centered_rank"
+
+
+@dataclass(frozen=True)
+class InnerConfig:
+    """Overrides of the environment's PPO preset (None keeps the preset's value)."""
+
+    total_timesteps: int | None = None
+    num_envs: int | None = None
+    num_steps: int | None = None
+    update_epochs: int | None = None
+    num_minibatches: int | None = None
+    hidden: tuple[int, ...] | None = None
+    normalize_obs: bool | None = None
+    lr: float | None = None
+    gamma: float | None = None
+    gae_lambda: float | None = None
+    ent_coef: float | None = None
+    vf_coef: float | None = None
+    max_grad_norm: float | None = None
+
+    def overrides(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class ObjectivesConfig:
+    """Which objective fills each plug point, and which plug points evolve."""
+
+    drift: str = "lpo"
+    value_loss: str = "clipped_l2"
+    shaping: str = "none"
+    evolve: tuple[str, ...] = ("drift",)
+    drift_hidden: int = 128
+    value_loss_hidden: int = 16
+    shaping_hidden: int = 32
+    shaping_transform: bool = False
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One meta-training run. The defaults are the CPU demo (`metadisco train`)."""
+
+    name: str = "lpo-cartpole"
+    envs: tuple[str, ...] = ("CartPole-v1",)
+    inner: InnerConfig = field(default_factory=lambda: InnerConfig(total_timesteps=32_768))
+    objectives: ObjectivesConfig = field(default_factory=ObjectivesConfig)
+    es: ESConfig = field(default_factory=ESConfig)
+    fitness: str = "auc"
+    seeds_per_member: int = 2
+    generations: int = 60
+    seed: int = 0
+    eval_every: int = 10  # every k generations: ES mean vs PPO on the same fresh seeds (0: off)
+    eval_seeds: int = 8
+    baseline_seeds: int = 8  # seeds of the PPO run that normalises fitness (*_norm kinds)
+    checkpoint_every: int = 5
+    devices: int = 0  # 0: all local devices (on CPU, one per core)
+    tensorboard: bool = False
+    mlflow: bool = False
+    mlflow_uri: str = ""  # empty: a local file store inside the run directory
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunConfig":
+        return _build(cls, d, "")
+
+
+def _unwrap_optional(tp):
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
+
+
+def _coerce(value, tp, path: str):
+    """Convert a TOML/JSON/command-line value to the annotated field type."""
+    hints_tp = _unwrap_optional(tp)
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and hints_tp is not str):
+        return None
+    origin = typing.get_origin(hints_tp)
+    if origin is tuple:
+        (item_tp, *_) = typing.get_args(hints_tp)
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        return tuple(_coerce(v.strip() if isinstance(v, str) else v, item_tp, path) for v in value)
+    try:
+        if hints_tp is bool:
+            if isinstance(value, str):
+                if value.lower() in ("true", "1", "yes", "on"):
+                    return True
+                if value.lower() in ("false", "0", "no", "off"):
+                    return False
+                raise ValueError
+            return bool(value)
+        if hints_tp is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(float(value)) if isinstance(value, str) else int(value)
+        if hints_tp is float:
+            return float(value)
+        if hints_tp is str:
+            return str(value)
+    except (TypeError, ValueError):
+        pass
+    else:
+        return value
+    raise ValueError(f"config field {path}: cannot read {value!r} as {getattr(hints_tp, '__name__', hints_tp)}")
+
+
+def _build(cls, d: dict, prefix: str):
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in d if k not in names]
+    if unknown:
+        k = unknown[0]
+        close = difflib.get_close_matches(k, names, n=3)
+        hint = f" Did you mean {', '.join(prefix + c for c in close)}?" if close else ""
+        raise ValueError(f"unknown config field {prefix + k!r}.{hint} Fields here: {', '.join(names)}")
+    kwargs = {}
+    for k, v in d.items():
+        tp = hints[k]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(v, dict):
+                raise ValueError(f"config field {prefix + k} is a section; set its fields as {prefix + k}.FIELD=VALUE")
+            kwargs[k] = _build(tp, v, f"{prefix}{k}.")
+        else:
+            kwargs[k] = _coerce(v, tp, prefix + k)
+    return cls(**kwargs)
+
+
+def _merge(base: dict, update: dict) -> dict:
+    out = dict(base)
+    for k, v in update.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def list_experiments() -> list[str]:
+    return sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.toml"))
+
+
+def load_experiment(name_or_path: str) -> dict:
+    """An experiment's fields as a dict: a name from experiments/ or a path to a TOML file."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = EXPERIMENTS_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = list_experiments()
+        close = difflib.get_close_matches(name_or_path, known, n=3, cutoff=0.4)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown experiment {name_or_path!r}.{hint} Available: {', '.join(known) or '(none)'}")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"experiment file {path} is not valid TOML: {e}") from e
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """['es.population_size=32', 'envs=CartPole-v1,Acrobot-v1'] -> nested dict of strings."""
+    out: dict = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} must look like FIELD=VALUE (e.g. es.population_size=32)")
+        key, value = item.split("=", 1)
+        node = out
+        *parents, leaf = key.strip().split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value.strip()
+    return out
+
+
+def resolve(experiment: str | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Defaults <- experiment file <- command-line overrides, then validated."""
+    d = RunConfig().to_dict()
+    if experiment:
+        d = _merge(d, load_experiment(experiment))
+    d = _merge(d, parse_overrides(list(overrides)))
+    return validate(RunConfig.from_dict(d))
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Every check that can fail without compiling anything; raises ValueError saying what to do."""
+    import evosax.algorithms
+
+    from inner_loops import check_env_name
+    from meta_objectives import PLUGS, names
+
+    if not cfg.envs:
+        raise ValueError("envs is empty: name at least one environment, e.g. envs=CartPole-v1")
+    for env in cfg.envs:
+        check_env_name(env)
+    strategies = evosax.algorithms.algorithms
+    if cfg.es.strategy not in strategies:
+        close = difflib.get_close_matches(cfg.es.strategy, list(strategies), n=3, cutoff=0.4)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown ES strategy {cfg.es.strategy!r}.{hint} Available: {', '.join(sorted(strategies))}")
+    o = cfg.objectives
+    for plug in PLUGS:
+        name = getattr(o, plug)
+        if name not in names(plug):
+            close = difflib.get_close_matches(name, names(plug), n=3, cutoff=0.4)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(f"unknown {plug} objective {name!r}.{hint} Available: {', '.join(names(plug))}")
+    if not o.evolve:
+        raise ValueError("objectives.evolve is empty: name the plug points to evolve, e.g. objectives.evolve=drift")
+    for plug in o.evolve:
+        if plug not in PLUGS:
+            raise ValueError(f"objectives.evolve: unknown plug point {plug!r}; choose from {', '.join(PLUGS)}")
+    if len(set(o.evolve)) != len(o.evolve):
+        raise ValueError(f"objectives.evolve lists a plug point twice: {o.evolve}")
+    es = cfg.es
+    if es.population_size < 2:
+        raise ValueError(f"es.population_size must be >= 2, got {es.population_size}")
+    if es.antithetic and es.population_size % 2 and _takes(strategies[es.strategy], "use_antithetic_sampling"):
+        raise ValueError(
+            f"es.population_size = {es.population_size} is odd but antithetic sampling pairs members (+z, -z): "
+            "use an even population, or es.antithetic=false"
+        )
+    if es.sigma_init <= 0 or es.lr <= 0:
+        raise ValueError("es.sigma_init and es.lr must be > 0")
+    if not (0 < es.sigma_decay <= 1 and 0 < es.lr_decay <= 1):
+        raise ValueError("es.sigma_decay and es.lr_decay must be in (0, 1]")
+    if es.optimizer not in ("adam", "sgd"):
+        raise ValueError(f"es.optimizer must be adam or sgd, got {es.optimizer!r}")
+    if es.fitness_shaping not in FITNESS_SHAPING:
+        raise ValueError(f"es.fitness_shaping must be one of {', '.join(FITNESS_SHAPING)}")
+    if cfg.fitness not in FITNESS_KINDS:
+        raise ValueError(f"fitness must be one of {', '.join(FITNESS_KINDS)}, got {cfg.fitness!r}")
+    if len(cfg.envs) > 1 and not cfg.fitness.endswith("_norm"):
+        raise ValueError(
+            f"{len(cfg.envs)} meta-training environments need a normalised fitness so that their returns "
+            f"can be averaged: use fitness={cfg.fitness}_norm"
+        )
+    for name in ("seeds_per_member", "generations", "checkpoint_every", "eval_seeds", "baseline_seeds"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.eval_every < 0 or cfg.devices < 0:
+        raise ValueError("eval_every and devices must be >= 0")
+    if "shaping" in o.evolve or o.shaping == "potential":
+        shapes = {_obs_shape(e) for e in cfg.envs}
+        if len(shapes) > 1:
+            raise ValueError(f"a learned shaping potential needs one observation shape, but envs have {sorted(shapes)}")
+    for env in cfg.envs:  # PPO shapes: fails here, not inside jit
+        ppo_config(cfg, env).validate()
+    return cfg
+
+
+def _takes(cls, arg: str) -> bool:
+    import inspect
+
+    return arg in inspect.signature(cls.__init__).parameters
+
+
+def _obs_shape(env_name: str):
+    from inner_loops import make_env
+
+    return make_env(env_name).obs_shape
+
+
+def ppo_config(cfg: RunConfig, env_name: str):
+    """The PPO config of one meta-training environment: its preset with the run's overrides."""
+    from inner_loops import preset_for
+
+    return preset_for(env_name).replace(**cfg.inner.overrides())
+
+
+def diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Human-readable differences between two config dicts."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += diff(va, vb, f"{prefix}{k}.")
+        elif _norm(va) != _norm(vb):
+            out.append(f"{prefix}{k}: {va!r} -> {vb!r}")
+    return out
+
+
+def _norm(v):
+    return json.loads(json.dumps(v))

@@ -1,0 +1,46 @@
+"""Optional mirrors of metrics.jsonl to TensorBoard and MLflow (never the only copy)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+
+class Mirrors:
+    def __init__(self, cfg, run_path: Path, start_step: int = 0):
+        self.tb = self.mlflow = None
+        if cfg.tensorboard:
+            try:
+                from tensorboardX import SummaryWriter
+            except ImportError as e:
+                raise RuntimeError("tensorboard=true needs tensorboardX: pip install 'metadisco[tensorboard]'") from e
+            self.tb = SummaryWriter(str(run_path / "tensorboard"), purge_step=start_step or None)
+        if cfg.mlflow:
+            try:
+                import mlflow
+            except ImportError as e:
+                raise RuntimeError("mlflow=true needs mlflow: pip install 'metadisco[mlflow]'") from e
+            uri = cfg.mlflow_uri or (run_path / "mlruns").resolve().as_uri()
+            mlflow.set_tracking_uri(uri)
+            mlflow.set_experiment(cfg.name)
+            self.mlflow = mlflow
+            self.mlflow.start_run(run_name=run_path.name)
+            self.mlflow.log_params({"envs": ",".join(cfg.envs), "strategy": cfg.es.strategy,
+                                    "population_size": cfg.es.population_size, "fitness": cfg.fitness,
+                                    "evolve": ",".join(cfg.objectives.evolve), "run_dir": str(run_path)})
+
+    def log(self, row: dict, step: int) -> None:
+        scalars = {k.replace("/", "."): float(v) for k, v in row.items()
+                   if k != "generation" and isinstance(v, (int, float)) and v is not None and math.isfinite(v)}
+        if self.tb is not None:
+            for k, v in scalars.items():
+                self.tb.add_scalar(k.replace(".", "/"), v, step)
+            self.tb.flush()
+        if self.mlflow is not None:
+            self.mlflow.log_metrics(scalars, step=step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.mlflow is not None:
+            self.mlflow.end_run()

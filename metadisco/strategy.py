@@ -1,0 +1,72 @@
+"""Evolution strategies by name (evosax 0.3), configured from an `ESConfig`.
+
+evosax MINIMISES. metadisco maximises fitness (returns). The sign is flipped in exactly one
+place, `to_es_loss`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import jax.numpy as jnp
+import optax
+from evosax.algorithms import algorithms
+from evosax.core import fitness_shaping as shaping
+
+from metadisco.config import ESConfig
+
+SHAPING_FNS = {
+    "centered_rank": shaping.centered_rank_fitness_shaping_fn,
+    "z_score": shaping.standardize_fitness_shaping_fn,
+    "normalize": shaping.normalize_fitness_shaping_fn,
+    "raw": shaping.identity_fitness_shaping_fn,
+}
+
+
+def to_es_loss(fitness):
+    """metadisco fitness (higher is better) -> evosax loss (lower is better)."""
+    return -fitness
+
+
+def _decay(init: float, rate: float, limit: float):
+    if rate >= 1.0:
+        return optax.constant_schedule(init)
+    return optax.exponential_decay(init, transition_steps=1, decay_rate=rate, end_value=min(limit, init))
+
+
+def make_strategy(cfg: ESConfig, solution):
+    """Build the named strategy for `solution` (a pytree template) -> (strategy, params).
+
+    Passes each option only to strategies that take it (constructor arguments differ between
+    evosax algorithms); `sigma_init` also sets `std_init` in the strategy params where it exists.
+    """
+    cls = algorithms[cfg.strategy]
+    takes = inspect.signature(cls.__init__).parameters
+    kwargs = {}
+    if "optimizer" in takes:
+        # decay counts ES steps: one optimizer update per generation
+        lr = _decay(cfg.lr, cfg.lr_decay, cfg.lr_limit)
+        kwargs["optimizer"] = optax.adam(lr) if cfg.optimizer == "adam" else optax.sgd(lr)
+    if "std_schedule" in takes:
+        kwargs["std_schedule"] = _decay(cfg.sigma_init, cfg.sigma_decay, cfg.sigma_limit)
+    if "use_antithetic_sampling" in takes:
+        kwargs["use_antithetic_sampling"] = cfg.antithetic
+    if "fitness_shaping_fn" in takes:
+        kwargs["fitness_shaping_fn"] = SHAPING_FNS[cfg.fitness_shaping]
+    es = cls(cfg.population_size, solution, **kwargs)
+    params = es.default_params
+    if hasattr(params, "std_init"):
+        params = params.replace(std_init=jnp.float32(cfg.sigma_init))
+    return es, params
+
+
+def is_population_based(es) -> bool:
+    return "population" in inspect.signature(es.init).parameters
+
+
+def sigma_of(state) -> jnp.ndarray:
+    """The strategy's current search scale (mean over dimensions), NaN where it has none."""
+    std = getattr(state, "std", None)
+    if std is None:
+        std = getattr(state, "sigma", None)
+    return jnp.mean(jnp.asarray(std, jnp.float32)) if std is not None else jnp.float32(jnp.nan)

@@ -1,0 +1,181 @@
+"""The host loop of a meta-training run: generations, metrics, checkpoints, resume, Ctrl-C.
+
+    run(cfg, run_dir)                 # a new run
+    run(None, run_dir, resume=True)   # continue; equals the uninterrupted run bit for bit
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from meta_objectives import save_objectives
+from metadisco import config as config_lib
+from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
+from metadisco.mirrors import Mirrors
+from metadisco.rundir import RunDir, RunDirError
+
+
+def _checkpoint_tree(state: RunState, baseline: Baseline) -> dict:
+    return {"state": state, "baseline": baseline}
+
+
+def save_state(run: RunDir, trainer: MetaTrainer, state: RunState, baseline: Baseline) -> None:
+    """Checkpoint + the best and mean objectives as loadable files (process 0 only)."""
+    if jax.process_index() != 0:
+        return
+    host_state, host_baseline = fetch((state, baseline))
+    gen = int(host_state.generation)
+    run.save_checkpoint(gen, _checkpoint_tree(host_state, host_baseline))
+    extra = {"generation": gen, "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve)}
+    save_objectives(run.objectives_dir / "best.json", trainer.objectives,
+                    trainer.full_params(host_state.best_params),
+                    extra | {"fitness": float(host_state.best_fitness)})
+    save_objectives(run.objectives_dir / "mean.json", trainer.objectives,
+                    trainer.full_params(fetch(trainer.mean_params(state))), extra)
+
+
+def load_state(run: RunDir, trainer: MetaTrainer) -> tuple[RunState, Baseline, list[str]]:
+    template = fetch(_checkpoint_tree(trainer.init(), trainer.baseline_template()))
+    tree, path, warnings = run.load_checkpoint(template)
+    return tree["state"], tree["baseline"], warnings
+
+
+def default_run_dir(cfg: config_lib.RunConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{cfg.name}-{stamp}"
+
+
+def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwrite: bool = False,
+        progress: bool = True, stop_after: int | None = None, log=print) -> Path:
+    """Run (or resume) a meta-training run in `run_dir`; returns the run directory.
+
+    stop_after: stop (with a checkpoint) once this many generations are complete; for tests and
+    for splitting a run over jobs with a wall-time limit.
+    """
+    run = RunDir(run_dir)
+    is_main = jax.process_index() == 0
+    if resume:
+        stored = config_lib.RunConfig.from_dict(run.read_config())
+        if cfg is not None and cfg != stored:
+            changes = config_lib.diff(stored.to_dict(), cfg.to_dict())
+            raise RunDirError(
+                f"refusing to resume {run.path} with a different config:\n  " + "\n  ".join(changes)
+                + "\nResume with the stored config (`metadisco train --resume DIR` and no overrides), or start a new run."
+            )
+        cfg = config_lib.validate(stored)
+    trainer = MetaTrainer(cfg)
+    if resume:
+        state, baseline, warnings = load_state(run, trainer)
+        for w in warnings:
+            log(f"warning: {w}")
+        if is_main:
+            run.truncate_metrics(int(state.generation))
+        log(f"resuming {run.path} at generation {int(state.generation)}/{cfg.generations}")
+    else:
+        if is_main:
+            run.create(cfg.to_dict(), overwrite=overwrite)
+        _describe(trainer, run, log)
+        t0 = time.perf_counter()
+        baseline = trainer.baseline()
+        state = trainer.init()
+        if is_main and cfg.fitness.endswith("_norm"):
+            b = fetch(baseline)
+            run.write_json("baseline.json", {env: {"init_return": b.init_return[i], "auc": b.auc[i], "final": b.final[i]}
+                                             for i, env in enumerate(cfg.envs)})
+            log(f"PPO baseline for fitness normalisation: {time.perf_counter() - t0:.1f} s")
+        save_state(run, trainer, state, baseline)
+    state = trainer.replicate(fetch(state))
+    baseline_dev = trainer.replicate(fetch(baseline))
+    start = int(fetch(state.generation))
+    end = cfg.generations if stop_after is None else min(cfg.generations, stop_after)
+    mirrors = Mirrors(cfg, run.path, start) if is_main else None
+    bar = _progress_bar(progress and is_main, start, cfg.generations)
+    completed = state
+    try:
+        for gen in range(start, end):
+            t = time.perf_counter()
+            state, metrics = trainer.generation(state, baseline_dev)
+            metrics = {k: v.item() for k, v in fetch(metrics).items()}
+            wall = time.perf_counter() - t
+            completed = state
+            row = {"generation": gen, **metrics, "wall_time_s": wall,
+                   "env_steps_per_s": trainer.steps_per_generation / wall}
+            if cfg.eval_every and ((gen + 1) % cfg.eval_every == 0 or gen + 1 == cfg.generations):
+                row |= trainer.evaluate(state, baseline_dev)
+            if is_main:
+                run.append_metrics(row)
+                mirrors.log(row, gen)
+            if (gen + 1) % cfg.checkpoint_every == 0 or gen + 1 == end:
+                save_state(run, trainer, state, baseline_dev)
+            _update_bar(bar, row, log)
+    except KeyboardInterrupt:
+        save_state(run, trainer, completed, baseline_dev)
+        done = int(fetch(completed.generation))
+        log(f"\ninterrupted: checkpoint written at generation {done}/{cfg.generations}. "
+            f"Resume with:\n  metadisco train --resume {run.path}")
+        if bar is not None:
+            bar.close()
+        if mirrors is not None:
+            mirrors.close()
+        raise SystemExit(130)
+    if bar is not None:
+        bar.close()
+    if mirrors is not None:
+        mirrors.close()
+    if is_main and int(fetch(state.generation)) == cfg.generations:
+        _summary(run, log)
+    return run.path
+
+
+def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
+    cfg = trainer.cfg
+    log(f"metadisco run {run.path}")
+    log(f"  evolving {', '.join(f'{p}={getattr(cfg.objectives, p)}' for p in trainer.evolve)} "
+        f"({trainer.num_params} meta-parameters) with {cfg.es.strategy}, population {cfg.es.population_size} "
+        f"x {cfg.seeds_per_member} seeds, {cfg.generations} generations")
+    for env, pc in zip(cfg.envs, trainer.ppo_configs):
+        log(f"  inner loop: PPO on {env}, {pc.steps_per_run:,} steps per run ({pc.num_updates} updates)")
+    log(f"  fitness: {cfg.fitness}; population split over {trainer.mesh.devices.size} "
+        f"{jax.devices()[0].platform} device(s) in {jax.process_count()} process(es)")
+
+
+def _progress_bar(enabled: bool, start: int, total: int):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=start, unit="gen", dynamic_ncols=True, file=sys.stderr)
+
+
+def _update_bar(bar, row: dict, log) -> None:
+    if bar is None:
+        return
+    bar.set_postfix(best=f"{row['best_fitness']:.3g}", mean=f"{row['fitness_mean']:.3g}",
+                    sps=f"{row['env_steps_per_s']:.3g}")
+    bar.update(1)
+    if "eval_mean_fitness" in row:
+        bar.write(f"gen {row['generation'] + 1}: ES mean {row['eval_mean_fitness']:.4g} vs PPO "
+                  f"{row['eval_ppo_fitness']:.4g} on the same fresh seeds")
+
+
+def _summary(run: RunDir, log) -> None:
+    rows = run.read_metrics()
+    if not rows:
+        return
+    k = min(5, len(rows))
+    first = np.mean([r["fitness_mean"] for r in rows[:k]])
+    last = np.mean([r["fitness_mean"] for r in rows[-k:]])
+    log(f"population mean fitness: first {k} generations {first:.4g}, last {k} {last:.4g}")
+    evals = [r for r in rows if "eval_mean_fitness" in r]
+    if evals:
+        e = evals[-1]
+        log(f"ES mean vs PPO on fresh seeds (generation {e['generation'] + 1}): "
+            f"{e['eval_mean_fitness']:.4g} vs {e['eval_ppo_fitness']:.4g}")
+    log(f"run directory: {run.path}")
+    log(f"  objectives: {run.objectives_dir}/best.json, mean.json")
+    log(f"next: metadisco plot {run.path}   |   metadisco evaluate {run.path} --quick")

@@ -1,0 +1,163 @@
+"""ClosedFormDrift: safe parsing, jnp evaluation equal to DPO (Lu et al. 2022), derived forms,
+and the drift constraint check."""
+
+import ast
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import meta_objectives as mo
+from meta_objectives.closed_form import (
+    ClosedFormDrift,
+    check_drift_constraints,
+    dpo_expression,
+    evaluate_numpy,
+    to_jax_module_source,
+    to_latex,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _points(n=2000, seed=0):
+    rng = np.random.default_rng(seed)
+    r = np.exp(rng.normal(0.0, 0.5, n)).astype(np.float32)
+    a = (2.0 * rng.standard_normal(n)).astype(np.float32)
+    return r, a
+
+
+def test_dpo_expression_equals_dpo_values_jit_and_grad():
+    r, a = _points()
+    assert (a > 0).any() and (a < 0).any()
+    closed = ClosedFormDrift(dpo_expression(2.0, 0.6))
+    dpo = mo.DPO()
+    dpo_params = dpo.init(jax.random.key(0))
+    want = dpo.drift(dpo_params, r, a, 0.0)
+    got = closed.drift(closed.init(jax.random.key(0)), r, a, 0.0)
+    assert got.shape == want.shape and got.dtype == jnp.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jax.jit(closed.drift)({}, r, a, 0.0), want, rtol=1e-5, atol=1e-6)
+
+    def grads(fn):
+        return jax.vmap(jax.grad(fn, argnums=(0, 1)))(jnp.asarray(r), jnp.asarray(a))
+
+    g_closed = grads(lambda x, y: closed.drift({}, x, y, 0.0))
+    g_dpo = grads(lambda x, y: dpo.drift(dpo_params, x, y, 0.0))
+    for gc, gd in zip(g_closed, g_dpo):
+        assert np.isfinite(gc).all()
+        np.testing.assert_allclose(gc, gd, rtol=1e-4, atol=1e-5)
+    g_jit = jax.jit(jax.vmap(jax.grad(lambda x, y: closed.drift({}, x, y, 0.0))))(r, a)
+    np.testing.assert_allclose(g_jit, g_dpo[0], rtol=1e-4, atol=1e-5)
+
+
+def test_numpy_evaluation_matches_jax():
+    r, a = _points(500, seed=1)
+    expr = dpo_expression(1.3, 0.9)
+    np.testing.assert_allclose(
+        evaluate_numpy(expr, r, a), ClosedFormDrift(expr).drift({}, r, a, 0.0), rtol=1e-5, atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "__import__('os')", "foo(r)", "r + x", "r.__class__", "'r'", "lambda: r", "[r]",
+        "open('f')", "exec('1')", "9**9**9", "r == 1", "1/0", "sqrt(-1)", "", "Max", "A >= 0",
+        "eval('r')", "r if A else 1", "sin(r)", "Symbol('x')",
+    ],
+)
+def test_parse_rejects_unknown_names_functions_and_syntax(bad):
+    with pytest.raises(ValueError):
+        ClosedFormDrift(bad)
+
+
+def test_parse_accepts_whitelisted_forms_and_progress():
+    expr = (
+        "Heaviside(A)*Max(0, (r-1)*A - 2*tanh((r-1)*A/2))"
+        " + (1 - sign(A))/2*p*Min(1, log(r)**2) + exp(0)*Abs(A)*(sqrt(r) - 1)**2"
+    )
+    d = ClosedFormDrift(expr)
+    r = jnp.linspace(0.5, 2.0, 7)
+    out = d.drift({}, r[:, None], jnp.linspace(-2, 2, 5)[None, :], jnp.float32(0.5))
+    assert out.shape == (7, 5) and np.isfinite(out).all()
+    # a scalar expression still broadcasts to the input shape, in float32
+    zero = ClosedFormDrift("0").drift({}, r, jnp.ones(7), 0.0)
+    assert zero.shape == (7,) and zero.dtype == jnp.float32
+    assert check_drift_constraints(expr) == []
+
+
+def test_registry_spec_and_hashable_for_jit():
+    expr = dpo_expression(1.0, 1.0)
+    made = mo.make_objective("drift", "closed_form", expression=expr)
+    assert made == ClosedFormDrift(expr) and hash(made) == hash(ClosedFormDrift(expr))
+    assert mo.from_spec(made.spec()) == made
+    assert "closed_form" in mo.names("drift")
+    vm = jax.vmap(lambda x: made.drift({}, x, 1.0, 0.0))(jnp.linspace(0.5, 2.0, 4))
+    assert vm.shape == (4,)
+
+
+def test_default_is_ppo_clip():
+    r, a = _points(500, seed=3)
+    ppo = mo.PPOClip()
+    np.testing.assert_allclose(ClosedFormDrift().drift({}, r, a, 0.0), ppo.drift({}, r, a, 0.0), atol=1e-7)
+
+
+def test_latex_and_standalone_module_source():
+    expr = dpo_expression(2.0, 0.6)
+    tex = to_latex(expr)
+    assert "\\tanh" in tex and "\\max" in tex and "\\log" in tex
+    src = to_jax_module_source(expr, function_name="my_drift")
+    tree = ast.parse(src)
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert [(a.name, a.asname) for n in imports for a in n.names] == [("jax.numpy", "jnp")]
+    namespace = {}
+    exec(compile(src, "<generated>", "exec"), namespace)
+    r, a = _points(300, seed=2)
+    np.testing.assert_allclose(
+        namespace["my_drift"](r, a), ClosedFormDrift(expr).drift({}, r, a, 0.0), rtol=0, atol=0
+    )
+    assert namespace["EXPRESSION"] == expr
+    with pytest.raises(ValueError):
+        to_jax_module_source(expr, function_name="not valid")
+
+
+@pytest.mark.parametrize("name", ["ppo_clip", "dpo", "lpo", "talpo"])
+def test_constraints_pass_for_baselines(name):
+    objective = mo.make_objective("drift", name)
+    assert check_drift_constraints(objective) == []
+    params = objective.init(jax.random.key(1))
+    assert check_drift_constraints(lambda r, a, p: objective.drift(params, r, a, p)) == []
+
+
+@pytest.mark.parametrize(
+    "expr, fragment",
+    [
+        ("(r-1)*A", "D < 0"),
+        ("(r-1)*A", "dD/dr(1, A)"),
+        ("(r-1)**2 + 0.1", "D(1, A) != 0"),
+        ("Max(0, (r-1)*A)", "dD/dr"),
+        ("Abs(r-1)", "dD/dr"),
+        ("Piecewise(((r-1)**2, A >= 0))", "not finite"),
+        ("p*((r-1)**2 - 0.01)", "progress=0.5"),
+    ],
+)
+def test_constraints_flag_bad_drifts(expr, fragment):
+    problems = check_drift_constraints(expr)
+    assert problems and any(fragment in p for p in problems), problems
+    if "p" in expr:  # fine at progress 0, so nothing is reported there
+        assert not any("progress=0)" in p or "progress=0," in p for p in problems), problems
+
+
+def test_constraints_for_a_numpy_callable_use_finite_differences():
+    def bad(r, a, p):  # not jax-traceable
+        return np.asarray(r, np.float64) ** 2 - 1.0
+
+    problems = check_drift_constraints(bad)
+    assert any("D < 0" in p for p in problems) and any("dD/dr(1, A)" in p for p in problems)
+
+    def good(r, a, p):
+        return (np.asarray(r, np.float64) - 1.0) ** 2 * np.asarray(a, np.float64) ** 2
+
+    assert check_drift_constraints(good) == []

@@ -1,0 +1,135 @@
+"""Distillation of a drift into a closed form (as LPO into DPO, Lu et al. 2022) and its export."""
+
+import importlib.util
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import meta_objectives as mo
+from analysis import distil as D
+from analysis.export import export_closed_form
+from meta_objectives.closed_form import ClosedFormDrift, check_drift_constraints, dpo_expression
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _dpo_fn(alpha, beta):
+    objective = mo.DPO(alpha, beta)
+    params = objective.init(jax.random.key(0))
+    return lambda r, a, p: objective.drift(params, r, a, p)
+
+
+def rng_normal(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def test_visitation_samples_and_weights():
+    r, a = D.visitation_samples(None, n=5000, seed=3)
+    assert r.shape == a.shape == (5000,) and (r > 0).all()
+    assert abs(np.std(np.log(r)) - 0.2) < 0.01 and abs(np.std(a) - 1.0) < 0.05
+    w = D.visitation_weights(r, a)
+    assert w.shape == r.shape and np.isclose(w.sum(), 1.0) and (w >= 0).all()
+    # caller-provided points in three layouts; invalid ones dropped; subsampled to n
+    pts = np.stack([np.r_[r, -1.0, np.nan], np.r_[a, 0.0, 0.0]], axis=1)
+    for given in (pts, (pts[:, 0], pts[:, 1]), {"ratio": pts[:, 0], "advantage": pts[:, 1]}):
+        rr, aa = D.visitation_samples(given, n=1000, seed=0)
+        assert rr.shape == (1000,) and np.isfinite(rr).all() and (rr > 0).all()
+    recorded = np.stack([np.exp(0.1 * rng_normal((4, 50))), rng_normal((4, 50))], axis=-1)  # [U, S, 2]
+    rr, aa = D.visitation_samples(recorded)
+    assert rr.shape == (200,) and np.array_equal(rr, recorded[..., 0].ravel())
+    with pytest.raises(ValueError):
+        D.visitation_samples(np.ones((5, 3)))
+
+
+@pytest.mark.parametrize("samples", [None, "given"])
+def test_fit_dpo_recovers_constants(samples):
+    alpha, beta = 1.3, 0.9
+    if samples == "given":
+        rng = np.random.default_rng(7)
+        samples = (np.exp(rng.normal(0, 0.3, 3000)), rng.standard_normal(3000))
+    fit = D.fit_dpo(_dpo_fn(alpha, beta), samples=samples, seed=1)
+    assert abs(fit["alpha"] - alpha) / alpha < 0.05 and abs(fit["beta"] - beta) / beta < 0.05
+    assert fit["r2"] > 0.999 and fit["grid"]["r2"] > 0.999
+    assert fit["expression"] == dpo_expression(fit["alpha"], fit["beta"])
+    assert check_drift_constraints(fit["expression"]) == []
+
+
+def test_library_terms_satisfy_constraints_by_construction():
+    for name, term in D.drift_library():
+        assert check_drift_constraints(term, progresses=(0.0,), num=25) == [], name
+
+
+def test_sparse_regression_recovers_a_two_term_drift():
+    lib = dict(D.drift_library())
+    t1, t2 = "(r-1)^2|A|[A<0]", "relu((r-1)A - 1.0tanh(x/1.0))[A>=0]"
+    target = ClosedFormDrift(f"0.7*{lib[t1]} + 1.5*{lib[t2]}")
+    candidates = D.sparse_regression(lambda r, a, p: target.drift({}, r, a, p), max_terms=3)
+    best = max(candidates, key=lambda c: c["r2"])
+    assert best["r2"] > 0.999 and best["n_terms"] <= 2 and set(best["terms"]) == {t1, t2}
+    for c in candidates:
+        assert set(c) >= {"expression", "complexity", "r2", "max_abs_error", "rmse", "grid"}
+        ClosedFormDrift(c["expression"])  # usable as an objective
+
+
+def test_symbolic_regression_keeps_only_valid_candidates():
+    out = D.symbolic_regression(_dpo_fn(2.0, 0.6), generations=3, population_size=200, n_candidates=8)
+    assert out["n_rejected"] + len(out["candidates"]) == out["n_considered"] > 0
+    assert len(out["rejected"]) == out["n_rejected"]
+    for c in out["candidates"]:
+        assert check_drift_constraints(c["expression"]) == []
+        assert c["method"] == "symbolic" and c["r2"] is not None
+
+
+def test_distil_chooses_a_valid_closed_form_and_is_json():
+    result = D.distil(
+        _dpo_fn(1.3, 0.9), seed=0, symbolic=True,
+        symbolic_kwargs={"generations": 2, "population_size": 100, "n_candidates": 5},
+    )
+    text = json.dumps(result, allow_nan=False)
+    assert json.loads(text)["chosen"]["expression"] == result["chosen"]["expression"]
+    chosen = result["chosen"]
+    assert chosen["violations"] == [] and chosen["method"] == "dpo"
+    assert chosen["r2"] > 0.999
+    rmses = [c["rmse"] for c in result["candidates"]]
+    assert rmses == sorted(rmses)
+    assert result["symbolic"]["n_considered"] >= result["symbolic"]["n_rejected"]
+
+
+def test_export_roundtrip(tmp_path):
+    expr = dpo_expression(1.3, 0.9)
+    paths = export_closed_form(expr, tmp_path, name="my_drift", metadata={"source": "test"})
+    assert set(paths) == {"tex", "json", "py"}
+    assert "\\tanh" in open(paths["tex"]).read()
+    rng = np.random.default_rng(0)
+    r = np.exp(rng.normal(0, 0.4, 500)).astype(np.float32)
+    a = rng.normal(0, 1.5, 500).astype(np.float32)
+    want = np.asarray(ClosedFormDrift(expr).drift({}, r, a, 0.0))
+
+    spec = importlib.util.spec_from_file_location("my_drift_exported", paths["py"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    np.testing.assert_allclose(module.drift(r, a), want, rtol=1e-6, atol=1e-7)
+    assert module.EXPRESSION == expr
+
+    objectives, params, extra = mo.load_objectives(paths["json"])
+    assert objectives.drift == ClosedFormDrift(expr) and extra == {"source": "test"}
+    np.testing.assert_allclose(objectives.drift.drift(params["drift"], r, a, 0.0), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "expr, fragment", [("(r-1)*A", "D < 0"), ("(r-1)*A", "dD/dr"), ("(r-1)**2 + 0.1", "D(1, A)")]
+)
+def test_export_refuses_invalid_drifts(tmp_path, expr, fragment):
+    with pytest.raises(ValueError, match="refusing to export") as info:
+        export_closed_form(expr, tmp_path)
+    assert fragment in str(info.value)
+    assert not list(tmp_path.iterdir())
+
+
+def test_export_refuses_bad_names_and_unsafe_expressions(tmp_path):
+    with pytest.raises(ValueError):
+        export_closed_form("(r-1)**2", tmp_path, name="../evil")
+    with pytest.raises(ValueError):
+        export_closed_form("__import__('os').system('true')", tmp_path)

@@ -1,0 +1,439 @@
+"""Meta-objectives: drift constraints, baselines at init, formulas, vmap in training, files.
+
+The drift property tests are driven by the registry (every name in
+`meta_objectives.names("drift")`), as optax tests every entry of its optimiser table.
+"""
+
+import functools
+import json
+import math
+import pickle
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from evosax.algorithms import Open_ES
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+import meta_objectives
+from inner_loops import PPOConfig, make_env, make_train
+from meta_objectives import (
+    DPO, L2, LPO, TALPO, ClippedL2, LearnedValueLoss, NoShaping, ObjectiveFileError, Objectives,
+    PotentialShaping, PPOClip, load_objectives, make_objective, save_objectives,
+)
+from meta_objectives.shaping import monotone_transform
+
+pytestmark = pytest.mark.timeout(240)
+
+DRIFTS = meta_objectives.names("drift")
+N = 32  # samples per hypothesis example (fixed, so each drift compiles once)
+
+
+def random_params(objective, key, scale):
+    """Random meta-parameters around `objective.init`: output layers (w2) random normal * scale,
+    every other leaf (hidden layers, DPO's alpha/beta) kept or scaled by a positive factor."""
+    params = objective.init(jax.random.key(0))
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+    keys = jax.random.split(key, max(1, len(leaves)))
+    out = []
+    for (path, leaf), k in zip(leaves, keys):
+        if path and getattr(path[-1], "key", None) == "w2":
+            out.append(scale * jax.random.normal(k, jnp.shape(leaf)))
+        elif path and getattr(path[-1], "key", None) == "w1":
+            out.append(leaf)
+        else:
+            out.append(leaf * jnp.exp(jax.random.normal(k, jnp.shape(leaf))))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+@functools.lru_cache(maxsize=None)
+def drift_checks(name):
+    """Jitted (seed, scale, r, A, progress) -> (D(r, A), D(1, A), dD/dr at r = 1)."""
+    objective = make_objective("drift", name)
+
+    @jax.jit
+    def checks(seed, scale, ratio, adv, progress):
+        params = random_params(objective, jax.random.key(seed), scale)
+        drift = objective.drift(params, ratio, adv, progress)
+        ones = jnp.ones_like(adv)
+        at_one = objective.drift(params, ones, adv, progress)
+        slope = jax.vmap(jax.grad(lambda r, a: objective.drift(params, r, a, progress)))(ones, adv)
+        return drift, at_one, slope
+
+    return checks
+
+
+def _f32(lo, hi):
+    return arrays(np.float32, (N,), elements=st.floats(lo, hi, width=32))
+
+
+drift_inputs = dict(
+    seed=st.integers(0, 2**31 - 1),
+    scale=st.sampled_from([0.0, 0.01, 0.1, 1.0, 10.0]),
+    ratio=_f32(0.05, 5.0),
+    adv=_f32(-5.0, 5.0),
+    progress=st.floats(0.0, 1.0, width=32),
+)
+
+
+def test_registry_has_the_drifts():
+    assert {"ppo_clip", "dpo", "lpo", "talpo"} <= set(DRIFTS)
+
+
+@pytest.mark.parametrize("name", DRIFTS)
+@settings(max_examples=40, deadline=None)
+@given(**drift_inputs)
+def test_drift_is_nonnegative(name, seed, scale, ratio, adv, progress):
+    drift, _, _ = drift_checks(name)(seed, scale, ratio, adv, progress)
+    drift = np.asarray(drift)
+    assert np.isfinite(drift).all()
+    assert (drift >= 0).all(), f"{name}: D < 0 at r={ratio[drift < 0]}, A={adv[drift < 0]}"
+
+
+@pytest.mark.parametrize("name", DRIFTS)
+@settings(max_examples=40, deadline=None)
+@given(**drift_inputs)
+def test_drift_is_zero_and_flat_at_ratio_one(name, seed, scale, ratio, adv, progress):
+    _, at_one, slope = drift_checks(name)(seed, scale, ratio, adv, progress)
+    np.testing.assert_allclose(at_one, 0.0, atol=1e-6, err_msg=f"{name}: D(1, A) != 0")
+    np.testing.assert_allclose(slope, 0.0, atol=1e-6, err_msg=f"{name}: dD/dr(1, A) != 0")
+
+
+# --------------------------------------------------------------------------------------------
+# Initial meta-parameters reproduce the hand-designed baselines
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("learned", [LPO(), TALPO(), LPO(hidden=8, clip_eps=0.3)])
+def test_learned_drift_at_init_is_ppo_clip_exactly(learned):
+    k_r, k_a, k_p = jax.random.split(jax.random.key(0), 3)
+    ratio = jnp.exp(jax.random.normal(k_r, (4096,)))
+    adv = 3.0 * jax.random.normal(k_a, (4096,))
+    progress = jax.random.uniform(k_p, ())
+    for seed in range(3):
+        params = learned.init(jax.random.key(seed))
+        assert float(jnp.abs(params["w1"]).sum()) > 0, "the hidden layer is random (not a zero start)"
+        got = learned.drift(params, ratio, adv, progress)
+        np.testing.assert_array_equal(got, PPOClip(clip_eps=learned.clip_eps).drift({}, ratio, adv, progress))
+
+
+def test_learned_value_loss_at_init_is_l2_exactly():
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    value, target, old = (10 * jax.random.normal(k, (4096,)) for k in (k1, k2, k3))
+    expected = L2().value_loss({}, value, target, old)
+    for objective in (LearnedValueLoss(), LearnedValueLoss(use_target=True, hidden=4)):
+        params = objective.init(jax.random.key(1))
+        np.testing.assert_array_equal(objective.value_loss(params, value, target, old), expected)
+
+
+@pytest.mark.parametrize("transform", [False, True])
+def test_potential_shaping_at_init_leaves_rewards_unchanged(transform):
+    shaping = PotentialShaping(obs_shape=(4,), transform=transform)
+    params = shaping.init(jax.random.key(0))
+    k1, k2, k3, k4 = jax.random.split(jax.random.key(1), 4)
+    obs, next_obs = jax.random.normal(k1, (256, 4)), jax.random.normal(k2, (256, 4))
+    reward = 10 * jax.random.normal(k3, (256,))
+    terminated = jax.random.bernoulli(k4, 0.3, (256,))
+    shaped = shaping.shape_reward(params, obs, reward, next_obs, terminated, 0.99)
+    np.testing.assert_array_equal(shaped, reward)
+    np.testing.assert_array_equal(shaped, NoShaping().shape_reward({}, obs, reward, next_obs, terminated, 0.99))
+
+
+TINY = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), num_minibatches=2)
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return make_env("CartPole-v1")
+
+
+def test_ppo_run_with_lpo_at_init_is_bit_identical_to_ppo(cartpole):
+    key = jax.random.key(3)
+    ppo = jax.jit(make_train(cartpole, TINY))({}, key)
+    objectives = Objectives(drift=LPO())
+    lpo = jax.jit(make_train(cartpole, TINY, objectives))(objectives.init(jax.random.key(5), plugs=("drift",)), key)
+    np.testing.assert_array_equal(np.asarray(lpo.returns), np.asarray(ppo.returns))
+    assert np.asarray(ppo.returns).std() > 0  # a real learning curve, not a constant
+
+
+# --------------------------------------------------------------------------------------------
+# Why init is "zero output layer over a random hidden layer": the OpenES signal
+# --------------------------------------------------------------------------------------------
+
+
+def _one_openes_generation(start, optimizer=optax.sgd(0.1)):
+    lpo = LPO()
+    ratio = jnp.exp(jax.random.uniform(jax.random.key(1), (256,), minval=-1.0, maxval=1.0))
+    adv = jax.random.normal(jax.random.key(2), (256,))
+
+    def fitness(params):  # cheap, smooth in distribution: the mean drift on a fixed batch
+        return jnp.mean(lpo.drift(params, ratio, adv, 0.0))
+
+    es = Open_ES(
+        population_size=8, solution=start, use_antithetic_sampling=True, optimizer=optimizer,
+        std_schedule=optax.constant_schedule(0.05),
+    )
+    params = es.default_params
+    state = es.init(jax.random.key(0), start, params)
+    population, state = es.ask(jax.random.key(1), state, params)
+    fit = jax.vmap(fitness)(population)
+    new_state, _ = es.tell(jax.random.key(2), population, fit, state, params)
+    return np.asarray(fit), np.asarray(es.get_mean(state)["w1"]), np.asarray(new_state.mean - state.mean)
+
+
+def test_openes_from_init_gets_a_signal_but_not_from_all_zeros():
+    init = LPO().init(jax.random.key(0))
+    fit, mean_w1, step = _one_openes_generation(init)
+    np.testing.assert_array_equal(mean_w1, init["w1"])  # the ES starts at the LPO init
+    assert not np.array_equal(fit[:4], fit[4:]), "antithetic members must differ"
+    assert np.abs(step).max() > 0.1, "the ES mean should move from the LPO init"
+
+    # All-zero start: f(W1, W2) = f(-W1, -W2), so each antithetic pair is bitwise identical and
+    # the ES gradient is zero up to the rounding of its sum (REFERENCE.md) ...
+    zeros = jax.tree.map(jnp.zeros_like, init)
+    fit, _, step = _one_openes_generation(zeros)
+    np.testing.assert_array_equal(fit[:4], fit[4:])
+    assert np.abs(step).max() < 1e-6
+    # ... which Adam, normalising by the gradient's size, turns into full-size random steps.
+    _, _, adam_step = _one_openes_generation(zeros, optax.adam(0.01))
+    assert np.abs(adam_step).mean() > 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# Formulas
+# --------------------------------------------------------------------------------------------
+
+
+def _dpo_by_hand(r, a, alpha=2.0, beta=0.6):
+    if a >= 0:
+        x = (r - 1) * a
+        return max(0.0, x - alpha * math.tanh(x / alpha))
+    x = math.log(r) * a
+    return max(0.0, x - beta * math.tanh(x / beta))
+
+
+@pytest.mark.parametrize(
+    "r, a, expected",
+    [
+        (1.5, 1.0, 0.5 - 2 * math.tanh(0.25)),  # A >= 0 branch
+        (0.5, -1.0, math.log(2) - 0.6 * math.tanh(math.log(2) / 0.6)),  # A < 0 branch
+        (2.0, 3.0, 3.0 - 2 * math.tanh(1.5)),
+        (0.5, 1.0, 0.0),  # (r-1)A < 0: the relu
+        (2.0, -1.0, 0.0),  # log(r)A < 0: the relu
+        (3.0, 0.0, 0.0),
+    ],
+)
+def test_dpo_matches_formula(r, a, expected):
+    assert _dpo_by_hand(r, a) == pytest.approx(expected, abs=1e-12)
+    dpo = DPO()
+    got = float(dpo.drift(dpo.init(None), jnp.float32(r), jnp.float32(a), 0.0))
+    assert got == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    # alpha and beta are parameters, not constants
+    got = float(dpo.drift({"alpha": jnp.float32(1.0), "beta": jnp.float32(0.3)}, jnp.float32(r), jnp.float32(a), 0.0))
+    assert got == pytest.approx(_dpo_by_hand(r, a, 1.0, 0.3), rel=1e-5, abs=1e-7)
+
+
+def _tanh_potential():
+    """PotentialShaping over 1-d observations with Phi(s) = tanh(s) (hidden 1, unit weights)."""
+    shaping = PotentialShaping(obs_shape=(1,), hidden=1, transform=True)
+    params = shaping.init(jax.random.key(0))
+    one = jnp.ones((1, 1))
+    params["potential"] = {"w1": one, "b1": jnp.zeros(1), "w2": one, "b2": jnp.zeros(1)}
+    return shaping, params
+
+
+def test_potential_shaping_sign_and_episode_ends():
+    shaping, params = _tanh_potential()
+    obs = jnp.array([[0.3], [0.3], [-1.0]])
+    next_obs = jnp.array([[0.8], [0.8], [2.0]])
+    reward = jnp.array([2.0, 2.0, -1.0])
+    terminated = jnp.array([False, True, False])  # a truncated step is not terminated
+    gamma = 0.9
+    np.testing.assert_allclose(shaping.potential(params, obs), np.tanh([0.3, 0.3, -1.0]), rtol=1e-6)
+    shaped = np.asarray(shaping.shape_reward(params, obs, reward, next_obs, terminated, gamma))
+    expected = [
+        2.0 + gamma * math.tanh(0.8) - math.tanh(0.3),  # r + gamma Phi(s') - Phi(s)
+        2.0 - math.tanh(0.3),  # terminated: no future, Phi(s') dropped
+        -1.0 + gamma * math.tanh(2.0) - math.tanh(-1.0),  # not terminated (e.g. truncated): kept
+    ]
+    np.testing.assert_allclose(shaped, expected, rtol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(a=st.floats(-3, 3), b=st.floats(-3, 3))
+def test_monotone_reward_transform_is_strictly_increasing(a, b):
+    rewards = jnp.asarray(np.arange(-500, 501, dtype=np.float32) / 50)  # rewards[500] == 0
+    out = np.asarray(_monotone(jnp.float32(a), jnp.float32(b), rewards))
+    assert np.isfinite(out).all()
+    assert (np.diff(out) > 0).all()
+    assert out[500] == 0.0  # g(0) = 0 for every a, b
+
+
+@jax.jit
+def _monotone(a, b, rewards):
+    return monotone_transform({"a": a, "b": b}, rewards)
+
+
+# --------------------------------------------------------------------------------------------
+# Each learned objective trains under vmap over a population inside the inner loop
+# --------------------------------------------------------------------------------------------
+
+
+def _perturb(params, key, scale=0.2):
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    keys = jax.random.split(key, len(leaves))
+    return jax.tree_util.tree_unflatten(treedef, [x + scale * jax.random.normal(k, jnp.shape(x)) for x, k in zip(leaves, keys)])
+
+
+POPULATION_CASES = {
+    "lpo": lambda env: ("drift", LPO(hidden=16)),
+    "talpo": lambda env: ("drift", TALPO(hidden=16)),
+    "dpo": lambda env: ("drift", DPO()),
+    "learned_value_loss": lambda env: ("value_loss", LearnedValueLoss(use_target=True)),
+    "potential_shaping": lambda env: ("shaping", PotentialShaping(obs_shape=env.obs_shape, hidden=8, transform=True)),
+}
+
+
+@pytest.mark.parametrize("case", list(POPULATION_CASES))
+def test_objective_trains_vmapped_over_population(cartpole, case):
+    plug, objective = POPULATION_CASES[case](cartpole)
+    objectives = Objectives(**{plug: objective})
+    base = objectives.init(jax.random.key(0), plugs=(plug,))
+    if case == "dpo":
+        members = [{"drift": {"alpha": jnp.float32(2.0), "beta": jnp.float32(0.6)}},
+                   {"drift": {"alpha": jnp.float32(0.5), "beta": jnp.float32(0.2)}}]
+    else:
+        members = [_perturb(base, jax.random.key(i)) for i in (1, 2)]
+    population = jax.tree.map(lambda *x: jnp.stack(x), *members)
+    train = make_train(cartpole, TINY, objectives)
+    result = jax.jit(jax.vmap(train, in_axes=(0, None)))(population, jax.random.key(0))
+    returns = np.asarray(result.returns)
+    assert returns.shape == (2, TINY.num_updates)
+    assert np.isfinite(returns).all()
+    np.testing.assert_array_equal(np.asarray(result.diverged), [False, False])
+    # Same key, different parameters: the parameters really reach the inner loop.
+    assert not np.array_equal(returns[0], returns[1])
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------------------
+
+
+def _saved_objectives():
+    objectives = Objectives(
+        drift=TALPO(hidden=8),
+        value_loss=LearnedValueLoss(use_target=True, hidden=4),
+        shaping=PotentialShaping(obs_shape=(2, 3), hidden=5, transform=True),
+    )
+    params = _perturb(objectives.init(jax.random.key(0)), jax.random.key(1), scale=0.37)
+    return objectives, params
+
+
+def test_save_load_round_trip_is_exact(tmp_path):
+    objectives, params = _saved_objectives()
+    path = tmp_path / "sub" / "objectives.json"
+    save_objectives(path, objectives, params, extra={"generation": 7})
+    loaded, loaded_params, extra = load_objectives(path)
+    assert loaded == objectives
+    assert extra == {"generation": 7}
+    assert jax.tree.structure(loaded_params) == jax.tree.structure(params)
+    for got, want in zip(jax.tree.leaves(loaded_params), jax.tree.leaves(params)):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    # A partial dict (only the evolved plugs) and the parameter-free baselines round-trip too.
+    base = Objectives(drift=DPO(alpha=1.5), value_loss=ClippedL2(clip_eps=0.1))
+    save_objectives(tmp_path / "dpo.json", base, {"drift": {"alpha": jnp.float32(1.25), "beta": jnp.float32(0.5)}})
+    loaded, loaded_params, _ = load_objectives(tmp_path / "dpo.json")
+    assert loaded == base
+    assert float(loaded_params["drift"]["alpha"]) == 1.25 and set(loaded_params) == {"drift"}
+
+
+def test_corrupt_or_foreign_or_mismatched_files_raise_objective_file_error(tmp_path):
+    objectives, params = _saved_objectives()
+    good = tmp_path / "good.json"
+    save_objectives(good, objectives, params)
+    text = good.read_text()
+
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(text[: len(text) // 2])
+    with pytest.raises(ObjectiveFileError, match="not valid JSON"):
+        load_objectives(truncated)
+
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"format": "something.else", "version": 1}))
+    with pytest.raises(ObjectiveFileError, match="not a metadisco objectives file"):
+        load_objectives(foreign)
+
+    doc = json.loads(text)
+    doc["params"]["drift"]["w1"]["shape"] = [8, 8]  # TA-LPO has 16 inputs
+    doc["params"]["drift"]["w1"]["data"] = doc["params"]["drift"]["w1"]["data"][:64]
+    mismatched = tmp_path / "mismatched.json"
+    mismatched.write_text(json.dumps(doc))
+    with pytest.raises(ObjectiveFileError, match="do not match"):
+        load_objectives(mismatched)
+
+    doc = json.loads(text)
+    del doc["params"]["value_loss"]["w2"]
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps(doc))
+    with pytest.raises(ObjectiveFileError, match="do not match"):
+        load_objectives(missing)
+
+    doc = json.loads(text)
+    doc["spec"]["drift"]["name"] = "no_such_drift"
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps(doc))
+    with pytest.raises(ObjectiveFileError, match="no_such_drift"):
+        load_objectives(unknown)
+
+    with pytest.raises(ObjectiveFileError, match="no objectives file"):
+        load_objectives(tmp_path / "absent.json")
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):  # unpickling this would create the marker file
+        return (open, (self.marker, "w"))
+
+
+def test_loading_never_executes_code(tmp_path):
+    marker = tmp_path / "executed"
+    pickled = tmp_path / "objectives.pkl"
+    pickled.write_bytes(pickle.dumps(_Payload(str(marker))))
+    with pytest.raises(ObjectiveFileError):
+        load_objectives(pickled)
+    assert not marker.exists()
+
+    # A closed-form drift whose "expression" is Python code is rejected, not run.
+    objectives, params = _saved_objectives()
+    path = tmp_path / "code.json"
+    save_objectives(path, objectives, {})
+    doc = json.loads(path.read_text())
+    doc["spec"]["drift"] = {
+        "plug": "drift", "name": "closed_form",
+        "config": {"expression": f"__import__('pathlib').Path({str(marker)!r}).touch()"},
+    }
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ObjectiveFileError):
+        load_objectives(path)
+    assert not marker.exists()
+
+
+def test_make_objective_unknown_name_lists_close_matches():
+    with pytest.raises(ValueError, match="unknown drift objective 'lpoo'") as err:
+        make_objective("drift", "lpoo")
+    assert "lpo" in str(err.value).split("Did you mean")[1]
+    with pytest.raises(ValueError, match="Did you mean.*clipped_l2"):
+        make_objective("value_loss", "clipped-l2")
+    with pytest.raises(ValueError, match="unknown plug point"):
+        make_objective("policy", "lpo")
+    with pytest.raises(ValueError, match="no option"):
+        make_objective("drift", "dpo", gamma=1.0)
+    assert make_objective("drift", "dpo", alpha=1.0) == DPO(alpha=1.0)

@@ -1,0 +1,344 @@
+"""The PPO inner loop: it learns, its objective is PPO's, it vmaps, it bootstraps correctly.
+
+Compiled train functions are shared through module-scoped fixtures (a PPO compile costs
+seconds on the CPU); every config here is small.
+"""
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from inner_loops import Env, PPOConfig, PPOHyperparams, gae, make_env, make_train
+from inner_loops.ppo import ObsNorm
+from meta_objectives import LPO, Objectives, PPOClip
+from meta_objectives.value_loss import ClippedL2
+
+pytestmark = pytest.mark.timeout(240)
+
+# A small CartPole config shared by the vmap and recompilation tests: 32 updates of 128 steps.
+TINY = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), num_minibatches=2)
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return make_env("CartPole-v1")
+
+
+# --------------------------------------------------------------------------------------------
+# Learning
+# --------------------------------------------------------------------------------------------
+
+
+def test_default_ppo_solves_cartpole(cartpole):
+    config = PPOConfig(total_timesteps=150_000).replace(lr=2.5e-3)
+    result = jax.jit(make_train(cartpole, config))({}, jax.random.key(0))
+    returns = np.asarray(result.returns)
+    assert returns.shape == (config.num_updates,)
+    assert not bool(result.diverged)
+    assert returns[0] < 100, f"the first update should be near random play, got {returns[0]}"
+    assert float(result.final_return) > 400, f"PPO did not solve CartPole: final return {result.final_return}"
+    assert float(result.final_return) == pytest.approx(returns[-max(1, config.num_updates // 10):].mean())
+
+
+# --------------------------------------------------------------------------------------------
+# The drift form of the objective is PPO's clipped surrogate
+# --------------------------------------------------------------------------------------------
+
+
+def test_ppo_clip_drift_form_equals_clipped_surrogate():
+    eps = 0.2
+    k_lp, k_old, k_a = jax.random.split(jax.random.key(0), 3)
+    new_logp = jax.random.normal(k_lp, (512,)) * 0.3 - 1.0
+    old_logp = jax.random.normal(k_old, (512,)) * 0.3 - 1.0
+    adv = jax.random.normal(k_a, (512,)) * 2.0
+
+    def drift_form(new_logp):
+        r = jnp.exp(new_logp - old_logp)
+        return -jnp.mean(r * adv - PPOClip(clip_eps=eps).drift({}, r, adv, 0.0))
+
+    def surrogate(new_logp):
+        r = jnp.exp(new_logp - old_logp)
+        return -jnp.mean(jnp.minimum(r * adv, jnp.clip(r, 1 - eps, 1 + eps) * adv))
+
+    ratio = np.exp(np.asarray(new_logp - old_logp))
+    assert (ratio < 1 - eps).any() and (ratio > 1 + eps).any(), "the sample should cover both clip edges"
+    np.testing.assert_allclose(drift_form(new_logp), surrogate(new_logp), rtol=1e-6)
+    g_drift, g_surr = jax.grad(drift_form)(new_logp), jax.grad(surrogate)(new_logp)
+    assert np.count_nonzero(g_surr) < g_surr.size, "some samples should be clipped (zero gradient)"
+    np.testing.assert_allclose(g_drift, g_surr, rtol=1e-6, atol=1e-9)
+
+    # Per-sample too, as a function of the ratio itself.
+    r = jnp.exp(new_logp - old_logp)
+    per_drift = jax.vmap(jax.grad(lambda r, a: r * a - PPOClip(clip_eps=eps).drift({}, r, a, 0.0)))(r, adv)
+    per_surr = jax.vmap(jax.grad(lambda r, a: jnp.minimum(r * a, jnp.clip(r, 1 - eps, 1 + eps) * a)))(r, adv)
+    np.testing.assert_allclose(per_drift, per_surr, rtol=1e-6, atol=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# vmap over meta-parameters and keys; no recompilation
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lpo_runs(cartpole):
+    """One jitted (traced-once) LPO train, called separately for two members, plus the vmap."""
+    objectives = Objectives(drift=LPO(hidden=16))
+    train = make_train(cartpole, TINY, objectives)
+    traces = []
+
+    def counted(meta_params, key, hparams):
+        traces.append(1)  # runs only while tracing
+        return train(meta_params, key, hparams)
+
+    jitted = jax.jit(counted)
+    base = objectives.init(jax.random.key(1), plugs=("drift",))
+    members = [
+        {"drift": {**base["drift"], "w2": 0.1 * jax.random.normal(jax.random.key(10 + i), base["drift"]["w2"].shape)}}
+        for i in range(2)
+    ]
+    keys = jax.random.split(jax.random.key(2), 2)
+    separate = [jitted(members[i], keys[i], TINY.hparams) for i in range(2)]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *members)
+    batched = jax.jit(jax.vmap(train, in_axes=(0, 0, None)))(stacked, keys, TINY.hparams)
+    return dict(jitted=jitted, traces=traces, members=members, keys=keys, separate=separate, batched=batched)
+
+
+def test_vmap_over_population_and_keys_matches_separate_runs(lpo_runs):
+    separate = np.stack([np.asarray(r.returns) for r in lpo_runs["separate"]])
+    batched = np.asarray(lpo_runs["batched"].returns)
+    assert batched.shape == (2, TINY.num_updates)
+    assert np.isfinite(batched).all()
+    # The two members really differ (different output layers and keys) ...
+    assert not np.array_equal(separate[0], separate[1])
+    # ... and the batched run reproduces each (bit-identical only for equal batch shapes).
+    np.testing.assert_allclose(batched, separate, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(np.asarray(lpo_runs["batched"].diverged), [False, False])
+
+
+def test_train_traces_once_for_new_keys_params_and_hparams(lpo_runs):
+    jitted, traces = lpo_runs["jitted"], lpo_runs["traces"]
+    assert len(traces) == 1  # two fixture calls with different members and keys
+    other = jax.tree.map(lambda x: x * 0.5, lpo_runs["members"][1])
+    out = jitted(other, jax.random.key(123), PPOHyperparams(lr=1e-3, ent_coef=0.0))
+    out2 = jitted(other, jax.random.key(124), PPOHyperparams(lr=5e-4, gamma=0.9))
+    jax.block_until_ready((out, out2))
+    assert len(traces) == 1, f"train was traced {len(traces)} times; new values must not recompile"
+    # The traced hyperparameters are really used (not constants baked in at the first trace).
+    assert not np.array_equal(np.asarray(out.returns), np.asarray(out2.returns))
+
+
+# --------------------------------------------------------------------------------------------
+# Truncation versus termination
+# --------------------------------------------------------------------------------------------
+
+
+def test_gae_hand_computed_truncation_and_termination():
+    # Column 0: t0 truncated (bootstrap from next_values, cut the trace), t1 terminated
+    # (no bootstrap, cut the trace), t2 ordinary. Column 1: no episode end (full lambda trace).
+    gamma, lam = 0.5, 0.8
+    values = jnp.array([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]])
+    next_values = jnp.array([[4.0, 0.0], [5.0, 0.0], [6.0, 10.0]])
+    rewards = jnp.ones((3, 2))
+    terminated = jnp.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    truncated = jnp.array([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    done = jnp.maximum(terminated, truncated)
+    adv, targets = gae(values, next_values, rewards, terminated, done, gamma, lam)
+    # column 0: d0 = 1 + 0.5*4 - 1 = 2 (bootstrapped); d1 = 1 - 2 = -1 (not); d2 = 1 + 3 - 3 = 1
+    # column 1: d = [1, 1, 1 + 5 = 6]; a2 = 6; a1 = 1 + 0.4*6 = 3.4; a0 = 1 + 0.4*3.4 = 2.36
+    np.testing.assert_allclose(adv, [[2.0, 2.36], [-1.0, 3.4], [1.0, 6.0]], rtol=1e-6)
+    np.testing.assert_allclose(targets, [[3.0, 2.36], [1.0, 3.4], [4.0, 6.0]], rtol=1e-6)
+
+
+def test_gae_constant_reward_with_truncation_targets_true_value():
+    # Reward 1 forever, truncated every 4 steps, critic already right (V = 1/(1-gamma) = 2):
+    # every target is 2. Treating truncation as termination would give 1 at the truncation.
+    gamma, T = 0.5, 12
+    truncated = (jnp.arange(T) % 4 == 3).astype(jnp.float32)[:, None]
+    values = jnp.full((T, 1), 2.0)
+    _, targets = gae(values, values, jnp.ones((T, 1)), jnp.zeros((T, 1)), truncated, gamma, 0.95)
+    np.testing.assert_allclose(targets, 2.0, rtol=1e-6)
+    _, wrong = gae(values, values, jnp.ones((T, 1)), truncated, truncated, gamma, 0.95)
+    assert float(wrong.min()) < 1.5  # what the bug would look like
+
+
+def _probe_env(mode: str, period: int) -> Env:
+    """Constant observation, reward 1 every step, one action; the episode ends every `period`
+    steps by `mode` ("truncated" or "terminated")."""
+
+    def reset(key):
+        return jnp.ones((1,)), jnp.int32(0)
+
+    def step(key, t, action):
+        t = t + 1
+        end = t >= period
+        obs = jnp.ones((1,))
+        terminated = end if mode == "terminated" else jnp.bool_(False)
+        truncated = end if mode == "truncated" else jnp.bool_(False)
+        return obs, jnp.where(end, 0, t), jnp.float32(1.0), terminated, truncated, obs
+
+    return Env(
+        name=f"probe-{mode}", obs_shape=(1,), discrete=True, num_actions=1, action_low=None,
+        action_high=None, _reset=reset, _step=step,
+    )
+
+
+_RECORDED: list = []
+
+
+@dataclass(frozen=True)
+class _RecordingClippedL2(ClippedL2):
+    """PPO's value loss, reporting (value predictions, value targets) of every minibatch."""
+
+    def value_loss(self, params, value, target, old_value):
+        jax.debug.callback(lambda v, t: _RECORDED.append((np.asarray(v), np.asarray(t))), value, target, ordered=True)
+        return super().value_loss(params, value, target, old_value)
+
+
+def _learned_values(env):
+    config = PPOConfig(num_envs=4, num_steps=16, total_timesteps=2048, hidden=(8,), num_minibatches=2).replace(
+        gamma=0.5, lr=1e-2
+    )
+    _RECORDED.clear()
+    result = jax.jit(make_train(env, config, Objectives(value_loss=_RecordingClippedL2())))({}, jax.random.key(0))
+    jax.block_until_ready(result)
+    jax.effects_barrier()
+    assert len(_RECORDED) == config.num_updates * config.update_epochs * config.num_minibatches
+    first_values = _RECORDED[0][0]
+    values, targets = (np.concatenate(x) for x in zip(*_RECORDED[-8:]))  # the last update
+    return result, first_values, values, targets
+
+
+def test_ppo_critic_bootstraps_through_truncation():
+    # Never terminated, truncated every 3 steps: the true value is 1/(1 - 0.5) = 2 everywhere.
+    result, first_values, values, targets = _learned_values(_probe_env("truncated", 3))
+    assert abs(float(first_values.mean()) - 2.0) > 0.5  # it had to learn
+    np.testing.assert_allclose(values, 2.0, atol=0.05)
+    # As termination, the targets at the truncation would be 1 and the fit about 1.6.
+    np.testing.assert_allclose(targets, 2.0, atol=0.05)
+    np.testing.assert_allclose(np.asarray(result.returns)[-1], 3.0)  # episode return = period
+
+
+def test_ppo_critic_does_not_bootstrap_through_termination():
+    # Every step terminates with reward 1: the value is 1 (it would be 2 if it bootstrapped).
+    _, first_values, values, targets = _learned_values(_probe_env("terminated", 1))
+    assert abs(float(first_values.mean()) - 1.0) > 0.5
+    np.testing.assert_allclose(values, 1.0, atol=0.05)
+    np.testing.assert_allclose(targets, 1.0, atol=0.05)
+
+
+def test_cartpole_time_limit_is_truncation(cartpole):
+    def balance(obs):  # a simple controller that holds the pole up for the whole episode
+        return (3 * obs[2] + obs[3] > 0).astype(jnp.int32)
+
+    obs0, state = cartpole.reset(jax.random.key(0))
+
+    def body(carry, key):
+        obs, state = carry
+        step = cartpole.step(key, state, balance(obs))
+        return (step.obs, step.state), step
+
+    _, steps = jax.jit(lambda c: jax.lax.scan(body, c, jax.random.split(jax.random.key(1), 500)))((obs0, state))
+    terminated, truncated = np.asarray(steps.terminated), np.asarray(steps.truncated)
+    assert not terminated.any(), "the controller should keep the pole up"
+    assert not truncated[:499].any()
+    assert truncated[499] and not terminated[499], "step 500 must be a truncation, not a termination"
+    assert int(steps.episode_length[499]) == 500 and float(steps.episode_return[499]) == 500.0
+    # final_obs is where the cart really got to; obs is the auto-reset start of the next episode.
+    final_obs, next_obs = np.asarray(steps.final_obs[499]), np.asarray(steps.obs[499])
+    assert not np.allclose(final_obs, next_obs)
+    assert np.all(np.abs(next_obs) <= 0.05)  # CartPole resets uniformly in [-0.05, 0.05]
+    np.testing.assert_array_equal(steps.final_obs[:499], steps.obs[:499])  # no reset before
+    assert int(steps.state.episode_length[499]) == 0  # the wrapper's counters restart
+
+
+# --------------------------------------------------------------------------------------------
+# Continuous actions
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, config",
+    [
+        (
+            "brax/inverted_pendulum",
+            PPOConfig(num_envs=4, num_steps=16, total_timesteps=256, hidden=(16,), normalize_obs=True, num_minibatches=2),
+        ),
+        ("Pendulum-v1", PPOConfig(num_envs=4, num_steps=32, total_timesteps=1024, hidden=(16,), num_minibatches=2)),
+    ],
+)
+def test_continuous_smoke(name, config):
+    env = make_env(name)
+    assert not env.discrete and env.num_actions >= 1
+    result = jax.jit(make_train(env, config))({}, jax.random.key(0))
+    returns = np.asarray(result.returns)
+    assert returns.shape == (config.num_updates,)
+    assert np.isfinite(returns).all()
+    assert not bool(result.diverged)
+
+
+# --------------------------------------------------------------------------------------------
+# Errors a user can cause
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        (dict(num_envs=3, num_steps=5, num_minibatches=4), r"15.*num_minibatches = 4"),
+        (dict(num_envs=0), r"num_envs must be a positive integer"),
+        (dict(num_steps=-1), r"num_steps must be a positive integer"),
+        (dict(num_minibatches=0), r"num_minibatches must be a positive integer"),
+        (dict(update_epochs=0), r"update_epochs must be a positive integer"),
+        (dict(total_timesteps=100), r"total_timesteps = 100 is less than one rollout.*512"),
+        (dict(hidden=()), r"hidden"),
+        (dict(lr=-1.0), r"lr > 0"),
+    ],
+)
+def test_invalid_config_raises_before_compiling(cartpole, changes, match, monkeypatch):
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled before validating")
+
+    monkeypatch.setattr(jax, "jit", no_compile)
+    config = PPOConfig().replace(**changes)
+    with pytest.raises(ValueError, match=match):
+        make_train(cartpole, config)
+
+
+@pytest.mark.parametrize(
+    "name, suggestion",
+    [("Cartpole-v1", "CartPole-v1"), ("brax/antt", "brax/ant"), ("acrobot-v1", "Acrobot-v1")],
+)
+def test_unknown_env_suggests_close_matches(name, suggestion):
+    with pytest.raises(ValueError, match="unknown environment") as err:
+        make_env(name)
+    assert suggestion in str(err.value)
+
+
+def test_unknown_brax_backend_lists_backends():
+    with pytest.raises(ValueError, match="spring") as err:
+        make_env("brax/ant:sprung")
+    assert "sprung" in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------
+# Observation normalisation
+# --------------------------------------------------------------------------------------------
+
+
+def test_obs_norm_matches_numpy_over_concatenated_batches():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(loc=[3.0, -1.0, 0.0], scale=[2.0, 0.5, 10.0], size=(n, 3)).astype(np.float32) for n in (64, 7, 200)]
+    norm = ObsNorm.create((3,))
+    for b in batches:
+        norm = norm.update(jnp.asarray(b))
+    allobs = np.concatenate(batches).astype(np.float64)
+    np.testing.assert_allclose(norm.mean, allobs.mean(0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(norm.var, allobs.var(0), rtol=1e-4)
+    assert float(norm.count) == pytest.approx(len(allobs), abs=1e-3)
+    # Normalised observations then have mean 0 and variance 1.
+    z = np.asarray(norm(jnp.asarray(allobs, jnp.float32)))
+    np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-3)
+    np.testing.assert_allclose(z.var(0), 1.0, rtol=1e-3)
