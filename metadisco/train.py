@@ -51,11 +51,12 @@ def default_run_dir(cfg: config_lib.RunConfig) -> Path:
 
 
 def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwrite: bool = False,
-        progress: bool = True, stop_after: int | None = None, log=print) -> Path:
+        progress: bool = True, stop_after: int | None = None, log=print, trainer: MetaTrainer | None = None) -> Path:
     """Run (or resume) a meta-training run in `run_dir`; returns the run directory.
 
     stop_after: stop (with a checkpoint) once this many generations are complete; for tests and
     for splitting a run over jobs with a wall-time limit.
+    trainer: a prebuilt MetaTrainer for `cfg` (custom inner loops); built from the config if None.
     """
     run = RunDir(run_dir)
     is_main = jax.process_index() == 0
@@ -68,7 +69,7 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
                 + "\nResume with the stored config (`metadisco train --resume DIR` and no overrides), or start a new run."
             )
         cfg = config_lib.validate(stored)
-    trainer = MetaTrainer(cfg)
+    trainer = trainer or MetaTrainer(cfg)
     if resume:
         state, baseline, warnings = load_state(run, trainer)
         for w in warnings:

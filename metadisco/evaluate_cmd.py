@@ -1,0 +1,85 @@
+"""`metadisco evaluate TARGET [TARGET...]`: held-out evaluation against PPO and DPO (analysis.evaluate).
+
+Importing this module must not import jax (the CLI builds its parser before it sets XLA_FLAGS):
+everything heavy is imported inside `cmd_evaluate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+
+from metadisco import commands
+
+# Kept in step with analysis.evaluate.SUITES / BUDGETS (tests/test_evaluate.py checks it);
+# written out here because importing analysis.evaluate would import jax too early.
+SUITES_HELP = textwrap.dedent("""\
+    suites (environment steps per training run):
+      quick    CartPole-v1, Acrobot-v1, Catch-bsuite at 5e4 each (CPU-sized: a few minutes on 2 cores)
+      default  CartPole-v1, Acrobot-v1 at 5e5; Breakout-MinAtar, SpaceInvaders-MinAtar, Asterix-MinAtar
+               at 1e7; brax/hopper, brax/ant at 5e6 (accelerator-sized)
+    TARGET is one of:
+      ppo, dpo              the built-in baselines
+      FILE.json             an objectives file (an exported closed form, RUN_DIR/objectives/best.json)
+      RUN_DIR[:best|:mean]  a run directory: objectives/mean.json (default) or best.json;
+                            its meta-training environments are flagged and aggregated apart
+    examples:
+      metadisco evaluate dpo --quick
+      metadisco evaluate runs/lpo-cartpole-20261101-120000 --envs Acrobot-v1,Catch-bsuite --tune-lr
+      metadisco evaluate exports/discovered_drift.json --suite default --seeds 16""")
+
+
+def cmd_evaluate(args) -> None:
+    from metadisco.cli import _fail
+
+    if args.envs is not None and args.suite is not None:
+        _fail("give --envs or --suite, not both")
+    if args.seeds is not None and args.seeds < 1:
+        _fail(f"--seeds must be >= 1, got {args.seeds}")
+    if args.timesteps is not None and args.timesteps < 1:
+        _fail(f"--timesteps must be >= 1, got {args.timesteps}")
+
+    from analysis import evaluate as ev
+
+    try:
+        targets = [ev.resolve_target(t) for t in args.targets]
+        out = ev.check_out_dir(args.out) if args.out else ev.default_out_dir(targets)
+        results = ev.evaluate(
+            targets, envs=args.envs, suite=args.suite, seeds=args.seeds, budget=args.timesteps,
+            tune_lr=args.tune_lr, quick=args.quick, progress=not args.no_progress, seed=args.seed,
+        )
+        path = ev.save(results, out)
+    except ValueError as e:  # EvaluationError, ObjectiveFileError: messages say what to do
+        _fail(str(e))
+    print(ev.to_markdown(results))
+    print(f"results written to {path}/ (results.json, results.csv, results.md, curves.png, curves.pdf)",
+          file=sys.stderr)
+    print(path)
+
+
+def add(subparsers) -> None:
+    p = subparsers.add_parser(
+        "evaluate", help="held-out evaluation of discovered objectives against PPO and DPO",
+        description="Train PPO with each TARGET's objectives (and PPO and DPO as references) on the same "
+                    "environments, budgets and seeds; report per-environment returns with 95% intervals, "
+                    "PPO-normalised scores, IQM and probability of improvement across environments.",
+        epilog=SUITES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("targets", nargs="+", metavar="TARGET", help="ppo, dpo, an objectives JSON file, or RUN_DIR[:best]")
+    p.add_argument("--envs", help="comma-separated environments (see `metadisco envs`); default: the suite's")
+    p.add_argument("--suite", choices=("quick", "default"), help="a named set of environments and budgets")
+    p.add_argument("--quick", action="store_true",
+                   help="CPU-sized: the quick suite (or quick budgets for --envs)")
+    p.add_argument("--seeds", type=int, help="evaluation seeds per method and environment (default 8)")
+    p.add_argument("--timesteps", type=int, help="environment steps per training run, for every environment")
+    p.add_argument("--tune-lr", action="store_true",
+                   help="also tune PPO's learning rate (x0.25..x4 on separate seeds) and report ppo_tuned")
+    p.add_argument("--out", help="output folder (default RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP)")
+    p.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--host-devices", type=int, help="CPU devices to split the seeds over (default: cores)")
+    p.set_defaults(func=cmd_evaluate)
+
+
+commands.REGISTRY.append(add)

@@ -1,0 +1,196 @@
+"""The meta-training engine: the outer loop, its sign convention, faults, devices, resume."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from inner_loops.ppo import TrainResult
+from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.engine import MetaTrainer
+from metadisco.rundir import RunDir, RunDirError
+from metadisco.train import run
+
+pytestmark = pytest.mark.timeout(300)
+
+TARGET = 0.05  # the known answer of the quadratic meta-problem below
+
+
+def quadratic_train(meta_params, key):
+    """A stand-in inner loop with a known optimum: return = -|w2 - TARGET|^2 (+ seed noise).
+
+    Members whose first output weight is above 0.02 'diverge' (NaN) when DIVERGE is set.
+    """
+    w = meta_params["drift"]["w2"]
+    noise = 0.01 * jax.random.normal(key)
+    ret = -100.0 * jnp.mean(jnp.square(w - TARGET)) + noise
+    returns = jnp.full((8,), ret)
+    return TrainResult(returns=returns, final_return=ret, diverged=jnp.bool_(False),
+                       drift_samples=jnp.zeros((8, 0, 2)))
+
+
+def diverging_train(meta_params, key):
+    result = quadratic_train(meta_params, key)
+    bad = meta_params["drift"]["w2"][0, 0] > 0.0
+    return result.replace(returns=jnp.where(bad, jnp.nan, result.returns),
+                          final_return=jnp.where(bad, jnp.nan, result.final_return))
+
+
+def tiny_config(**changes) -> RunConfig:
+    base = dict(generations=4, inner=InnerConfig(total_timesteps=2048, num_envs=4, num_steps=64, hidden=(16, 16)),
+                objectives=ObjectivesConfig(drift_hidden=8), es=ESConfig(population_size=4),
+                eval_every=2, eval_seeds=2, baseline_seeds=2, checkpoint_every=1)
+    base.update(changes)
+    return validate(RunConfig(**base))
+
+
+def metric_rows(run_dir):
+    timing = {"wall_time_s", "env_steps_per_s"}
+    return [{k: v for k, v in row.items() if k not in timing} for row in RunDir(run_dir).read_metrics()]
+
+
+def test_fitness_improves_on_a_meta_problem_with_a_known_answer(tmp_path):
+    cfg = tiny_config(generations=40, eval_every=0, es=ESConfig(population_size=16, sigma_init=0.02, lr=0.01))
+    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
+    rows = RunDir(tmp_path / "run").read_metrics()
+    first = np.mean([r["fitness_mean"] for r in rows[:5]])
+    last = np.mean([r["fitness_mean"] for r in rows[-5:]])
+    assert last > first + 0.05, (first, last)  # fitness is maximised: the sign reaches evosax right
+    assert rows[-1]["best_fitness"] >= max(r["fitness_max"] for r in rows) - 1e-6
+
+
+def test_a_diverging_member_does_not_stop_the_run(tmp_path):
+    cfg = tiny_config(generations=3, eval_every=0)
+    trainer = MetaTrainer(cfg, trains=[diverging_train])
+    run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
+    rows = RunDir(tmp_path / "run").read_metrics()
+    assert len(rows) == 3
+    assert sum(r["num_diverged"] for r in rows) > 0  # counted ...
+    assert all(np.isfinite(r["fitness_mean"]) for r in rows if r["num_diverged"] < 4)  # ... and excluded
+    assert np.isfinite(rows[-1]["best_fitness"])
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    """One compiled trainer for tiny_config(), shared (compiling costs more than running here)."""
+    return MetaTrainer(tiny_config())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, trainer):
+    path = tmp_path_factory.mktemp("full") / "run"
+    run(tiny_config(), path, progress=False, log=lambda *a: None, trainer=trainer)
+    return path
+
+
+def test_stop_and_resume_equals_uninterrupted_bit_for_bit(tmp_path, uninterrupted, trainer):
+    path = tmp_path / "run"
+    run(tiny_config(), path, progress=False, stop_after=2, log=lambda *a: None, trainer=trainer)
+    assert len(RunDir(path).read_metrics()) == 2
+    run(None, path, resume=True, progress=False, log=lambda *a: None, trainer=trainer)
+    assert metric_rows(path) == metric_rows(uninterrupted)
+    best_a = json.loads((path / "objectives" / "mean.json").read_text())["params"]
+    best_b = json.loads((uninterrupted / "objectives" / "mean.json").read_text())["params"]
+    assert best_a == best_b
+
+
+def test_resume_after_a_crash_drops_metrics_beyond_the_checkpoint(tmp_path, uninterrupted, trainer):
+    path = tmp_path / "run"
+    run(tiny_config(), path, progress=False, stop_after=3, log=lambda *a: None, trainer=trainer)
+    # a 'crash' after generation 3's metrics line but before its checkpoint ...
+    rd = RunDir(path)
+    rd.checkpoints()[-1].unlink()
+    with open(rd.metrics_path, "a") as f:
+        f.write('{"generation": 3, "fitness_mea')  # ... while the next line was being written
+    run(None, path, resume=True, progress=False, log=lambda *a: None, trainer=trainer)
+    assert metric_rows(path) == metric_rows(uninterrupted)
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, uninterrupted, trainer):
+    path = tmp_path / "run"
+    run(tiny_config(), path, progress=False, stop_after=2, log=lambda *a: None, trainer=trainer)
+    RunDir(path).checkpoints()[-1].write_bytes(b"\x00garbage")
+    messages = []
+    run(None, path, resume=True, progress=False, log=messages.append, trainer=trainer)
+    assert any("unreadable" in m for m in messages)
+    assert metric_rows(path) == metric_rows(uninterrupted)
+
+
+def test_resume_with_a_changed_config_is_refused(uninterrupted):
+    before = (uninterrupted / "metrics.jsonl").read_text()
+    with pytest.raises(RunDirError, match=r"es.population_size: 4 -> 6"):
+        run(tiny_config(es=ESConfig(population_size=6)), uninterrupted, resume=True, progress=False)
+    assert (uninterrupted / "metrics.jsonl").read_text() == before
+
+
+def test_an_existing_run_directory_is_never_overwritten_silently(uninterrupted):
+    before = (uninterrupted / "metrics.jsonl").read_text()
+    with pytest.raises(RunDirError, match="--resume"):
+        run(tiny_config(), uninterrupted, progress=False)
+    assert (uninterrupted / "metrics.jsonl").read_text() == before
+
+
+def test_two_devices_equal_one(uninterrupted, trainer, tmp_path):
+    assert len(jax.devices()) >= 2, "conftest sets two CPU host devices"
+    assert trainer.mesh.devices.size == 2
+    # Real PPO: the first generation trains the same members on the same seeds; only the
+    # per-device batch shape differs, so results agree to float tolerance (later generations
+    # drift apart as RL training amplifies rounding differences).
+    cfg = tiny_config(devices=1, generations=1, eval_every=0)
+    assert MetaTrainer(cfg).mesh.devices.size == 1
+    run(cfg, tmp_path / "ppo", progress=False, log=lambda *a: None)
+    one, two = metric_rows(tmp_path / "ppo")[0], metric_rows(uninterrupted)[0]
+    for k in ("fitness_mean", "fitness_max", "fitness_min"):
+        np.testing.assert_allclose(one[k], two[k], rtol=2e-3, err_msg=k)
+    # A smooth stand-in inner loop: every generation agrees.
+    rows = []
+    for devices in (1, 2):
+        cfg = tiny_config(devices=devices, generations=5, eval_every=0)
+        t = MetaTrainer(cfg, trains=[quadratic_train])
+        assert t.mesh.devices.size == devices
+        run(cfg, tmp_path / f"quad{devices}", progress=False, trainer=t, log=lambda *a: None)
+        rows.append(metric_rows(tmp_path / f"quad{devices}"))
+    for a, b in zip(*rows):
+        for k in ("fitness_mean", "fitness_max", "best_fitness", "sigma"):
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted):
+    rows = RunDir(uninterrupted).read_metrics()
+    evals = [r for r in rows if "eval_mean_fitness" in r]
+    assert [r["generation"] for r in evals] == [1, 3]
+    # generation 0's ES mean is the initial LPO = PPO exactly, so early on the two are close
+    assert "eval/CartPole-v1/ppo" in evals[0] and "eval/CartPole-v1/mean" in evals[0]
+
+
+def test_normalised_fitness_over_two_environments(tmp_path):
+    cfg = tiny_config(generations=1, envs=("CartPole-v1", "Acrobot-v1"), fitness="auc_norm", eval_every=0)
+    run(cfg, tmp_path / "run", progress=False, log=lambda *a: None)
+    baseline = json.loads((tmp_path / "run" / "baseline.json").read_text())
+    assert set(baseline) == {"CartPole-v1", "Acrobot-v1"}
+    row = RunDir(tmp_path / "run").read_metrics()[0]
+    assert 0.0 < row["fitness_mean"] < 3.0  # on PPO's scale (PPO = 1), not raw returns
+
+
+@pytest.mark.parametrize("strategy", ["SNES", "CMA_ES", "SimpleGA", "PGPE"])
+def test_other_strategies_run_by_name(strategy, tmp_path):
+    cfg = tiny_config(generations=2, eval_every=0, es=ESConfig(strategy=strategy, population_size=4))
+    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
+    assert len(RunDir(tmp_path / "run").read_metrics()) == 2
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"es": ESConfig(population_size=5)}, "odd"),
+    ({"es": ESConfig(strategy="OpenES")}, "Did you mean Open_ES"),
+    ({"envs": ("Cartpole-v1",)}, "Did you mean: CartPole-v1"),
+    ({"objectives": ObjectivesConfig(drift="lpoo")}, "Did you mean lpo"),
+    ({"envs": ("CartPole-v1", "Acrobot-v1")}, "normalised fitness"),
+    ({"inner": InnerConfig(num_minibatches=3)}, "does not split"),
+])
+def test_bad_configs_fail_before_any_compute(override, message):
+    with pytest.raises(ValueError, match=message):
+        validate(RunConfig(**override))

@@ -1,0 +1,214 @@
+"""`metadisco evaluate`: held-out evaluation against PPO and DPO (analysis.evaluate).
+
+Every evaluation here uses the same tiny settings (2 seeds, 4096 steps), so the compiled PPO
+programs, cached per environment x objectives structure, are shared between the tests: the
+whole file compiles PPO, DPO and LPO on CartPole-v1 and Acrobot-v1 once each (plus the tiny
+meta-training run). The statistics themselves are tested in tests/test_stats.py.
+"""
+
+import csv
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from analysis import evaluate as ev
+from meta_objectives import Objectives, PotentialShaping, save_objectives
+from metadisco import evaluate_cmd
+from metadisco.cli import main
+from metadisco.config import ESConfig, InnerConfig, RunConfig
+
+pytestmark = pytest.mark.timeout(300)
+
+ENVS = "CartPole-v1,Acrobot-v1"
+TINY = ["--seeds", "2", "--timesteps", "4096", "--no-progress"]
+OUTPUTS = {"results.json", "results.csv", "results.md", "curves.png", "curves.pdf"}
+
+
+def cli(argv, capsys):
+    """Run `metadisco ARGV` in this process -> (exit code, stdout, stderr)."""
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A finished one-generation meta-training run (LPO drift, meta-trained on CartPole-v1)."""
+    from metadisco.train import run
+
+    cfg = RunConfig(generations=1, inner=InnerConfig(total_timesteps=4096), es=ESConfig(population_size=4),
+                    eval_every=0, baseline_seeds=2)
+    path = tmp_path_factory.mktemp("evaluate") / "run"
+    run(cfg, path, progress=False, log=lambda *a: None)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# A baseline against itself
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvement_one_half(tmp_path):
+    copy = tmp_path / "ppo_copy.json"  # PPO's objectives as a file target: a second label, same program
+    save_objectives(copy, Objectives(), Objectives().init(jax.random.key(0)))
+    results = ev.evaluate([str(copy)], envs=["CartPole-v1"], seeds=2, budget=4096, progress=False)
+
+    assert [m["label"] for m in results["methods"]] == ["ppo_copy", "ppo", "dpo"]
+    env = results["envs"]["CartPole-v1"]
+    mine, ppo = env["methods"]["ppo_copy"], env["methods"]["ppo"]
+    assert mine["curve"]["seeds"] == ppo["curve"]["seeds"]  # common random numbers, bit for bit
+    assert np.mean(ppo["normalized"]) == pytest.approx(1.0)  # PPO normalised by itself
+    agg = results["aggregate"]["held_out"]
+    assert agg["envs"] == ["CartPole-v1"] and results["aggregate"]["meta_train"]["envs"] == []
+    assert agg["methods"]["ppo_copy"]["poi_vs_ppo"]["point"] == 0.5
+    assert agg["methods"]["ppo"]["poi_vs_ppo"]["point"] == 0.5
+    assert agg["methods"]["dpo"]["poi_vs_dpo"]["point"] == 0.5
+    settings = results["settings"]
+    assert settings["seeds"] == 2 and settings["budgets"] == {"CartPole-v1": 4096}
+    assert settings["presets"]["CartPole-v1"]["family"] == "classic"
+    json.dumps(results, allow_nan=False)  # plain JSON throughout
+
+
+# --------------------------------------------------------------------------------------------
+# The command, end to end
+# --------------------------------------------------------------------------------------------
+
+
+def _read_outputs(out):
+    assert {p.name for p in out.iterdir()} == OUTPUTS
+    results = json.loads((out / "results.json").read_text())
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    return results, rows, (out / "results.md").read_text()
+
+
+def test_evaluate_a_baseline_end_to_end(tmp_path, capsys):
+    out = tmp_path / "out"
+    code, stdout, err = cli(["evaluate", "dpo", "--envs", ENVS, *TINY, "--out", str(out)], capsys)
+    assert code == 0, err
+    results, rows, md = _read_outputs(out)
+    assert [m["label"] for m in results["methods"]] == ["dpo", "ppo"]  # a baseline target is its own reference
+    assert list(results["envs"]) == ["CartPole-v1", "Acrobot-v1"]
+    assert len(rows) == 4 and {r["method"] for r in rows} == {"dpo", "ppo"}
+    assert not any("meta-train" in r["flags"] for r in rows)
+    for name in ("CartPole-v1", "Acrobot-v1"):
+        assert f"## {name}" in md and f"## {name}" in stdout
+        assert len(results["envs"][name]["methods"]["dpo"]["final_returns"]) == 2
+    assert "Aggregate over held-out environments" in md
+    assert str(out) in stdout
+
+
+def test_evaluate_a_run_directory_flags_its_meta_training_env(tiny_run, capsys):
+    target = ev.resolve_target(f"{tiny_run}:best")
+    assert target.label == "run:best" and target.meta_train_envs == ("CartPole-v1",)
+    assert ev.resolve_target(str(tiny_run / "objectives" / "best.json")).label == "run:best"
+
+    code, stdout, err = cli(["evaluate", str(tiny_run), "--envs", ENVS, *TINY], capsys)
+    assert code == 0, err
+    (out,) = (tiny_run / "evaluation").iterdir()  # default: RUN_DIR/evaluation/<timestamp>
+    results, rows, md = _read_outputs(out)
+    assert [m["label"] for m in results["methods"]] == ["run", "ppo", "dpo"]
+    assert results["targets"][0]["meta_train_envs"] == ["CartPole-v1"]
+    assert results["targets"][0]["objectives"]["drift"]["name"] == "lpo"
+    cartpole, acrobot = results["envs"]["CartPole-v1"], results["envs"]["Acrobot-v1"]
+    assert "meta-train" in cartpole["flags"] and cartpole["meta_train_for"] == ["run"]
+    assert "meta-train" not in acrobot["flags"]
+    agg = results["aggregate"]
+    assert "CartPole-v1" not in agg["held_out"]["envs"]  # never mixed into the held-out aggregate
+    assert agg["held_out"]["envs"] == ([] if acrobot["excluded_from_aggregate"] else ["Acrobot-v1"])
+    assert agg["meta_train"]["envs"] == ([] if cartpole["excluded_from_aggregate"] else ["CartPole-v1"])
+    groups = {(r["method"], r["env"]): r for r in rows}
+    assert "meta-train" in groups["run", "CartPole-v1"]["flags"]
+    assert groups["run", "CartPole-v1"]["group"] in ("meta_train", "excluded")
+    assert "## CartPole-v1 (meta-train" in md
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input: a clear message, a non-zero exit, nothing written, nothing compiled
+# --------------------------------------------------------------------------------------------
+
+
+def _half_written_run(root):
+    run = root / "half"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(RunConfig().to_dict()))
+    return run
+
+
+def _corrupt_file(root):
+    path = root / "corrupt.json"
+    path.write_text('{"format": "metadisco.objectives", "version": 1, "spec": ')
+    return path
+
+
+def _shaping_file(root):
+    path = root / "shaping.json"
+    objectives = Objectives(shaping=PotentialShaping(obs_shape=(4,)))  # sized for CartPole
+    save_objectives(path, objectives, objectives.init(jax.random.key(0)))
+    return path
+
+
+BAD_INPUTS = {
+    "unknown env": (lambda root: ["dpo", "--envs", "CartPol-v1"], ["unknown environment", "CartPole-v1"]),
+    "missing run dir": (lambda root: [str(root / "no-such-run")], ["no run directory or objectives file"]),
+    "half-written run dir": (lambda root: [str(_half_written_run(root))], ["no objectives/mean.json yet", "--resume"]),
+    "not a run dir": (lambda root: [str(root)], ["not a metadisco run directory"]),
+    "corrupt objectives file": (lambda root: [str(_corrupt_file(root))], ["not valid JSON"]),
+    "shaping for another observation shape": (
+        lambda root: [str(_shaping_file(root)), "--envs", "Acrobot-v1"], ["shape (4,)", "shape (6,)"]),
+    "budget below one rollout": (lambda root: ["dpo", "--envs", "CartPole-v1", "--timesteps", "100"], ["--timesteps"]),
+    "envs and suite": (lambda root: ["dpo", "--envs", "CartPole-v1", "--suite", "quick"], ["not both"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_fails_before_compute_and_writes_nothing(case, tmp_path, capsys, monkeypatch):
+    targets_of, expected = BAD_INPUTS[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # the default output folder would be ./evaluations here
+    argv = targets_of(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    code, stdout, err = cli(["evaluate", *argv, "--seeds", "2", "--no-progress"], capsys)
+    assert code not in (0, None), stdout
+    for text in expected:
+        assert text in err, err
+    assert "Traceback" not in err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no output folder
+
+
+def test_an_existing_output_folder_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    code, _, err = cli(["evaluate", "dpo", "--envs", "CartPole-v1", "--out", str(out)], capsys)
+    assert code != 0 and "already exists" in err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+# --------------------------------------------------------------------------------------------
+# The suites table and the command line stay in step; the parser does not import jax
+# --------------------------------------------------------------------------------------------
+
+
+def test_suites_have_budgets_and_appear_in_the_help():
+    assert set(ev.SUITES) == {"quick", "default"}
+    for suite, envs in ev.SUITES.items():
+        for env in envs:
+            assert env in ev.BUDGETS[suite]
+            assert env in evaluate_cmd.SUITES_HELP and env in ev.__doc__
+            assert f"{ev.BUDGETS[suite][env]:,}" in ev.__doc__
+
+
+def test_building_the_parser_does_not_import_jax():
+    code = "import sys; from metadisco.cli import build_parser; build_parser(); print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,116 @@
+"""The foundation: a jaxlib that does not deadlock, a Python >= 3.12, the pinned set."""
+
+import ast
+import re
+import subprocess
+import sys
+import textwrap
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from meta_objectives import _compat
+
+pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_check_jaxlib_refuses_the_deadlocking_release():
+    with pytest.raises(RuntimeError, match=r"Python >= 3\.12") as err:
+        _compat.check_jaxlib("0.10.2")
+    assert "0.10.2" in str(err.value)
+    _compat.check_jaxlib("0.11.2")
+    _compat.check_jaxlib("0.11.3rc1")
+    _compat.check_jaxlib()  # the installed one (importing meta_objectives already checked it)
+
+
+SEVERAL_PROGRAMS = textwrap.dedent(
+    """
+    import jax
+    from inner_loops import PPOConfig, make_env, make_train
+
+    config = PPOConfig(total_timesteps=50_000)
+    cartpole = make_train(make_env("CartPole-v1"), config)
+
+    one = jax.jit(cartpole)({}, jax.random.key(0))
+    print("population 1:", float(one.final_return.block_until_ready()), flush=True)
+
+    eight = jax.jit(jax.vmap(cartpole, in_axes=(None, 0)))({}, jax.random.split(jax.random.key(1), 8))
+    print("population 8:", eight.final_return.block_until_ready().tolist(), flush=True)
+
+    acrobot = jax.jit(make_train(make_env("Acrobot-v1"), config))({}, jax.random.key(2))
+    print("acrobot:", float(acrobot.final_return.block_until_ready()), flush=True)
+    """
+)
+
+
+def test_several_large_programs_in_one_process_do_not_hang():
+    # jaxlib 0.10.2 hangs forever in block_until_ready on the second of such programs
+    # (REFERENCE.md); the subprocess timeout turns a hang into a failure in minutes.
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", SEVERAL_PROGRAMS], cwd=ROOT, capture_output=True, text=True, timeout=240
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"jitted PPO programs hung (no result in {e.timeout} s); output so far: {e.stdout!r}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["population 1", "population 8", "acrobot"], proc.stdout
+    assert len(ast.literal_eval(lines[1].split(":", 1)[1].strip())) == 8
+
+
+def test_find_python_prints_an_interpreter_of_at_least_3_12():
+    proc = subprocess.run([str(ROOT / "scripts" / "find-python")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    interpreter = proc.stdout.strip()
+    assert interpreter and Path(interpreter).exists(), proc.stdout
+    version = subprocess.run(
+        [interpreter, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True, timeout=60
+    ).stdout.split()
+    assert tuple(map(int, version)) >= (3, 12), f"{interpreter} is Python {'.'.join(version)}"
+
+
+def _lock_pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)", line)
+        if m:
+            pins[m.group(1).lower()] = m.group(2)
+    return pins
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def test_lock_pins_the_working_set():
+    pins = _lock_pins()
+    assert pins["jax"].startswith("0.11."), pins["jax"]
+    assert pins["jaxlib"].startswith("0.11."), pins["jaxlib"]
+    assert (1, 0, 1) <= _version(pins["gymnax"]) < (2,), pins["gymnax"]
+    assert "six" in pins  # gymnax imports it without declaring it
+    # The installed set is the locked one.
+    for name in ("jax", "jaxlib", "gymnax", "evosax", "brax"):
+        assert metadata.version(name) == pins[name], f"{name}: installed {metadata.version(name)}, locked {pins[name]}"
+
+
+def test_pyproject_bounds_keep_the_new_gymnax_api():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    spec = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0]: d for d in deps}
+    assert spec["gymnax"].replace(" ", "") == "gymnax>=1.0.1,<2"
+    assert "<0.12" in spec["jax"]
+
+
+def test_installed_gymnax_step_returns_the_new_six_tuple():
+    import gymnax
+    import jax
+
+    env, params = gymnax.make("CartPole-v1")
+    obs, state = env.reset(jax.random.key(0), params)
+    out = env.step(jax.random.key(1), state, 0, params)
+    assert len(out) == 6  # obs, state, reward, terminated, truncated, info
+    info = out[5]
+    assert {"final_observation", "terminated", "truncated"} <= set(info)

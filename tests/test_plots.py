@@ -1,0 +1,441 @@
+"""analysis.plots: the figures' content (axes, labels, shared colour scales, lines), plot_run on run
+directories (a real tiny one and a synthetic one with every learned plug point), and `metadisco plot`."""
+
+import base64
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from matplotlib.collections import QuadMesh
+
+import meta_objectives as mo
+from analysis import plots
+from meta_objectives import save_objectives
+from meta_objectives.objectives import Objectives
+
+pytestmark = pytest.mark.timeout(300)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def perturb_output(params, scale, seed=1):
+    """An MLP's params with a random (nonzero) output layer: a drift that differs from PPO."""
+    out = dict(params)
+    out["w2"] = scale * jax.random.normal(jax.random.key(seed), params["w2"].shape)
+    return out
+
+
+@pytest.fixture(scope="module")
+def lpo():
+    obj = mo.LPO(hidden=16)
+    return obj, perturb_output(obj.init(jax.random.key(0)), 0.3)
+
+
+@pytest.fixture(scope="module")
+def drifts(lpo):
+    return plots.default_drift_comparison(*lpo, label="learned (LPO)")
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def panels(fig, prefix):
+    return [ax for ax in fig.axes if ax.get_label().startswith(prefix)]
+
+
+def meshes(ax):
+    return [c for c in ax.collections if isinstance(c, QuadMesh)]
+
+
+def r1_lines(ax):
+    return [ln for ln in ax.lines if ln.get_gid() == "r=1" and np.allclose(ln.get_xdata(), 1.0)]
+
+
+def data_lines(ax):
+    return [ln for ln in ax.lines if not ln.get_label().startswith("_") and ln.get_gid() != "r=1"]
+
+
+def colorbars(fig):
+    return [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+
+# ---------------------------------------------------------------------------------------------
+# figures from objects
+# ---------------------------------------------------------------------------------------------
+
+
+def test_backend_is_headless():
+    assert matplotlib.get_backend().lower() == "agg"
+
+
+def test_drift_comparison_table(lpo):
+    d = plots.default_drift_comparison(*lpo)
+    assert list(d) == ["learned (LPO)", "PPO-clip (ε = 0.2)", "DPO (α = 2, β = 0.6)"]
+    assert isinstance(d["PPO-clip (ε = 0.2)"][0], mo.PPOClip) and isinstance(d["DPO (α = 2, β = 0.6)"][0], mo.DPO)
+
+
+def test_drift_surface_figure(drifts):
+    fig = plots.drift_surface_figure(drifts, num=41)
+    surf, grad = panels(fig, "surface/"), panels(fig, "gradient/")
+    assert [ax.get_label() for ax in surf] == [f"surface/{t}" for t in drifts]
+    assert len(grad) == 3 and len(colorbars(fig)) == 2
+    assert len(fig.axes) == 3 + 3 + 2
+    assert [ax.get_title() for ax in surf] == list(drifts)
+    # labels on the outer panels
+    assert all(ax.get_xlabel() == plots.R_LABEL for ax in grad)
+    assert surf[0].get_ylabel() == grad[0].get_ylabel() == plots.A_LABEL
+    # one colour scale per row: the same (vmin, vmax) on every heatmap of the row
+    for row, (lo_expected, symmetric) in ((surf, (0.0, False)), (grad, (None, True))):
+        clims = {m.get_clim() for ax in row for m in meshes(ax)}
+        assert sum(len(meshes(ax)) for ax in row) == 3 and len(clims) == 1
+        (vmin, vmax), = clims
+        assert vmax > vmin
+        if symmetric:
+            assert vmin == pytest.approx(-vmax)
+        else:
+            assert vmin == lo_expected
+    # the r = 1 line on every heatmap
+    assert all(len(r1_lines(ax)) == 1 for ax in surf + grad)
+    # the heatmap holds D itself: PPO-clip's panel equals the closed form on its grid
+    ppo_mesh = meshes(surf[1])[0]
+    values = np.asarray(ppo_mesh.get_array()).reshape(41, 41)
+    r = np.linspace(0.5, 2.0, 41, dtype=np.float32)
+    r[np.argmin(np.abs(r - 1))] = 1.0
+    R, A = np.meshgrid(r, np.linspace(-3, 3, 41, dtype=np.float32))
+    expected = np.maximum((R - np.clip(R, 0.8, 1.2)) * A, 0.0)
+    np.testing.assert_allclose(values, expected, atol=1e-6)
+    # colour bars are labelled
+    labels = {cb.get_ylabel() for cb in colorbars(fig)}
+    assert plots.D_LABEL in labels and plots.GRAD_LABEL in labels
+
+
+def test_surrogate_gradient_of_ppo_clip_is_a_or_zero():
+    """d(rA - D)/dr for PPO-clip: A inside the trust region, 0 where the update is clipped."""
+    fig = plots.drift_surface_figure({"PPO": (mo.PPOClip(), {})}, num=31)
+    (ax,) = panels(fig, "gradient/")
+    g = np.asarray(meshes(ax)[0].get_array()).reshape(31, 31)
+    r = np.linspace(0.5, 2.0, 31)
+    a = np.linspace(-3, 3, 31)
+    R, A = np.meshgrid(r, a)
+    inside = (np.abs(R - 1) < 0.19)
+    np.testing.assert_allclose(g[inside], A[inside], atol=1e-5)
+    clipped = ((R > 1.21) & (A > 0.1)) | ((R < 0.79) & (A < -0.1))
+    np.testing.assert_allclose(g[clipped], 0.0, atol=1e-6)
+
+
+def test_closed_form_drift_surface_matches_its_objective():
+    """A closed-form drift (the exported representation) draws the same surface as the objective."""
+    from meta_objectives.closed_form import dpo_expression
+
+    dpo = mo.DPO()
+    fig = plots.drift_surface_figure({"closed form": (mo.ClosedFormDrift(dpo_expression()), None),
+                                      "DPO": (dpo, dpo.init(jax.random.key(0)))}, num=31)
+    a, b = (meshes(ax)[0] for ax in panels(fig, "surface/"))
+    np.testing.assert_allclose(np.asarray(a.get_array()), np.asarray(b.get_array()), atol=1e-5)
+    ga, gb = (meshes(ax)[0] for ax in panels(fig, "gradient/"))
+    np.testing.assert_allclose(np.asarray(ga.get_array()), np.asarray(gb.get_array()), atol=1e-4)
+
+
+def test_drift_slices_figure(drifts):
+    fig = plots.drift_slices_figure(drifts, num=51)
+    slices = panels(fig, "slice/")
+    assert [ax.get_label() for ax in slices] == [f"slice/A={a:g}" for a in plots.SLICE_ADVANTAGES]
+    assert [ax.get_title() for ax in slices] == [f"A = {a:g}" for a in plots.SLICE_ADVANTAGES]
+    for ax in slices:
+        lines = data_lines(ax)
+        assert [ln.get_label() for ln in lines] == list(drifts)
+        assert all(len(ln.get_xdata()) == 51 for ln in lines)
+        assert len(r1_lines(ax)) == 1
+    assert all(ax.get_xlabel() == plots.R_LABEL for ax in slices[3:])
+    assert slices[0].get_ylabel() == plots.D_LABEL
+    legend_texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend_texts == list(drifts)
+    # D(r) at A = 2 for PPO-clip is relu((r - 1.2) * 2)
+    ppo = data_lines(slices[-1])[1]
+    np.testing.assert_allclose(ppo.get_ydata(), np.maximum((ppo.get_xdata() - np.clip(ppo.get_xdata(), 0.8, 1.2)) * 2, 0),
+                               atol=1e-6)
+
+
+def test_progress_surfaces_figure():
+    obj = mo.TALPO(hidden=16)
+    params = perturb_output(obj.init(jax.random.key(2)), 0.5)
+    progresses = (0.0, 0.5, 1.0)
+    fig = plots.progress_surfaces_figure(obj, params, progresses=progresses, num=31)
+    top, change = panels(fig, "progress/"), panels(fig, "progress_change/")
+    assert len(top) == len(change) == 3 and len(colorbars(fig)) == 2
+    assert [ax.get_title() for ax in top] == ["n/N = 0", "n/N = 0.5", "n/N = 1"]
+    assert len({m.get_clim() for ax in top for m in meshes(ax)}) == 1
+    assert len({m.get_clim() for ax in change for m in meshes(ax)}) == 1
+    assert all(len(r1_lines(ax)) == 1 for ax in top)
+    # the surfaces really change with progress (the progress features are used), and not at p = 0
+    first = np.asarray(meshes(change[0])[0].get_array())
+    last = np.asarray(meshes(change[-1])[0].get_array())
+    assert np.abs(first).max() == 0.0 and np.abs(last).max() > 1e-3
+
+
+@pytest.mark.parametrize("use_target", [False, True])
+def test_value_loss_figure(use_target):
+    obj = mo.LearnedValueLoss(hidden=8, use_target=use_target)
+    params = perturb_output(obj.init(jax.random.key(0)), 0.5)
+    fig = plots.value_loss_figure(obj, params, num=101)
+    loss, diff, grad = (panels(fig, f"value_loss/{k}")[0] for k in ("loss", "difference", "gradient"))
+    assert len(fig.axes) == 3
+    n_targets = 3 if use_target else 1
+    # learned lines (one per target) plus the L2 reference on each panel
+    for ax in (loss, diff, grad):
+        lines = [ln for ln in ax.lines if not ln.get_label().startswith("_")]
+        assert len(lines) == n_targets + 1
+        assert all(len(ln.get_xdata()) in (101, 2) for ln in lines)
+        assert ax.get_xlabel() == "prediction error e = v − t"
+    assert loss.get_ylabel() == "value loss L" and grad.get_ylabel() == "gradient ∂L/∂v"
+    l2 = [ln for ln in loss.lines if ln.get_label() == "L2 = e²/2"][0]
+    np.testing.assert_allclose(l2.get_ydata(), 0.5 * l2.get_xdata().astype(float) ** 2, rtol=1e-6)
+    # the difference panel is L - L2 of the learned line, and zero error costs zero
+    learned, learned_diff = loss.lines[0], diff.lines[0]
+    np.testing.assert_allclose(learned_diff.get_ydata(), learned.get_ydata() - l2.get_ydata(), atol=1e-6)
+    assert abs(np.interp(0.0, learned.get_xdata(), learned.get_ydata())) < 1e-3
+    assert np.abs(learned_diff.get_ydata()).max() > 1e-3  # the perturbation shows
+
+
+def test_value_loss_figure_at_init_is_l2():
+    obj = mo.LearnedValueLoss()
+    fig = plots.value_loss_figure(obj, None, num=41)
+    diff = panels(fig, "value_loss/difference")[0]
+    np.testing.assert_allclose(diff.lines[0].get_ydata(), 0.0, atol=1e-6)
+
+
+def test_shaping_figure():
+    obj = mo.PotentialShaping(obs_shape=(4,))
+    params = obj.init(jax.random.key(0))
+    params = {"potential": perturb_output(params["potential"], 0.5)}
+    low, high = -np.arange(1, 5, dtype=np.float32), np.arange(1, 5, dtype=np.float32)
+    names = ("x", "ẋ", "θ", "θ̇")
+    fig = plots.shaping_figure(obj, params, low, high, max_pairs=6, num=21, dim_names=names)
+    maps = panels(fig, "shaping/")
+    assert [ax.get_label() for ax in maps] == [f"shaping/{i},{j}" for i, j in
+                                               [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]]
+    assert len(colorbars(fig)) == 1 and colorbars(fig)[0].get_ylabel() == "potential Φ(s)"
+    assert (maps[0].get_xlabel(), maps[0].get_ylabel()) == ("x", "ẋ")
+    assert (maps[-1].get_xlabel(), maps[-1].get_ylabel()) == ("θ", "θ̇")
+    clims = {m.get_clim() for ax in maps for m in meshes(ax)}
+    assert len(clims) == 1 and next(iter(clims))[0] == pytest.approx(-next(iter(clims))[1])
+    # axes span the bounds; the heatmap is the potential with other dims at the midpoint (0)
+    assert maps[0].get_xlim() == pytest.approx((-1 - 0.05, 1 + 0.05)) and maps[0].get_ylim() == pytest.approx((-2 - 0.1, 2 + 0.1))
+    phi = np.asarray(meshes(maps[0])[0].get_array()).reshape(21, 21)
+    x0, x1 = np.meshgrid(np.linspace(-1, 1, 21), np.linspace(-2, 2, 21))
+    obs = np.stack([x0, x1, np.zeros_like(x0), np.zeros_like(x0)], -1).astype(np.float32)
+    np.testing.assert_allclose(phi, np.asarray(obj.potential(params, jnp.asarray(obs))), atol=1e-5)
+    # fewer pairs on request
+    fig2 = plots.shaping_figure(obj, params, low, high, max_pairs=2, num=11)
+    assert len(panels(fig2, "shaping/")) == 2 and panels(fig2, "shaping/")[0].get_xlabel() == "obs[0]"
+
+
+def test_shaping_figure_rejects_empty_box():
+    obj = mo.PotentialShaping(obs_shape=(2,))
+    with pytest.raises(ValueError, match="obs_high > obs_low"):
+        plots.shaping_figure(obj, None, np.zeros(2), np.array([1.0, 0.0]))
+
+
+def metrics_rows(n=6, eval_at=(2, 5)):
+    rows = []
+    for g in range(n):
+        row = {"generation": g, "fitness_mean": 10.0 + g, "fitness_min": 8.0 + g, "fitness_max": 12.0 + g,
+               "fitness_std": 1.0, "best_fitness": [12, 13, 13, 15, 14, 17][g % 6], "sigma": 0.01 * 0.9 ** g,
+               "num_diverged": 0, "wall_time_s": 0.1, "env_steps_per_s": 1e5}
+        if g in eval_at:
+            row.update({"eval_mean_fitness": 11.0 + g, "eval_ppo_fitness": 10.5, "eval/CartPole-v1/mean": 11.0 + g,
+                        "eval/CartPole-v1/ppo": 10.5})
+        rows.append(row)
+    return rows
+
+
+def test_training_curves_figure():
+    rows = metrics_rows()
+    fig = plots.training_curves_figure(rows, "fitness (auc)")
+    (fit,), (sig,) = panels(fig, "curves/fitness"), panels(fig, "curves/sigma")
+    lines = {ln.get_label(): ln for ln in fit.lines}
+    assert set(lines) == {"population mean", "best so far", "ES mean (held-out seeds)", "PPO (same seeds)"}
+    assert len(lines["population mean"].get_xdata()) == 6
+    np.testing.assert_array_equal(lines["best so far"].get_ydata(), [12, 13, 13, 15, 15, 17])  # running max
+    np.testing.assert_array_equal(lines["ES mean (held-out seeds)"].get_xdata(), [2, 5])
+    np.testing.assert_array_equal(lines["PPO (same seeds)"].get_ydata(), [10.5, 10.5])
+    assert len(fit.collections) == 1  # the min-max band
+    assert fit.get_ylabel() == "fitness (auc)" and sig.get_xlabel() == "generation"
+    assert sig.get_ylabel() == "ES step size σ" and sig.get_yscale() == "log"
+    assert len(sig.lines[0].get_xdata()) == 6
+    # without evaluation rows and with a non-positive sigma: two lines, linear scale
+    rows = [dict(r, sigma=0.0) for r in metrics_rows(eval_at=())]
+    fig = plots.training_curves_figure(rows)
+    (fit,), (sig,) = panels(fig, "curves/fitness"), panels(fig, "curves/sigma")
+    assert len(fit.lines) == 2 and sig.get_yscale() == "linear"
+    with pytest.raises(ValueError):
+        plots.training_curves_figure([])
+
+
+# ---------------------------------------------------------------------------------------------
+# plot_run on run directories
+# ---------------------------------------------------------------------------------------------
+
+
+def embedded_images(html_text):
+    return re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html_text)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A real (tiny) run directory written by metadisco.train."""
+    from metadisco.config import ESConfig, InnerConfig, RunConfig, validate
+    from metadisco.train import run
+
+    cfg = validate(RunConfig(generations=2, inner=InnerConfig(total_timesteps=4096), es=ESConfig(population_size=4),
+                             eval_every=1, eval_seeds=2, baseline_seeds=2))
+    path = tmp_path_factory.mktemp("plots") / "run"
+    run(cfg, path, progress=False, log=lambda *a, **k: None)
+    return path
+
+
+def test_plot_run_on_a_trained_run(trained_run):
+    written = plots.plot_run(trained_run)
+    assert list(written) == ["training_curves", "drift_surface", "drift_slices", "report"]
+    figures = trained_run / "figures"
+    for name in ("training_curves", "drift_surface", "drift_slices"):
+        assert written[name] == [figures / f"{name}.png", figures / f"{name}.pdf"]
+        png, pdf = written[name]
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and pdf.read_bytes()[:5] == b"%PDF-"
+    report = trained_run / "report.html"
+    assert written["report"] == [report]
+    text = report.read_text()
+    images = embedded_images(text)
+    assert len(images) == 3
+    assert all(base64.b64decode(img)[:4] == b"\x89PNG" for img in images)
+    config = json.loads((trained_run / "config.json").read_text())
+    last = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert config["name"] in text and "CartPole-v1" in text and "Open_ES" in text
+    assert f"Last generation ({last['generation']})" in text and "fitness_mean" in text and "eval_mean_fitness" in text
+    assert "<img" in text and "src='figures/" not in text  # self-contained: no image files referenced
+    assert len(plt.get_fignums()) == 0  # every figure closed
+
+
+def test_plot_run_which_best_out_dir_and_formats(trained_run, tmp_path):
+    notes = []
+    written = plots.plot_run(trained_run, out_dir=tmp_path / "figs", formats=("svg",), which="best", notes=notes)
+    assert written["drift_surface"] == [tmp_path / "figs" / "drift_surface.svg"]
+    assert written["report"] == [tmp_path / "figs" / "report.html"]
+    assert "learned (LPO) [best]" in (tmp_path / "figs" / "drift_surface.svg").read_text()
+    assert len(embedded_images(written["report"][0].read_text())) == 3  # PNGs rendered for the report anyway
+    assert notes == []
+    with pytest.raises(plots.PlotError, match="format"):
+        plots.plot_run(trained_run, formats=("gif",))
+    with pytest.raises(plots.PlotError, match="which"):
+        plots.plot_run(trained_run, which="last")
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory):
+    """A run directory written by hand, with every plug point learned (TA-LPO, value loss, shaping)."""
+    path = tmp_path_factory.mktemp("plots") / "synthetic"
+    objectives = Objectives(mo.TALPO(hidden=8), mo.LearnedValueLoss(hidden=8, use_target=True),
+                            mo.PotentialShaping(obs_shape=(4,), hidden=8))
+    params = objectives.init(jax.random.key(0))
+    params["drift"] = perturb_output(params["drift"], 0.3)
+    params["value_loss"] = perturb_output(params["value_loss"], 0.3)
+    params["shaping"] = {"potential": perturb_output(params["shaping"]["potential"], 0.3)}
+    (path / "objectives").mkdir(parents=True)
+    save_objectives(path / "objectives" / "mean.json", objectives, params, {"generation": 3})
+    config = {"name": "synthetic", "envs": ["CartPole-v1"], "fitness": "auc",
+              "objectives": {"drift": "talpo", "value_loss": "learned", "shaping": "potential",
+                             "evolve": ["drift", "value_loss", "shaping"]},
+              "es": {"strategy": "Open_ES", "population_size": 4}, "generations": 3}
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics_rows(3, eval_at=(2,))))
+    return path
+
+
+def test_plot_run_draws_every_applicable_figure(synthetic_run):
+    notes = []
+    written = plots.plot_run(synthetic_run, formats=("png",), notes=notes)
+    assert list(written) == ["training_curves", "drift_surface", "drift_slices", "progress_surfaces",
+                             "value_loss", "shaping", "report"]
+    assert notes == []  # the shaping bounds came from CartPole-v1 observations
+    text = written["report"][0].read_text()
+    assert len(embedded_images(text)) == 6 and "synthetic" in text
+    assert "Last evaluation" not in text  # the last row is itself evaluated
+
+
+def test_observation_bounds_cover_cartpole():
+    low, high = plots.observation_bounds("CartPole-v1", num_envs=4, num_steps=32)
+    assert low.shape == high.shape == (4,) and np.all(high > low)
+    assert -0.25 < low[2] < 0 < high[2] < 0.25  # the pole angle stays within the termination limit
+
+
+def test_plot_run_errors(tmp_path, synthetic_run):
+    with pytest.raises(plots.PlotError, match="no run directory"):
+        plots.plot_run(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(plots.PlotError, match="config.json is missing"):
+        plots.plot_run(tmp_path / "empty")
+    (tmp_path / "empty" / "config.json").write_text("{}")
+    with pytest.raises(plots.PlotError, match="incomplete"):
+        plots.plot_run(tmp_path / "empty")
+    # metrics but no objectives yet: the curves, and a note saying why the rest is missing
+    (tmp_path / "empty" / "metrics.jsonl").write_text(json.dumps(metrics_rows(1)[0]) + "\n{cut")
+    notes = []
+    written = plots.plot_run(tmp_path / "empty", formats=("png",), notes=notes)
+    assert list(written) == ["training_curves", "report"]
+    assert notes and "objectives/mean.json" in notes[0]
+    assert "objectives/mean.json" in written["report"][0].read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+# ---------------------------------------------------------------------------------------------
+
+
+def run_cli(argv):
+    from metadisco.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+        raise SystemExit(0)
+    return exc.value.code
+
+
+def test_cli_plot_missing_directory(tmp_path, capsys):
+    code = run_cli(["plot", str(tmp_path / "nope")])
+    assert code not in (0, None)
+    err = capsys.readouterr().err
+    assert "no run directory" in err and "metadisco train" in err
+
+
+def test_cli_plot_incomplete_directory(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    code = run_cli(["plot", str(tmp_path / "run")])
+    assert code not in (0, None) and "config.json is missing" in capsys.readouterr().err
+
+
+def test_cli_plot_writes_and_prints_paths(synthetic_run, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_cli(["plot", str(synthetic_run), "--out", str(out), "--formats", "png", "--which", "mean"]) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed[-1] == str(out / "report.html")
+    assert str(out / "drift_surface.png") in printed and all((tmp_path / p).exists() for p in printed)
+
+
+def test_cli_registers_plot_without_importing_jax():
+    import subprocess
+    import sys
+
+    code = ("import sys; from metadisco.cli import build_parser; p = build_parser(); "
+            "p.parse_args(['plot', 'x']); assert 'jax' not in sys.modules and 'matplotlib' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
