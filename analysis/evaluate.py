@@ -307,6 +307,11 @@ def _env_list(envs, suite, quick) -> tuple[list[str], str | None]:
     return names, None
 
 
+def _task(env_name: str) -> str:
+    """The task an environment name stands for (a brax backend does not make another task)."""
+    return env_name.partition(":")[0]
+
+
 def _incompatibility(objectives: Objectives, env: Env) -> str | None:
     """What cannot work for these objectives on this environment (None if nothing).
 
@@ -353,7 +358,7 @@ def _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors):
             problem = _incompatibility(m.objectives, env)
             if problem:
                 raise EvaluationError(f"target {m.label!r} cannot be evaluated on {name}: {problem}")
-        meta = [m.label for m in methods if name in m.meta_train_envs]
+        meta = [m.label for m in methods if _task(name) in {_task(e) for e in m.meta_train_envs}]
         jobs.append(_EnvJob(name, env, config, steps, meta))
     return methods, jobs, suite, scale
 
@@ -469,6 +474,13 @@ def evaluate(
     _check_traces(methods, jobs, eval_keys)
 
     from tqdm.auto import tqdm
+
+    if progress:
+        runs_per_env = len(methods) + (len(lr_factors) + 1 if tune_lr else 0)
+        steps = sum(j.config.steps_per_run for j in jobs) * seeds * runs_per_env
+        tqdm.write(f"evaluate: {len(methods)} methods ({', '.join(m.label for m in methods)}"
+                   f"{', ppo lr grid' if tune_lr else ''}) x {len(jobs)} environments x {seeds} seeds: "
+                   f"{steps:.3g} environment steps in all", file=sys.stderr)
 
     env_results: dict[str, dict] = {}
     started = time.time()

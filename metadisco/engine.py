@@ -147,8 +147,9 @@ class MetaTrainer:
             diverged.append(bad.any(1))
         return jnp.stack(fitness).mean(0), jnp.stack(diverged).any(0)
 
-    def _generation_impl(self, state: RunState, key, baseline: Baseline):
-        k_ask, k_seeds, k_tell = jax.random.split(key, 3)
+    def _generation_impl(self, state: RunState, key_data, baseline: Baseline):
+        # keys cross the jit boundary as raw uint32 data: typed keys cannot become global arrays
+        k_ask, k_seeds, k_tell = jax.random.split(jax.random.wrap_key_data(key_data), 3)
         pop, es_state = self.es.ask(k_ask, state.es_state, self.es_params)
         # common random numbers: every member trains on the same seeds this generation
         seeds = jax.random.split(k_seeds, self.cfg.seeds_per_member)
@@ -181,9 +182,9 @@ class MetaTrainer:
         }
         return new_state, metrics
 
-    def _evaluate_impl(self, solution, key, baseline: Baseline):
+    def _evaluate_impl(self, solution, key_data, baseline: Baseline):
         """Fitness of one solution and of PPO on the same `eval_seeds` seeds, per env."""
-        seeds = jax.random.split(key, self.cfg.eval_seeds)
+        seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.eval_seeds)
         params = self.full_params(solution)
         out = []
         for i, (train, ppo) in enumerate(zip(self.trains, self.ppo_trains)):
@@ -192,8 +193,8 @@ class MetaTrainer:
             out.append((ours, theirs))
         return out
 
-    def _baseline_impl(self, key):
-        seeds = jax.random.split(key, self.cfg.baseline_seeds)
+    def _baseline_impl(self, key_data):
+        seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.baseline_seeds)
         results = [jax.vmap(lambda k: ppo({}, k))(seeds) for ppo in self.ppo_trains]
         return Baseline(
             init_return=jnp.stack([r.returns[:, 0].mean() for r in results]),
@@ -210,19 +211,21 @@ class MetaTrainer:
         """PPO on the meta-training envs (seeds disjoint from the generations' seeds)."""
         if not self.cfg.fitness.endswith("_norm"):
             return self.baseline_template()
-        return self._baseline(jax.random.fold_in(jax.random.key(self.cfg.seed), 2**30))
+        key = jax.random.fold_in(jax.random.key(self.cfg.seed), 2**30)
+        return self._baseline(self.replicate(jax.random.key_data(key)))
 
     def generation(self, state: RunState, baseline: Baseline):
         """Run generation number `state.generation` -> (new state, metrics on device)."""
         gen = int(np.asarray(jax.device_get(_local(state.generation))))
         key = jax.random.fold_in(jax.random.key(self.cfg.seed), gen)
-        return self._generation(state, self.replicate(key), self.replicate(baseline))
+        return self._generation(state, self.replicate(jax.random.key_data(key)), self.replicate(baseline))
 
     def evaluate(self, state: RunState, baseline: Baseline) -> dict:
         """ES mean vs PPO on fresh seeds (the same for both), mean over seeds, per env and overall."""
         gen = int(np.asarray(jax.device_get(_local(state.generation))))
         key = jax.random.fold_in(jax.random.key(self.cfg.seed + 1), gen)
-        out = jax.device_get(_local(self._evaluate(self.mean_params(state), key, baseline)))
+        mean = self.replicate(fetch(self.mean_params(fetch(state))))  # host-side: same in every process
+        out = fetch(self._evaluate(mean, self.replicate(jax.random.key_data(key)), baseline))
         row = {}
         for name, (ours, theirs) in zip(self.cfg.envs, out):
             row[f"eval/{name}/mean"] = float(np.mean(ours))

@@ -26,9 +26,9 @@ def _checkpoint_tree(state: RunState, baseline: Baseline) -> dict:
 
 def save_state(run: RunDir, trainer: MetaTrainer, state: RunState, baseline: Baseline) -> None:
     """Checkpoint + the best and mean objectives as loadable files (process 0 only)."""
+    host_state, host_baseline = fetch((state, baseline))  # local copies: no collective op
     if jax.process_index() != 0:
         return
-    host_state, host_baseline = fetch((state, baseline))
     gen = int(host_state.generation)
     run.save_checkpoint(gen, _checkpoint_tree(host_state, host_baseline))
     extra = {"generation": gen, "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve)}
@@ -36,7 +36,7 @@ def save_state(run: RunDir, trainer: MetaTrainer, state: RunState, baseline: Bas
                     trainer.full_params(host_state.best_params),
                     extra | {"fitness": float(host_state.best_fitness)})
     save_objectives(run.objectives_dir / "mean.json", trainer.objectives,
-                    trainer.full_params(fetch(trainer.mean_params(state))), extra)
+                    trainer.full_params(fetch(trainer.mean_params(host_state))), extra)
 
 
 def load_state(run: RunDir, trainer: MetaTrainer) -> tuple[RunState, Baseline, list[str]]:

@@ -1,0 +1,61 @@
+"""Two local processes as a two-host jax.distributed job (CPU collectives over gloo on
+127.0.0.1) give the same generations as one process with two devices."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.timeout(400)
+
+OVERRIDES = [
+    "generations=2", "inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64",
+    "inner.hidden=16,16", "objectives.drift_hidden=8", "es.population_size=4", "eval_every=0",
+    "baseline_seeds=2", "checkpoint_every=1",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _metrics(path):
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    return [{k: r[k] for k in ("fitness_mean", "fitness_max", "fitness_min", "best_fitness")} for r in rows]
+
+
+def test_two_processes_equal_one(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    cmd = [sys.executable, "-m", "metadisco.cli", "train", *OVERRIDES, "--no-progress"]
+    single = subprocess.run([*cmd, "--run-dir", str(tmp_path / "single"), "--host-devices", "2"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-2000:]
+
+    port = _free_port()
+    procs = [
+        subprocess.Popen([*cmd, "--run-dir", str(tmp_path / "multi"), "--host-devices", "1",
+                          "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=300))
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    assert "2 process(es)" in outs[0][0]
+    assert "population split over 2" in outs[0][0]
+    np.testing.assert_allclose(
+        [list(r.values()) for r in _metrics(tmp_path / "multi")],
+        [list(r.values()) for r in _metrics(tmp_path / "single")], rtol=1e-5,
+    )
