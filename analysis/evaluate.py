@@ -352,7 +352,9 @@ def _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors):
         try:
             config.validate()
         except ValueError as e:
-            raise EvaluationError(f"{name} with a budget of {steps} steps: {e} (set the budget with --timesteps)") from None
+            raise EvaluationError(
+                f"{name} with a budget of {steps} steps: {e} (set the budget with --timesteps)"
+            ) from None
         env = _env(name)
         for m in methods:
             problem = _incompatibility(m.objectives, env)
@@ -518,7 +520,8 @@ def evaluate(
             "presets": {j.name: {"family": preset_name(j.name), "config": _config_dict(j.config)} for j in jobs},
             "tune_lr": bool(tune_lr),
             "lr_factors": [float(f) for f in lr_factors] if tune_lr else None,
-            "lr_grid": {j.name: [float(f) * float(j.config.hparams.lr) for f in lr_factors] for j in jobs} if tune_lr else None,
+            "lr_grid": ({j.name: [float(f) * float(j.config.hparams.lr) for f in lr_factors] for j in jobs}
+                        if tune_lr else None),
             "bootstrap_reps": int(bootstrap_reps),
             "confidence": CONFIDENCE,
             "devices": int(_mesh(seeds).devices.size),
@@ -770,7 +773,8 @@ def to_markdown(results: dict) -> str:
                          f"{_ci(e['norm_mean'], e['norm_ci_low'], e['norm_ci_high'])} | "
                          f"{e['diverged']}/{len(e['final_returns'])} |")
         lines.append("")
-    titles = {"held_out": "Aggregate over held-out environments", "meta_train": "Aggregate over meta-training environments"}
+    titles = {"held_out": "Aggregate over held-out environments",
+              "meta_train": "Aggregate over meta-training environments"}
     for group, agg in results["aggregate"].items():
         if group == "meta_train" and not agg["envs"]:
             continue

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from analysis import evaluate as ev
+from inner_loops import preset_for
 from meta_objectives import Objectives, PotentialShaping, save_objectives
 from metadisco import evaluate_cmd
 from metadisco.cli import main
@@ -75,6 +76,25 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
     assert settings["seeds"] == 2 and settings["budgets"] == {"CartPole-v1": 4096}
     assert settings["presets"]["CartPole-v1"]["family"] == "classic"
     json.dumps(results, allow_nan=False)  # plain JSON throughout
+
+
+def test_tune_lr_reports_ppo_at_the_best_learning_rate_of_the_grid():
+    results = ev.evaluate(["dpo"], envs=["CartPole-v1"], seeds=2, budget=4096, tune_lr=True, progress=False)
+    assert [m["label"] for m in results["methods"]] == ["dpo", "ppo", "ppo_tuned"]
+    env = results["envs"]["CartPole-v1"]
+    tuning = env["tuning"]
+    preset_lr = results["settings"]["presets"]["CartPole-v1"]["config"]["lr"]
+    assert tuning["lrs"] == pytest.approx([f * preset_lr for f in ev.LR_FACTORS])
+    assert results["settings"]["lr_grid"]["CartPole-v1"] == pytest.approx(tuning["lrs"])
+    best = int(np.argmax(tuning["tuning_mean_final"]))  # chosen on the tuning seeds ...
+    assert tuning["best_lr"] == pytest.approx(tuning["lrs"][best])
+    tuned, ppo = env["methods"]["ppo_tuned"], env["methods"]["ppo"]  # ... reported on the evaluation seeds
+    assert (tuned["curve"]["seeds"] == ppo["curve"]["seeds"]) == (tuning["best_factor"] == 1.0)
+    agg = results["aggregate"]["held_out"]["methods"]
+    assert {"poi_vs_ppo", "poi_vs_dpo", "poi_vs_ppo_tuned"} <= set(agg["dpo"])
+    # the learning rate is a traced argument: ppo and ppo_tuned share one compiled program
+    config = preset_for("CartPole-v1").replace(total_timesteps=4096)
+    assert ev._program(ev._env("CartPole-v1"), config, Objectives(), 2)._cache_size() == 1
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,107 @@
+"""The `metadisco` command end to end, as a user runs it (subprocesses, tiny scale)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from metadisco.config import list_experiments, resolve
+
+pytestmark = pytest.mark.timeout(400)
+
+TINY = ["generations=3", "inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64",
+        "inner.hidden=16,16", "objectives.drift_hidden=8", "es.population_size=4", "eval_every=0",
+        "checkpoint_every=1"]
+
+
+def metadisco(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "metadisco.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("name", list_experiments())
+def test_every_named_experiment_resolves(name):
+    cfg = resolve(name)
+    assert cfg.generations >= 1 and cfg.envs
+
+
+def test_help_lists_experiments_and_overrides():
+    out = metadisco("train", "--help")
+    assert out.returncode == 0
+    assert "lpo_cartpole_cpu" in out.stdout and "es.population_size" in out.stdout
+
+
+def test_train_stop_resume_and_bad_input(tmp_path):
+    run_dir = tmp_path / "run"
+    out = metadisco("train", *TINY, "--run-dir", str(run_dir), "--stop-after", "2", "--no-progress")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
+    # resuming with a changed field is refused, showing the difference
+    out = metadisco("train", *TINY, "es.sigma_init=0.5", "--resume", str(run_dir))
+    assert out.returncode == 2 and "es.sigma_init: 0.01 -> 0.5" in out.stderr
+    out = metadisco("train", "--resume", str(run_dir), "--no-progress")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 3
+    assert "run directory:" in out.stdout and "metadisco plot" in out.stdout
+    # an existing run directory is not overwritten
+    out = metadisco("train", *TINY, "--run-dir", str(run_dir))
+    assert out.returncode == 2 and "--resume" in out.stderr
+    # bad input fails at once with a message that says what to do, and creates nothing
+    for bad, message in [("es.population_size=7", "odd"), ("envs=Cartpole-v1", "CartPole-v1"),
+                         ("es.strategy=CMAES", "CMA_ES"), ("es.popsize=8", "population_size")]:
+        out = metadisco("train", bad, "--run-dir", str(tmp_path / "bad"), timeout=60)
+        assert out.returncode == 2 and message in out.stderr, (bad, out.stderr)
+        assert "Traceback" not in out.stderr
+        assert not (tmp_path / "bad").exists()
+    out = metadisco("train", "--resume", str(tmp_path / "missing"), timeout=60)
+    assert out.returncode == 2 and "no run directory" in out.stderr
+
+
+def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [sys.executable, "-m", "metadisco.cli", "train", *TINY, "generations=1000", "--run-dir", str(run_dir),
+            "--no-progress"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            metrics = run_dir / "metrics.jsonl"
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert f"metadisco train --resume {run_dir}" in out
+    done = len((run_dir / "metrics.jsonl").read_text().splitlines())
+    checkpoints = sorted((run_dir / "checkpoints").glob("gen_*.msgpack"))
+    # the checkpoint covers every generation logged (the line of a generation that completed just
+    # as Ctrl-C arrived may be missing: resume re-runs it)
+    assert checkpoints and int(checkpoints[-1].stem.split("_")[1]) in (done, done + 1)
+
+
+def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
+    from tensorboardX import SummaryWriter  # noqa: F401  (the real libraries, not mocks)
+    import mlflow
+
+    from metadisco.config import ESConfig, RunConfig, validate
+    from metadisco.engine import MetaTrainer
+    from metadisco.train import run
+    from tests.test_engine import quadratic_train
+
+    cfg = validate(RunConfig(generations=3, es=ESConfig(population_size=4), eval_every=0,
+                             tensorboard=True, mlflow=True))
+    path = tmp_path / "run"
+    run(cfg, path, progress=False, trainer=MetaTrainer(cfg, trains=[quadratic_train]), log=lambda *a: None)
+    assert list((path / "tensorboard").glob("events.out.tfevents.*"))
+    mlflow.set_tracking_uri((path / "mlruns").resolve().as_uri())
+    runs = mlflow.search_runs(experiment_names=[cfg.name])
+    assert len(runs) == 1
+    history = mlflow.tracking.MlflowClient().get_metric_history(runs.iloc[0].run_id, "fitness_mean")
+    assert [m.step for m in history] == [0, 1, 2]
