@@ -93,7 +93,7 @@ class RunConfig:
     devices: int = 0  # 0: all local devices (on CPU, one per core)
     tensorboard: bool = False
     mlflow: bool = False
-    mlflow_uri: str = ""  # empty: a local file store inside the run directory
+    mlflow_uri: str = ""  # empty: a local SQLite store, RUN_DIR/mlflow.db
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

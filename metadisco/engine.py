@@ -72,9 +72,10 @@ def fitness_from(result, kind: str, baseline: Baseline | None, env_index: int):
 class MetaTrainer:
     """Builds every static piece of a run from its config; computes nothing until called."""
 
-    def __init__(self, cfg: RunConfig, devices=None, trains=None):
-        """trains: optional replacement inner loops, one `train(meta_params, key) -> TrainResult`
-        per env (for meta-problems with a known answer in tests, or custom inner loops)."""
+    def __init__(self, cfg: RunConfig, devices=None, trains=None, ppo_trains=None):
+        """trains / ppo_trains: optional replacement inner loops (the evolved one and the PPO
+        reference), one `train(meta_params, key) -> TrainResult` per env, for meta-problems with a
+        known answer in tests or custom inner loops."""
         self.cfg = cfg
         self.envs = [make_env(name) for name in cfg.envs]
         self.ppo_configs = [ppo_config(cfg, name) for name in cfg.envs]
@@ -89,7 +90,7 @@ class MetaTrainer:
                 f"{list(self.evolve)} have no parameters; pick a learned one (e.g. objectives.drift=lpo)"
             )
         self.trains = trains or [make_train(env, pc, self.objectives) for env, pc in zip(self.envs, self.ppo_configs)]
-        self.ppo_trains = [make_train(env, pc, Objectives()) for env, pc in zip(self.envs, self.ppo_configs)]
+        self.ppo_trains = ppo_trains or [make_train(env, pc, Objectives()) for env, pc in zip(self.envs, self.ppo_configs)]
         self.es, self.es_params = strategies.make_strategy(cfg.es, self.initial_solution)
         devices = list(devices if devices is not None else jax.devices())
         if cfg.devices:

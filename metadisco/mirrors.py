@@ -20,7 +20,8 @@ class Mirrors:
                 import mlflow
             except ImportError as e:
                 raise RuntimeError("mlflow=true needs mlflow: pip install 'metadisco[mlflow]'") from e
-            uri = cfg.mlflow_uri or (run_path / "mlruns").resolve().as_uri()
+            # default: a local SQLite store in the run directory (MLflow 3 retired the file store)
+            uri = cfg.mlflow_uri or f"sqlite:///{(run_path / 'mlflow.db').resolve()}"
             mlflow.set_tracking_uri(uri)
             mlflow.set_experiment(cfg.name)
             self.mlflow = mlflow

@@ -100,7 +100,7 @@ def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
     path = tmp_path / "run"
     run(cfg, path, progress=False, trainer=MetaTrainer(cfg, trains=[quadratic_train]), log=lambda *a: None)
     assert list((path / "tensorboard").glob("events.out.tfevents.*"))
-    mlflow.set_tracking_uri((path / "mlruns").resolve().as_uri())
+    mlflow.set_tracking_uri(f"sqlite:///{(path / 'mlflow.db').resolve()}")
     runs = mlflow.search_runs(experiment_names=[cfg.name])
     assert len(runs) == 1
     history = mlflow.tracking.MlflowClient().get_metric_history(runs.iloc[0].run_id, "fitness_mean")

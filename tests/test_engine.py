@@ -166,13 +166,34 @@ def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted):
     assert "eval/CartPole-v1/ppo" in evals[0] and "eval/CartPole-v1/mean" in evals[0]
 
 
+def constant_train(init_return, final_return):
+    """A stand-in PPO whose learning curve rises linearly from init_return to final_return."""
+
+    def train(meta_params, key):
+        returns = jnp.linspace(init_return, final_return, 8)
+        return TrainResult(returns=returns, final_return=returns[-1], diverged=jnp.bool_(False),
+                           drift_samples=jnp.zeros((8, 0, 2)))
+
+    return train
+
+
 def test_normalised_fitness_over_two_environments(tmp_path):
-    cfg = tiny_config(generations=1, envs=("CartPole-v1", "Acrobot-v1"), fitness="auc_norm", eval_every=0)
-    run(cfg, tmp_path / "run", progress=False, log=lambda *a: None)
+    """fitness = mean over envs of (f - PPO's initial return) / (PPO's return - initial return)."""
+    cfg = tiny_config(generations=1, envs=("CartPole-v1", "Acrobot-v1"), fitness="final_norm", eval_every=0)
+    # the evolved inner loops return 30 on env 0 and -300 on env 1 whatever the member
+    trains = [constant_train(0.0, 30.0), constant_train(-500.0, -300.0)]
+    ppo = [constant_train(10.0, 50.0), constant_train(-500.0, -100.0)]  # PPO: 10 -> 50, -500 -> -100
+    trainer = MetaTrainer(cfg, trains=trains, ppo_trains=ppo)
+    run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     baseline = json.loads((tmp_path / "run" / "baseline.json").read_text())
-    assert set(baseline) == {"CartPole-v1", "Acrobot-v1"}
+    want = {"CartPole-v1": {"init_return": 10.0, "auc": 30.0, "final": 50.0},
+            "Acrobot-v1": {"init_return": -500.0, "auc": -300.0, "final": -100.0}}
+    for env, values in want.items():
+        for k, v in values.items():
+            np.testing.assert_allclose(baseline[env][k], v, rtol=1e-6, err_msg=f"{env} {k}")
     row = RunDir(tmp_path / "run").read_metrics()[0]
-    assert 0.0 < row["fitness_mean"] < 3.0  # on PPO's scale (PPO = 1), not raw returns
+    expected = np.mean([(30 - 10) / (50 - 10), (-300 + 500) / (-100 + 500)])  # 0.5
+    np.testing.assert_allclose(row["fitness_mean"], expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize("strategy", ["SNES", "CMA_ES", "SimpleGA", "PGPE"])

@@ -32,7 +32,7 @@ SEVERAL_PROGRAMS = textwrap.dedent(
     import jax
     from inner_loops import PPOConfig, make_env, make_train
 
-    config = PPOConfig(total_timesteps=50_000)
+    config = PPOConfig(total_timesteps=30_000)
     cartpole = make_train(make_env("CartPole-v1"), config)
 
     one = jax.jit(cartpole)({}, jax.random.key(0))

@@ -1,0 +1,115 @@
+"""Helpers shared by the benchmark scripts: child processes with their own XLA host-device count,
+JSON-line results, the machine description and peak memory.
+
+Every measurement runs in a fresh child process because XLA reads
+`--xla_force_host_platform_device_count` only when jax starts, and so that the peak resident
+memory (`ru_maxrss`) belongs to that measurement alone. This module does not import jax.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+
+def ensure_repo_on_path() -> None:
+    """Make the repository's packages importable when a script is run as `python benchmarks/x.py`."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+
+
+def child_env(devices: int) -> dict:
+    """The environment of a child process that sees `devices` CPU host devices."""
+    env = dict(os.environ)
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_FLAG)]
+    env["XLA_FLAGS"] = " ".join(flags + [f"{DEVICE_FLAG}={devices}"])
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run_child(script: str, args: list[str], devices: int, timeout: float | None = None) -> list[dict]:
+    """Run `python script args` with `devices` host devices; return the JSON lines it printed.
+
+    A child that fails gives one record {"error": ...} holding the tail of its stderr, so that one
+    bad measurement does not lose the others.
+    """
+    cmd = [sys.executable, script, *args]
+    try:
+        proc = subprocess.run(cmd, env=child_env(devices), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return [{"error": f"timed out after {timeout} s: {' '.join(cmd)}"}]
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        records.append({"error": f"exit {proc.returncode}: {' '.join(cmd)}\n{tail}"})
+    return records
+
+
+def emit(record: dict) -> None:
+    """A child's result: one JSON line on stdout."""
+    print(json.dumps(record), flush=True)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, MB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def median(xs) -> float:
+    return float(statistics.median(xs))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def machine_info() -> dict:
+    """What the numbers were measured on (imports jax in this process: call it in the parent)."""
+    import jax
+    import jaxlib
+
+    return {
+        "processor": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "jax_devices": [str(d) for d in jax.devices()],
+        "platform": platform.platform(),
+    }
+
+
+def machine_markdown(info: dict) -> str:
+    lines = [
+        f"- CPU: {info['cpu_model'] or info['processor']} ({info['processor']}), os.cpu_count() = "
+        f"{info['cpu_count']}, usable by this process: {info['cpus_usable']}",
+        f"- load average when the benchmark started: {', '.join(map(str, info['load_average_at_start']))} "
+        "(anything near the core count means the numbers are not from an idle machine)",
+        f"- Python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}; "
+        f"jax.devices() in the parent: {', '.join(info['jax_devices'])} "
+        f"(children set {DEVICE_FLAG} per measurement)",
+        f"- {info['platform']}",
+    ]
+    return "\n".join(lines)
+
+
+def write_json(path: str, payload: dict) -> None:
+    Path(path).write_text(json.dumps(payload, indent=2) + "\n")
