@@ -329,7 +329,7 @@ def _incompatibility(objectives: Objectives, env: Env) -> str | None:
     return None
 
 
-def _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors):
+def _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors, lr=None):
     targets = _as_targets(targets)
     if int(seeds) != seeds or seeds < 1:
         raise EvaluationError(f"seeds must be a positive integer, got {seeds!r}")
@@ -348,7 +348,7 @@ def _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors):
     jobs = []
     for name in names:
         steps = _budget_for(name, scale, budget)
-        config = preset_for(name).replace(total_timesteps=steps)
+        config = preset_for(name).replace(total_timesteps=steps, **({"lr": float(lr)} if lr else {}))
         try:
             config.validate()
         except ValueError as e:
@@ -457,6 +457,7 @@ def evaluate(
     seed: int = 0,
     lr_factors: Sequence[float] = LR_FACTORS,
     bootstrap_reps: int = BOOTSTRAP_REPS,
+    lr: float | None = None,
 ) -> dict:
     """Train every method on every environment and compute the statistics -> results dict.
 
@@ -465,11 +466,15 @@ def evaluate(
     evaluation seeds per method and environment (default DEFAULT_SEEDS). budget: total timesteps
     per run for every environment (an int), per environment (a dict), or None for the BUDGETS
     table ("quick" scale if `quick` or suite == "quick"). tune_lr: also report "ppo_tuned".
+    lr: one learning rate for every method (default: each preset's), e.g. the one a run was
+    meta-trained with (its inner.lr), so the comparison is made where the objective was found.
     Every input error raises EvaluationError before anything compiles. The result is
     JSON-serialisable (see `save`).
     """
     seeds = DEFAULT_SEEDS if seeds is None else seeds
-    methods, jobs, suite, scale = _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors)
+    if lr is not None and not lr > 0:
+        raise EvaluationError(f"the learning rate must be > 0, got {lr!r}")
+    methods, jobs, suite, scale = _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors, lr)
     root = jax.random.key(seed)
     eval_keys = jax.random.split(jax.random.fold_in(root, 0), seeds)
     tune_keys = jax.random.split(jax.random.fold_in(root, 1), seeds)
@@ -519,6 +524,7 @@ def evaluate(
             "steps_per_run": {j.name: j.config.steps_per_run for j in jobs},
             "presets": {j.name: {"family": preset_name(j.name), "config": _config_dict(j.config)} for j in jobs},
             "tune_lr": bool(tune_lr),
+            "lr": None if lr is None else float(lr),
             "lr_factors": [float(f) for f in lr_factors] if tune_lr else None,
             "lr_grid": ({j.name: [float(f) * float(j.config.hparams.lr) for f in lr_factors] for j in jobs}
                         if tune_lr else None),

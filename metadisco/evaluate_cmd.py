@@ -47,7 +47,7 @@ def cmd_evaluate(args) -> None:
         out = ev.check_out_dir(args.out) if args.out else ev.default_out_dir(targets)
         results = ev.evaluate(
             targets, envs=args.envs, suite=args.suite, seeds=args.seeds, budget=args.timesteps,
-            tune_lr=args.tune_lr, quick=args.quick, progress=not args.no_progress, seed=args.seed,
+            tune_lr=args.tune_lr, quick=args.quick, progress=not args.no_progress, seed=args.seed, lr=args.lr,
         )
         path = ev.save(results, out)
     except ValueError as e:  # EvaluationError, ObjectiveFileError: messages say what to do
@@ -75,6 +75,8 @@ def add(subparsers) -> None:
     p.add_argument("--timesteps", type=int, help="environment steps per training run, for every environment")
     p.add_argument("--tune-lr", action="store_true",
                    help="also tune PPO's learning rate (x0.25..x4 on separate seeds) and report ppo_tuned")
+    p.add_argument("--lr", type=float, help="one PPO learning rate for every method (default: each preset's); "
+                                            "use the run's inner.lr to compare where the objective was found")
     p.add_argument("--out", help="output folder (default RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP)")
     p.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
