@@ -692,7 +692,7 @@ def _notes(results: dict, jobs: list[_EnvJob], tune_lr: bool) -> list[str]:
                 notes.append(f"{name}: {m} diverged in {e['diverged']} of {len(e['final_returns'])} seeds "
                              f"({e['nonfinite']} non-finite final returns counted as the initial return).")
     short = [j.name for j in jobs if j.budget < preset_for(j.name).total_timesteps]
-    if short and not tune_lr:
+    if short and not tune_lr and results["settings"].get("lr") is None:
         notes.append(
             "PPO ran at its preset learning rate on budgets below the preset's "
             f"({', '.join(short)}); at short budgets PPO's learning rate moves its return more than the objective "

@@ -12,36 +12,53 @@ import numpy as np
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 
 
+class MLP(nn.Module):
+    """Dense layers with orthogonal init (sqrt 2) and a linear head scaled by `head_scale`."""
+
+    hidden: Sequence[int]
+    out: int
+    head_scale: float
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, x):
+        for width in self.hidden:
+            x = ACTIVATIONS[self.activation](nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.head_scale))(x)
+
+
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs (PureJaxRL layout and orthogonal initialisation).
 
     __call__(obs [..., *obs_shape]) -> (policy output [..., num_actions], value [...]).
     Discrete: logits. Continuous: the Gaussian mean; log_std is a state-independent parameter.
+    `value(obs)` runs the critic alone (bootstrap values of final observations).
     """
 
     num_actions: int
     discrete: bool
     hidden: Sequence[int] = (64, 64)
     activation: str = "tanh"
-
-    @nn.compact
-    def __call__(self, obs):
-        act = ACTIVATIONS[self.activation]
-        x = obs.reshape(obs.shape[: obs.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
-
-        def mlp(h, head_size, head_scale, prefix):
-            for i, width in enumerate(self.hidden):
-                h = act(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)), name=f"{prefix}_{i}")(h))
-            return nn.Dense(head_size, kernel_init=nn.initializers.orthogonal(head_scale), name=f"{prefix}_out")(h)
-
-        pi = mlp(x, self.num_actions, 0.01, "actor")
-        value = mlp(x, 1, 1.0, "critic")[..., 0]
-        if not self.discrete:
-            log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
-            pi = (pi, jnp.broadcast_to(log_std, pi.shape))
-        return pi, value
-
     obs_ndim: int = 1
+
+    def setup(self):
+        self.actor = MLP(self.hidden, self.num_actions, 0.01, self.activation)
+        self.critic = MLP(self.hidden, 1, 1.0, self.activation)
+        if not self.discrete:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
+
+    def _flat(self, obs):
+        return obs.reshape(obs.shape[: obs.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
+
+    def __call__(self, obs):
+        x = self._flat(obs)
+        pi = self.actor(x)
+        if not self.discrete:
+            pi = (pi, jnp.broadcast_to(self.log_std, pi.shape))
+        return pi, self.critic(x)[..., 0]
+
+    def value(self, obs):
+        return self.critic(self._flat(obs))[..., 0]
 
 
 def sample(discrete: bool, pi, key):

@@ -203,7 +203,7 @@ def gae(values, next_values, rewards, terminated, done, gamma, gae_lambda):
         carry = delta + gamma * gae_lambda * (1.0 - d) * carry
         return carry, carry
 
-    _, adv = jax.lax.scan(backward, jnp.zeros_like(values[0]), (deltas, done), reverse=True)
+    _, adv = jax.lax.scan(backward, jnp.zeros_like(values[0]), (deltas, done), reverse=True, unroll=16)
     return adv, adv + values
 
 
@@ -285,7 +285,7 @@ def make_train(env: Env, config: PPOConfig, objectives: Objectives = Objectives(
             progress = update_idx / num_updates
             runner, traj = collect(runner)
             norm = runner.obs_norm if config.normalize_obs else (lambda o: o)
-            _, next_values = policy(runner.params, norm(traj.final_obs))
+            next_values = network.apply(runner.params, norm(traj.final_obs), method=network.value)
             rewards = objectives.shaping.shape_reward(
                 obj_params["shaping"], traj.raw_obs, traj.reward, traj.final_obs, traj.terminated, hp.gamma
             )
