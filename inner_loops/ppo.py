@@ -132,17 +132,20 @@ def preset_for(env_name: str) -> PPOConfig:
 
 
 class Transition(NamedTuple):
-    """One rollout step for all envs; leaves are [num_steps, num_envs, ...] after `collect`."""
+    """One rollout step for all envs; leaves are [num_steps, num_envs, ...] after `collect`.
 
-    obs: jax.Array  # normalised observation the policy saw
-    raw_obs: jax.Array
+    Only one copy of the observations is kept (on MinAtar they dominate the rollout's memory):
+    the bootstrap value of the final observation and the shaped reward are computed in the step.
+    """
+
+    obs: jax.Array  # the (normalised) observation the policy saw
+    raw_obs: jax.Array | None  # unnormalised, kept only for the running normaliser
     action: jax.Array
     log_prob: jax.Array
     value: jax.Array
-    reward: jax.Array
+    next_value: jax.Array  # V(final_obs): the state reached before any auto-reset
+    reward: jax.Array  # shaped reward (the plug point); episode returns stay unshaped
     terminated: jax.Array
-    truncated: jax.Array
-    final_obs: jax.Array  # raw observation before auto-reset
     episode_return: jax.Array
     episode_done: jax.Array
 
@@ -220,18 +223,23 @@ def make_train(env: Env, config: PPOConfig, objectives: Objectives = Objectives(
     def policy(params, obs):
         return network.apply(params, obs)
 
-    def collect(runner: _Runner):
+    def collect(runner: _Runner, obj_params, hp):
         """Roll the policy for num_steps in num_envs environments -> (runner, Transition)."""
+        norm = runner.obs_norm if config.normalize_obs else (lambda o: o)  # fixed during a rollout
 
         def one_step(runner: _Runner, _):
             key, k_act, k_env = jax.random.split(runner.key, 3)
-            obs = runner.obs_norm(runner.obs) if config.normalize_obs else runner.obs
+            obs = norm(runner.obs)
             pi, value = policy(runner.params, obs)
             action, logp = networks.sample(env.discrete, pi, k_act)
             step = jax.vmap(env.step)(jax.random.split(k_env, config.num_envs), runner.env_state, action)
+            next_value = network.apply(runner.params, norm(step.final_obs), method=network.value)
+            reward = objectives.shaping.shape_reward(
+                obj_params["shaping"], runner.obs, step.reward, step.final_obs, step.terminated, hp.gamma
+            )
             transition = Transition(
-                obs, runner.obs, action, logp, value, step.reward, step.terminated, step.truncated,
-                step.final_obs, step.episode_return, step.done,
+                obs, runner.obs if config.normalize_obs else None, action, logp, value, next_value, reward,
+                step.terminated, step.episode_return, step.done,
             )
             return runner._replace(env_state=step.state, obs=step.obs, key=key), transition
 
@@ -283,15 +291,10 @@ def make_train(env: Env, config: PPOConfig, objectives: Objectives = Objectives(
 
         def update(runner: _Runner, update_idx):
             progress = update_idx / num_updates
-            runner, traj = collect(runner)
-            norm = runner.obs_norm if config.normalize_obs else (lambda o: o)
-            next_values = network.apply(runner.params, norm(traj.final_obs), method=network.value)
-            rewards = objectives.shaping.shape_reward(
-                obj_params["shaping"], traj.raw_obs, traj.reward, traj.final_obs, traj.terminated, hp.gamma
-            )
+            runner, traj = collect(runner, obj_params, hp)
             terminated = traj.terminated.astype(jnp.float32)
             done = traj.episode_done.astype(jnp.float32)
-            adv, targets = gae(traj.value, next_values, rewards, terminated, done, hp.gamma, hp.gae_lambda)
+            adv, targets = gae(traj.value, traj.next_value, traj.reward, terminated, done, hp.gamma, hp.gae_lambda)
             flat = lambda x: x.reshape((config.batch_size,) + x.shape[2:])
             batch = tuple(map(flat, (traj.obs, traj.action, traj.log_prob, traj.value, adv, targets)))
             key, k_epochs = jax.random.split(runner.key)

@@ -105,3 +105,34 @@ def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
     assert len(runs) == 1
     history = mlflow.tracking.MlflowClient().get_metric_history(runs.iloc[0].run_id, "fitness_mean")
     assert [m.step for m in history] == [0, 1, 2]
+
+
+def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
+    """The analysis chain a user runs after training: distil -> export -> evaluate the export."""
+    from meta_objectives import ClosedFormDrift, load_objectives
+    from metadisco.cli import main
+    from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+    from metadisco.train import run
+
+    cfg = validate(RunConfig(generations=1, inner=InnerConfig(total_timesteps=2048, hidden=(16, 16)),
+                             objectives=ObjectivesConfig(drift_hidden=8), es=ESConfig(population_size=4),
+                             eval_every=0))
+    path = tmp_path / "run"
+    run(cfg, path, progress=False, log=lambda *a: None)
+    main(["distil", str(path), "--no-symbolic"])
+    report = json.loads((path / "distil" / "distil.json").read_text())
+    assert report["chosen"] is not None and report["data"]["n_points"] > 0
+    assert (path / "distil" / "learned_vs_distilled.png").is_file()
+    main(["export", str(path)])
+    exported = path / "export" / "discovered_drift.json"
+    objectives, params, extra = load_objectives(exported)
+    assert isinstance(objectives.drift, ClosedFormDrift)
+    assert objectives.drift.expression == report["chosen"]["expression"]
+    assert (path / "export" / "discovered_drift.tex").read_text().count("begin{equation}") == 1
+    with pytest.raises(SystemExit) as exit_info:  # a drift that violates the constraints is refused
+        main(["export", str(path), "--expression", "(r - 1)*A"])
+    assert exit_info.value.code == 2 and "not a valid drift" in capsys.readouterr().err
+    main(["evaluate", str(exported), "--envs", "CartPole-v1", "--seeds", "2", "--timesteps", "2048",
+          "--no-progress", "--out", str(tmp_path / "eval")])
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert "CartPole-v1" in results["envs"]
