@@ -65,12 +65,16 @@ def cmd_distil(args) -> None:
         objectives, params = _load_drift(run, args.which)
     except RunDirError as e:
         _fail(str(e))
-    report = distil_run(run, cfg, objectives, params, args.which, symbolic=not args.no_symbolic,
-                        progress=args.progress, seed=args.seed)
+    try:
+        report = distil_run(run, cfg, objectives, params, args.which, symbolic=not args.no_symbolic,
+                            progress=args.progress, seed=args.seed, prior_fraction=args.prior_fraction)
+    except ValueError as e:
+        _fail(str(e))
     chosen = report["chosen"]
     dpo = report["dpo_fit"]
     print(f"DPO family fit: alpha={dpo['alpha']:.4g} beta={dpo['beta']:.4g} R^2={dpo['r2']:.4f} "
-          f"max|err|={dpo['max_abs_error']:.3g} (on {report['data']['n_points']} visited points)")
+          f"max|err|={dpo['max_abs_error']:.3g} (on {report['data']['n_points']} points, "
+          f"{args.prior_fraction:.0%} from the prior, the rest visited in training)")
     print("candidates (best 5 by error):")
     for c in report["candidates"][:5]:
         flag = "" if not c["violations"] else "  [violates constraints]"
@@ -80,11 +84,16 @@ def cmd_distil(args) -> None:
     print(f"written: {run.path / 'distil'}/distil.json and figures; next: metadisco export {run.path}")
 
 
-def distil_run(run, cfg, objectives, params, which="mean", symbolic=True, progress=None, seed=0) -> dict:
+def distil_run(run, cfg, objectives, params, which="mean", symbolic=True, progress=None, seed=0,
+               prior_fraction=0.5) -> dict:
+    """prior_fraction: share of fit points drawn from the default prior over (r, A) instead of
+    from training. Visited points alone almost never reach the walls of a trust region (that is
+    what the walls are for), so a purely visitation-weighted fit drops them."""
     import jax
     import matplotlib.pyplot as plt
+    import numpy as np
 
-    from analysis.distil import distil
+    from analysis.distil import distil, sample_prior
     from analysis.plots import drift_surface_figure
     from meta_objectives import ClosedFormDrift
     from meta_objectives.io import atomic_write_text
@@ -93,12 +102,19 @@ def distil_run(run, cfg, objectives, params, which="mean", symbolic=True, progre
     if progress is None:
         progress = 0.5 if getattr(drift, "progress_features", False) else 0.0
     samples = visited_samples(cfg, objectives, params)
+    if not 0.0 <= prior_fraction < 1.0:
+        raise ValueError(f"--prior-fraction must be in [0, 1), got {prior_fraction}")
+    if prior_fraction > 0:
+        k = int(round(len(samples) * prior_fraction / (1.0 - prior_fraction)))
+        ratio, advantage = sample_prior(k, seed)
+        samples = np.concatenate([samples, np.stack([ratio, advantage], -1)])
 
     def drift_fn(r, a, p):
         return drift.drift(dparams, r, a, p)
 
     report = distil(jax.jit(drift_fn), samples=samples, seed=seed, symbolic=symbolic, progress=progress)
-    report["source"] = {"run_dir": str(run.path), "which": which, "drift": drift.spec()}
+    report["source"] = {"run_dir": str(run.path), "which": which, "drift": drift.spec(),
+                        "prior_fraction": prior_fraction}
     out = run.path / "distil"
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "distil.json", json.dumps(report, indent=1))
@@ -160,6 +176,9 @@ def add(subparsers) -> None:
     d.add_argument("--progress", type=float, default=None,
                    help="training progress at which to distil a TA-LPO drift (default 0.5; 0 for LPO)")
     d.add_argument("--no-symbolic", action="store_true", help="skip gplearn symbolic regression")
+    d.add_argument("--prior-fraction", type=float, default=0.5,
+                   help="share of fit points from a prior over (r, A) rather than from training, so that the "
+                        "fit also sees the trust region's walls, which training rarely visits (default 0.5)")
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=cmd_distil)
     e = subparsers.add_parser("export", help="export a closed-form drift as LaTeX, JSON and a JAX module")
