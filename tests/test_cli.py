@@ -136,3 +136,16 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
           "--no-progress", "--out", str(tmp_path / "eval")])
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert "CartPole-v1" in results["envs"]
+
+
+def test_the_readme_python_example_runs():
+    """The README's inner-loop example is code a user will paste: it must run as written."""
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "make_train" in b]
+    assert blocks, "README lost its inner-loop example"
+    namespace: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    assert namespace["result"].returns.shape[0] == 4
