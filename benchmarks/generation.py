@@ -8,7 +8,7 @@ population sizes 4, 8, 16, 32 on 1 and 2 host devices. A `MetaTrainer` is built 
 What is measured, and how (all after one warm-up call that compiles; medians over `--repeats`,
 generation and inner training timed alternately so that slow drift hits both alike):
 
-- generation: `trainer.generation(state, baseline)` plus fetching its metrics to the host, i.e.
+- generation: `trainer.generation(state, baseline, index)` plus fetching its metrics to the host, i.e.
   one iteration of the real host loop (ask, 2 x P PPO runs, fitness, tell, metrics transfer);
 - inner training: the engine's members function alone, jitted the way the engine builds it,
   `jax.jit(jax.shard_map(trainer._members, mesh=trainer.mesh, in_specs=(P('pop'), P(), P()),
@@ -78,9 +78,11 @@ def measure(devices: int, pops: list[int], timesteps: int | None, seeds: int, re
         state = trainer.replicate(fetch(trainer.init()))
         baseline = trainer.replicate(fetch(trainer.baseline()))
 
+        counter = iter(range(10**9))
+
         def one_generation(state):
             t0 = time.perf_counter()
-            state, metrics = trainer.generation(state, baseline)
+            state, metrics = trainer.generation(state, baseline, next(counter))
             jax.block_until_ready(metrics)
             t1 = time.perf_counter()
             fetch(metrics)

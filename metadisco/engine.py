@@ -215,16 +215,16 @@ class MetaTrainer:
         key = jax.random.fold_in(jax.random.key(self.cfg.seed), 2**30)
         return self._baseline(self.replicate(jax.random.key_data(key)))
 
-    def generation(self, state: RunState, baseline: Baseline):
-        """Run generation number `state.generation` -> (new state, metrics on device)."""
-        gen = int(np.asarray(jax.device_get(_local(state.generation))))
-        key = jax.random.fold_in(jax.random.key(self.cfg.seed), gen)
-        return self._generation(state, self.replicate(jax.random.key_data(key)), self.replicate(baseline))
+    def generation(self, state: RunState, baseline: Baseline, index: int):
+        """Run generation `index` (= state.generation, known to the host loop, so no device read)
+        -> (new state, metrics on device). `state` and `baseline` are replicated (`replicate`)."""
+        key = jax.random.fold_in(jax.random.key(self.cfg.seed), index)
+        return self._generation(state, self.replicate(jax.random.key_data(key)), baseline)
 
-    def evaluate(self, state: RunState, baseline: Baseline) -> dict:
-        """ES mean vs PPO on fresh seeds (the same for both), mean over seeds, per env and overall."""
-        gen = int(np.asarray(jax.device_get(_local(state.generation))))
-        key = jax.random.fold_in(jax.random.key(self.cfg.seed + 1), gen)
+    def evaluate(self, state: RunState, baseline: Baseline, completed: int) -> dict:
+        """ES mean vs PPO on fresh seeds (the same for both), mean over seeds, per env and overall.
+        `completed`: generations done (= state.generation); it picks the seeds."""
+        key = jax.random.fold_in(jax.random.key(self.cfg.seed + 1), completed)
         mean = self.replicate(fetch(self.mean_params(fetch(state))))  # host-side: same in every process
         out = fetch(self._evaluate(mean, self.replicate(jax.random.key_data(key)), baseline))
         row = {}

@@ -100,14 +100,14 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
     try:
         for gen in range(start, end):
             t = time.perf_counter()
-            state, metrics = trainer.generation(state, baseline_dev)
+            state, metrics = trainer.generation(state, baseline_dev, gen)
             metrics = {k: v.item() for k, v in fetch(metrics).items()}
             wall = time.perf_counter() - t
             completed = state
             row = {"generation": gen, **metrics, "wall_time_s": wall,
                    "env_steps_per_s": trainer.steps_per_generation / wall}
             if cfg.eval_every and ((gen + 1) % cfg.eval_every == 0 or gen + 1 == cfg.generations):
-                row |= trainer.evaluate(state, baseline_dev)
+                row |= trainer.evaluate(state, baseline_dev, gen + 1)
             if is_main:
                 run.append_metrics(row)
                 mirrors.log(row, gen)
