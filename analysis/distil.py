@@ -1,4 +1,5 @@
-"""Distil a learned drift D(r, A) into a closed form (as LPO was distilled into DPO, Lu et al. 2022).
+"""Distil a learned drift D(r, A) into a closed form (as LPO was distilled into DPO, Lu et al. 2022),
+and a learned value loss L(e, t) into a sparse sum of valid loss terms (`distil_value_loss`).
 
 Three fitters over the same data, each giving candidates in one format:
 
@@ -34,11 +35,15 @@ from scipy.optimize import least_squares, nnls
 
 from meta_objectives.closed_form import (
     DPO_TEMPLATE,
+    DRIFT_VARIABLES,
+    VALUE_LOSS_VARIABLES,
     A_sym,
     as_drift_fn,
     check_drift_constraints,
+    check_value_loss_constraints,
     dpo_expression,
     evaluate_numpy,
+    evaluate_value_loss_numpy,
     parse_expression,
     r_sym,
 )
@@ -82,7 +87,7 @@ def visitation_samples(samples=None, n: int = 4096, seed: int = 0):
 
     `samples`: None (draw n from the default prior), a pair (ratio, advantage) of arrays, a dict
     with keys "ratio"/"advantage" (or "r"/"A"), or an (..., 2) array such as PPO's recorded
-    `drift_samples` [num_updates, record_samples, 2]. Invalid points (non-finite,
+    `visited[..., :2]` [num_updates, record_samples, 2]. Invalid points (non-finite,
     r <= 0) are dropped; more than n points are subsampled without replacement.
     """
     if samples is None:
@@ -132,6 +137,9 @@ def _evaluate_target(fn, ratio, advantage, progress) -> np.ndarray:
 
 @dataclass
 class _Data:
+    """Fit points and the report grid of one distillation. kind "drift": inputs r, a (and the
+    fixed progress); kind "value_loss": inputs r := e (prediction error), a := t (target)."""
+
     r: np.ndarray
     a: np.ndarray
     d: np.ndarray
@@ -141,6 +149,22 @@ class _Data:
     grid_w: np.ndarray
     progress: float
     source: str
+    kind: str = "drift"
+
+    def evaluate(self, expression: str, grid: bool = False, **constants) -> np.ndarray:
+        x, y = (self.grid_r, self.grid_a) if grid else (self.r, self.a)
+        if self.kind == "drift":
+            return evaluate_numpy(expression, x, y, self.progress, **constants)
+        return evaluate_value_loss_numpy(expression, x, y)
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return DRIFT_VARIABLES if self.kind == "drift" else VALUE_LOSS_VARIABLES
+
+    def violations(self, expression: str) -> list[str]:
+        if self.kind == "drift":
+            return check_drift_constraints(expression)
+        return check_value_loss_constraints(expression)
 
 
 def _prepare(drift_fn, samples, progress, seed, n_points) -> _Data:
@@ -179,11 +203,9 @@ def _round(x: float) -> float:
 
 def _candidate(expression: str, data: _Data, method: str, n_terms: int, **extra) -> dict:
     """Score an expression string on the fit points and the grid -> candidate dict."""
-    expr = parse_expression(expression)
-    fit = _metrics(evaluate_numpy(expression, data.r, data.a, data.progress), data.d)
-    grid = _metrics(
-        evaluate_numpy(expression, data.grid_r, data.grid_a, data.progress), data.grid_d, data.grid_w
-    )
+    expr = parse_expression(expression, data.variables)
+    fit = _metrics(data.evaluate(expression), data.d)
+    grid = _metrics(data.evaluate(expression, grid=True), data.grid_d, data.grid_w)
     return {
         "method": method, "expression": expression, "complexity": int(sp.count_ops(expr)),
         "n_terms": int(n_terms), **fit, "grid": grid, **extra,
@@ -210,7 +232,7 @@ def fit_dpo(drift_fn, samples=None, progress: float = 0.0, seed: int = 0, n_poin
 def _fit_dpo(data: _Data) -> dict:
     def residual(theta):
         alpha, beta = np.exp(theta)
-        return evaluate_numpy(DPO_FAMILY, data.r, data.a, data.progress, alpha=alpha, beta=beta) - data.d
+        return data.evaluate(DPO_FAMILY, alpha=alpha, beta=beta) - data.d
 
     best = None
     bounds = (np.log([1e-3, 1e-3]), np.log([1e3, 1e3]))
@@ -290,7 +312,7 @@ def _sparse(data, max_terms=3, library=None, max_subsets=2000, beam_width=20, th
     library = drift_library() if library is None else list(library)
     columns, names, terms = [], [], []
     for name, term in library:
-        col = evaluate_numpy(term, data.r, data.a, data.progress)
+        col = data.evaluate(term)
         if np.isfinite(col).all() and np.linalg.norm(col) > 1e-12:
             columns.append(col)
             names.append(name)
@@ -477,21 +499,105 @@ def distil(
     if symbolic:
         sym = _symbolic(data, seed=seed, **(symbolic_kwargs or {}))
         candidates += sym["candidates"]
-    scale = float(np.std(data.d)) or 1.0
-    for c in candidates:
-        if "violations" not in c:
-            c["violations"] = check_drift_constraints(c["expression"])
-        c["score"] = None if c["rmse"] is None else c["rmse"] / scale + complexity_penalty * c["complexity"]
-    candidates.sort(key=lambda c: math.inf if c["rmse"] is None else c["rmse"])
-    passing = [c for c in candidates if not c["violations"] and c["score"] is not None]
-    chosen = min(passing, key=lambda c: c["score"]) if passing else None
     return _jsonable({
         "dpo_fit": dpo,
-        "candidates": candidates,
-        "chosen": chosen,
+        **_choose(candidates, data, complexity_penalty),
         "symbolic": None if sym is None else {k: sym[k] for k in ("n_considered", "n_rejected", "rejected")},
         "data": {"source": data.source, "n_points": int(data.r.size), "progress": data.progress,
                  "grid": {"r": list(GRID_R), "A": list(GRID_A), "num": GRID_NUM},
+                 "target_std": float(np.std(data.d))},
+        "complexity_penalty": complexity_penalty,
+    })
+
+
+def _choose(candidates: list[dict], data: _Data, complexity_penalty: float) -> dict:
+    """Check, score and sort candidates -> {"candidates", "chosen"}: chosen is the one passing its
+    plug's constraints with the lowest rmse / std(target) + complexity_penalty * complexity."""
+    scale = float(np.std(data.d)) or 1.0
+    for c in candidates:
+        if "violations" not in c:
+            c["violations"] = data.violations(c["expression"])
+        c["score"] = None if c["rmse"] is None else c["rmse"] / scale + complexity_penalty * c["complexity"]
+    candidates.sort(key=lambda c: math.inf if c["rmse"] is None else c["rmse"])
+    passing = [c for c in candidates if not c["violations"] and c["score"] is not None]
+    return {"candidates": candidates, "chosen": min(passing, key=lambda c: c["score"]) if passing else None}
+
+
+# ---------------------------------------------------------------------------------------------
+# Value losses
+# ---------------------------------------------------------------------------------------------
+
+
+def value_loss_library(error_scale: float = 1.0) -> list[tuple[str, str]]:
+    """Candidate value-loss terms (name, expression over e = v - target and t = target), each
+    with L(0, t) = 0 and e * dL/de >= 0, so any non-negative sum of them is a valid value loss:
+    e^2/2 (L2), its halves for over- and under-prediction (expectile-like asymmetry), |e|,
+    |e|^3, e^4, pseudo-Huber c^2 (sqrt(1 + (e/c)^2) - 1) at c = 0.25, 1 and 4 times
+    `error_scale`, and e^2 scaled by (1 +- tanh t)/2 (a target-dependent weight)."""
+    terms = [
+        ("e^2/2", "e**2/2"),
+        ("e^2/2[e>=0]", "Piecewise((e**2/2, e >= 0), (0, True))"),
+        ("e^2/2[e<0]", "Piecewise((e**2/2, e < 0), (0, True))"),
+        ("|e|", "Abs(e)"),
+        ("|e|^3", "Abs(e)**3"),
+        ("e^4", "e**4"),
+        ("e^2(1+tanh t)/2", "e**2*(1 + tanh(t))/2"),
+        ("e^2(1-tanh t)/2", "e**2*(1 - tanh(t))/2"),
+    ]
+    for k in (0.25, 1.0, 4.0):
+        c = _round(k * error_scale)
+        terms.append((f"pseudo_huber({c})", f"{c!r}**2*(sqrt(1 + (e/{c!r})**2) - 1)"))
+    return terms
+
+
+def distil_value_loss(
+    loss_fn,
+    errors,
+    targets=None,
+    seed: int = 0,
+    max_terms: int = 3,
+    complexity_penalty: float = 1e-3,
+    n_points: int = 4096,
+) -> dict:
+    """Distil a learned value loss L(e, t) into a sparse non-negative sum of `value_loss_library`.
+
+    loss_fn(value, target) -> per-sample L (jax or numpy). errors, targets: visited prediction
+    errors v - target and targets, (n,) each (targets None: 0). The report grid is e in
+    [-3s, 3s] (s = std of the errors) at the median target. Returns {"candidates", "chosen",
+    "data", "complexity_penalty"} in the format of `distil`; candidates are checked with
+    `check_value_loss_constraints`.
+    """
+    errors = np.asarray(errors, np.float64).ravel()
+    targets = np.zeros_like(errors) if targets is None else np.asarray(targets, np.float64).ravel()
+    ok = np.isfinite(errors) & np.isfinite(targets)
+    errors, targets = errors[ok], targets[ok]
+    if errors.size < 20:
+        raise ValueError(f"only {errors.size} valid (finite) value samples; need at least 20")
+    if errors.size > n_points:
+        keep = np.random.default_rng(seed).choice(errors.size, n_points, replace=False)
+        errors, targets = errors[keep], targets[keep]
+    scale = float(np.std(errors)) or 1.0
+
+    def target_loss(e, t):
+        t32 = t.astype(np.float32)
+        out = np.asarray(loss_fn(t32 + e.astype(np.float32), t32), np.float64)
+        if not np.isfinite(out).all():
+            raise ValueError("the value loss to distil is not finite at some fit points")
+        return np.broadcast_to(out, e.shape)
+
+    grid_e = np.linspace(-3 * scale, 3 * scale, GRID_NUM)
+    grid_t = np.full_like(grid_e, float(np.median(targets)))
+    density = np.exp(-0.5 * (grid_e / scale) ** 2)
+    data = _Data(
+        r=errors, a=targets, d=target_loss(errors, targets), grid_r=grid_e, grid_a=grid_t,
+        grid_d=target_loss(grid_e, grid_t), grid_w=density / density.sum(), progress=0.0,
+        source="samples", kind="value_loss",
+    )
+    candidates = _sparse(data, max_terms, value_loss_library(scale))
+    return _jsonable({
+        **_choose(candidates, data, complexity_penalty),
+        "data": {"source": data.source, "n_points": int(errors.size), "error_std": scale,
+                 "grid": {"e": [-3 * scale, 3 * scale], "t": float(grid_t[0]), "num": GRID_NUM},
                  "target_std": float(np.std(data.d))},
         "complexity_penalty": complexity_penalty,
     })

@@ -1,7 +1,9 @@
-"""Export a discovered closed-form drift: LaTeX, a metadisco objectives JSON, a standalone JAX module.
+"""Export discovered closed forms: LaTeX, a metadisco objectives JSON, a standalone JAX module.
 
-All three files are derived from the one expression string (see meta_objectives.closed_form);
-an expression that breaks the drift constraints (D >= 0, D = 0 and dD/dr = 0 at r = 1) is refused.
+A drift D(r, A, p) and/or a value loss L(e, t), each one expression string (see
+meta_objectives.closed_form); all three files are derived from those strings. An expression that
+breaks its plug's constraints (drift: D >= 0, D = 0 and dD/dr = 0 at r = 1; value loss:
+L(0, t) = 0 and e dL/de >= 0) is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import re
 from pathlib import Path
 
 from meta_objectives.closed_form import (
+    VALUE_LOSS_VARIABLES,
     ClosedFormDrift,
+    ClosedFormValueLoss,
     check_drift_constraints,
-    to_jax_module_source,
+    check_value_loss_constraints,
+    jax_module_source,
     to_latex,
 )
 from meta_objectives.io import atomic_write_text, save_objectives
@@ -21,33 +26,63 @@ from meta_objectives.objectives import Objectives
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def export_closed_form(expression: str, out_dir, name: str = "discovered_drift", metadata: dict | None = None) -> dict:
+def export_closed_form(expression: str | None, out_dir, name: str = "discovered_drift",
+                       metadata: dict | None = None, value_loss: str | None = None,
+                       fixed: tuple[Objectives, dict] | None = None) -> dict:
     """Write <name>.tex, <name>.json and <name>.py under `out_dir` -> {"tex", "json", "py": path}.
 
-    <name>.json is an objectives file (drift = ClosedFormDrift(expression), other plugs default)
-    that `meta_objectives.load_objectives` reads back; `metadata` is stored as its "extra".
-    <name>.py imports only jax.numpy and defines drift(ratio, advantage, progress=0.0).
-    Raises ValueError for an invalid expression or one that violates the drift constraints.
+    expression: the drift (None: keep `fixed`'s drift); value_loss: the value loss over e, t
+    (None: keep `fixed`'s). fixed: (objectives, params) for the plug points not given here
+    (default: PPO's). <name>.json is an objectives file that `meta_objectives.load_objectives`
+    reads back; `metadata` is stored as its "extra". <name>.py imports only jax.numpy and defines
+    drift(ratio, advantage, progress=0.0) and/or value_loss(value, target).
+    Raises ValueError for an invalid expression or one that violates its constraints.
     """
     if not _NAME.match(name):
         raise ValueError(f"name must be a Python identifier (it names a module), got {name!r}")
-    drift = ClosedFormDrift(expression)  # ValueError for an unparsable / unsafe expression
-    violations = check_drift_constraints(drift)
-    if violations:
-        raise ValueError(
-            f"refusing to export {expression!r}: it is not a valid drift:\n  - " + "\n  - ".join(violations)
-        )
+    if expression is None and value_loss is None:
+        raise ValueError("nothing to export: give a drift expression, a value-loss expression or both")
+    objectives, params = fixed if fixed is not None else (Objectives(), Objectives().init(_key0()))
+    params = dict(params)
+    pieces = []  # (kind, expression, latex lhs)
+    if expression is not None:
+        drift = ClosedFormDrift(expression)  # ValueError for an unparsable / unsafe expression
+        _refuse(expression, "drift", check_drift_constraints(drift))
+        objectives, params["drift"] = objectives.replace(drift=drift), {}
+        pieces.append(("drift", expression, "D(r, A, p)", to_latex(expression)))
+    if value_loss is not None:
+        loss = ClosedFormValueLoss(value_loss)
+        _refuse(value_loss, "value loss", check_value_loss_constraints(value_loss))
+        objectives, params["value_loss"] = objectives.replace(value_loss=loss), {}
+        pieces.append(("value_loss", value_loss, "L(e, t)", to_latex(value_loss, variables=VALUE_LOSS_VARIABLES)))
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"tex": out_dir / f"{name}.tex", "json": out_dir / f"{name}.json", "py": out_dir / f"{name}.py"}
-
-    tex = (
-        f"% Closed-form drift exported by metadisco (analysis.export).\n"
-        f"% Policy loss -(r A - D(r, A, p)); r = pi_new/pi_old, A normalised advantage, p = progress.\n"
-        f"% Expression (sympy): {' '.join(expression.split())}\n"
-        f"\\begin{{equation}}\n  D(r, A, p) = {to_latex(expression)}\n\\end{{equation}}\n"
-    )
-    atomic_write_text(paths["tex"], tex)
-    save_objectives(paths["json"], Objectives(drift=drift), {"drift": {}}, extra=metadata)
-    atomic_write_text(paths["py"], to_jax_module_source(expression, function_name="drift"))
+    tex = ["% Closed forms exported by metadisco (analysis.export).",
+           "% Policy loss -(r A - D(r, A, p)); r = pi_new/pi_old, A normalised advantage, p = progress.",
+           "% Value loss L(e, t) per sample; e = v - target, t = target."]
+    for kind, expr, lhs, latex in pieces:
+        tex += [f"% {kind} (sympy): {' '.join(expr.split())}",
+                f"\\begin{{equation}}\n  {lhs} = {latex}\n\\end{{equation}}"]
+    atomic_write_text(paths["tex"], "\n".join(tex) + "\n")
+    save_objectives(paths["json"], objectives, params, extra=metadata)
+    atomic_write_text(paths["py"], _module_source(pieces))
     return {k: str(v) for k, v in paths.items()}
+
+
+def _key0():
+    import jax
+
+    return jax.random.key(0)
+
+
+def _refuse(expression: str, what: str, violations: list[str]) -> None:
+    if violations:
+        raise ValueError(
+            f"refusing to export {expression!r}: it is not a valid {what}:\n  - " + "\n  - ".join(violations)
+        )
+
+
+def _module_source(pieces) -> str:
+    return jax_module_source({kind: expr for kind, expr, _, _ in pieces})

@@ -373,13 +373,14 @@ def progress_surfaces_figure(
 
 
 def value_loss_figure(objective, params=None, e_range: tuple[float, float] = (-3.0, 3.0), targets=None,
-                      num: int = 301):
+                      num: int = 301, compare: dict | None = None):
     """A value loss against the prediction error e = v - t, beside L2 = e^2 / 2.
 
     Three panels: the loss L, its difference from L2 (where a learned loss departs from the
     baseline, invisible on the first panel when small) and the gradient dL/dv the critic follows.
     One learned line per target t (`targets`, default (-1, 0, 1) when the loss sees the target,
-    else (0,)); L2 is dashed black. old_value = v (no clipping). Returns the Figure.
+    else (0,)); L2 is dashed black. `compare` {label: (objective, params)} adds dotted lines (at
+    the first target), e.g. a distilled closed form. old_value = v (no clipping). Returns the Figure.
     """
     params = _params(objective, params)
     if targets is None:
@@ -402,6 +403,16 @@ def value_loss_figure(objective, params=None, e_range: tuple[float, float] = (-3
             ax_l.plot(e, values, color=color, linewidth=1.4, label=label)
             ax_d.plot(e, values - l2, color=color, linewidth=1.4, label=label)
             ax_g.plot(e, np.asarray(grad(v, jnp.float32(t))), color=color, linewidth=1.4, label=label)
+        extra_colors = sns.color_palette("dark", len(compare or {}))
+        for color, (label, (other, other_params)) in zip(extra_colors, (compare or {}).items()):
+            t = jnp.float32(targets[0])
+            v = jnp.asarray(e) + t
+            other_params = _params(other, other_params)
+            values = np.asarray(other.value_loss(other_params, v, t, v), np.float64)
+            other_grad = jax.vmap(jax.grad(lambda x: other.value_loss(other_params, x, t, x)))(v)
+            ax_l.plot(e, values, color=color, linestyle=":", linewidth=1.8, label=label)
+            ax_d.plot(e, values - l2, color=color, linestyle=":", linewidth=1.8, label=label)
+            ax_g.plot(e, np.asarray(other_grad), color=color, linestyle=":", linewidth=1.8, label=label)
         ax_l.plot(e, l2, color="black", linestyle="--", linewidth=1.0, label="L2 = e²/2")
         ax_d.axhline(0.0, color="black", linestyle="--", linewidth=1.0, label="L2")
         ax_g.plot(e, e, color="black", linestyle="--", linewidth=1.0, label="L2")

@@ -56,7 +56,7 @@ class PPOConfig:
     activation: str = "tanh"
     anneal_lr: bool = True
     normalize_obs: bool = False
-    record_samples: int = 0  # (ratio, advantage) pairs kept per update, for distillation
+    record_samples: int = 0  # (ratio, advantage, value, target) rows kept per update, for distillation
     hparams: PPOHyperparams = field(default_factory=PPOHyperparams)
 
     @property
@@ -179,7 +179,7 @@ class TrainResult:
     returns: jax.Array  # [num_updates] mean return of episodes completed in each update
     final_return: jax.Array  # [] mean of the last 10% of `returns`
     diverged: jax.Array  # [] bool: a loss or parameter went NaN/inf
-    drift_samples: jax.Array  # [num_updates, record_samples, 2] visited (ratio, advantage)
+    visited: jax.Array  # [num_updates, record_samples, 4] visited (ratio, advantage, value, target)
 
 
 class _Runner(NamedTuple):
@@ -256,7 +256,7 @@ def make_train(env: Env, config: PPOConfig, objectives: Objectives = Objectives(
         value_loss = jnp.mean(objectives.value_loss.value_loss(obj_params["value_loss"], value, target, old_value))
         ent = jnp.mean(networks.entropy(env.discrete, pi))
         total = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * ent
-        return total, jnp.stack([ratio, adv], -1)[: config.record_samples]
+        return total, jnp.stack([ratio, adv, value, target], -1)[: config.record_samples]
 
     def update_epoch(carry, key, batch, obj_params, progress, hp, optimizer):
         """One epoch: shuffle the batch, one gradient step per minibatch."""
@@ -319,7 +319,7 @@ def make_train(env: Env, config: PPOConfig, objectives: Objectives = Objectives(
             returns=returns,
             final_return=returns[-tail:].mean(),
             diverged=~jnp.all(finite),
-            drift_samples=samples,
+            visited=samples,
         )
 
     return train

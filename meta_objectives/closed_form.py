@@ -1,15 +1,17 @@
-"""Closed-form drifts: one sympy expression string from which everything else is derived.
+"""Closed-form objectives: one sympy expression string from which everything else is derived.
 
 A discovered drift D(r, A, p) is stored as a sympy expression string over the symbols `r`
 (ratio pi_new / pi_old, > 0), `A` (advantage, normalised per minibatch) and `p` (progress n / N
-in [0, 1]). From that string alone come: the meta-objective evaluation loads
-(`ClosedFormDrift`), its LaTeX (`to_latex`), the standalone JAX module
+in [0, 1]); a discovered value loss L(e, t) over `e` (prediction error v - target) and `t` (the
+target). From that string alone come: the meta-objective evaluation loads (`ClosedFormDrift`,
+`ClosedFormValueLoss`), its LaTeX (`to_latex`), the standalone JAX module
 (`to_jax_module_source`) and, through `meta_objectives.io`, its JSON. No second hand-written
 copy of a formula exists.
 
 Parsing is restricted: the string is checked on its Python syntax tree first (only numbers,
-the names r, A, p, E, pi, True, calls of whitelisted functions, arithmetic and comparisons), then
-parsed by sympy with no builtins and no automatic symbols. Anything else raises ValueError.
+the plug's variable names, E, pi, True, calls of whitelisted functions, arithmetic and
+comparisons), then parsed by sympy with no builtins and no automatic symbols. Anything else
+raises ValueError.
 
 The evaluator walks the sympy tree and maps each node onto an array function (jax.numpy for
 the objective, numpy for fast fitting in analysis.distil), so drifts are jit/vmap/grad-able.
@@ -39,7 +41,11 @@ from meta_objectives.base import MetaObjective, register
 r_sym = sp.Symbol("r", positive=True)  # ratio pi_new / pi_old
 A_sym = sp.Symbol("A", real=True)  # normalised advantage
 p_sym = sp.Symbol("p", real=True)  # training progress n / N
-SYMBOLS = {"r": r_sym, "A": A_sym, "p": p_sym}
+e_sym = sp.Symbol("e", real=True)  # value prediction error v - target
+t_sym = sp.Symbol("t", real=True)  # value target
+SYMBOLS = {"r": r_sym, "A": A_sym, "p": p_sym, "e": e_sym, "t": t_sym}
+DRIFT_VARIABLES = ("r", "A", "p")
+VALUE_LOSS_VARIABLES = ("e", "t")
 
 FUNCTIONS = {
     "Max": sp.Max, "Min": sp.Min, "Abs": sp.Abs, "tanh": sp.tanh, "exp": sp.exp, "log": sp.log,
@@ -80,7 +86,8 @@ def _check_syntax(expression: str, allowed_names: set[str]) -> None:
         if not isinstance(node, _AST_NODES):
             raise ValueError(
                 f"expression {expression!r} uses unsupported syntax ({type(node).__name__}); only "
-                "numbers, r, A, p, arithmetic, comparisons and the functions "
+                f"numbers, {', '.join(sorted(allowed_names - set(CONSTANTS)))}, arithmetic, comparisons "
+                "and the functions "
                 f"{', '.join(sorted(FUNCTIONS))} are allowed"
             )
         if isinstance(node, ast.Constant) and not (
@@ -136,8 +143,9 @@ def _literal_number(node) -> float | None:
     return None
 
 
-def _parse(expression: str, extra_symbols: tuple[str, ...] = ()) -> sp.Expr:
-    symbols = dict(SYMBOLS)
+def _parse(expression: str, variables: tuple[str, ...] = DRIFT_VARIABLES,
+           extra_symbols: tuple[str, ...] = ()) -> sp.Expr:
+    symbols = {name: SYMBOLS[name] for name in variables}
     symbols.update({name: sp.Symbol(name, positive=True) for name in extra_symbols})
     _check_syntax(expression, set(symbols) | set(CONSTANTS))
     local_dict = {**symbols, **FUNCTIONS, **CONSTANTS}
@@ -166,9 +174,10 @@ def _parse(expression: str, extra_symbols: tuple[str, ...] = ()) -> sp.Expr:
 
 
 @functools.lru_cache(maxsize=512)
-def parse_expression(expression: str) -> sp.Expr:
-    """Safely parse a drift expression over r, A, p -> sympy expression (ValueError if invalid)."""
-    return _parse(expression)
+def parse_expression(expression: str, variables: tuple[str, ...] = DRIFT_VARIABLES) -> sp.Expr:
+    """Safely parse an expression over `variables` (a drift's r, A, p by default; a value loss's
+    e, t) -> sympy expression (ValueError if invalid)."""
+    return _parse(expression, variables)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,15 +317,15 @@ def _print(expr) -> str:
 
 
 @functools.lru_cache(maxsize=512)
-def _jax_callable(expression: str):
-    fn = _build(parse_expression(expression), jnp, ("r", "A", "p"))
-    return lambda r, A, p: fn({"r": r, "A": A, "p": p})
+def _jax_callable(expression: str, variables: tuple[str, ...] = DRIFT_VARIABLES):
+    fn = _build(parse_expression(expression, variables), jnp, variables)
+    return lambda *args: fn(dict(zip(variables, args)))
 
 
 @functools.lru_cache(maxsize=512)
-def _numpy_callable(expression: str, extra_symbols: tuple[str, ...] = ()):
-    names = ("r", "A", "p") + extra_symbols
-    fn = _build(_parse(expression, extra_symbols), np, names)
+def _numpy_callable(expression: str, extra_symbols: tuple[str, ...] = (),
+                    variables: tuple[str, ...] = DRIFT_VARIABLES):
+    fn = _build(_parse(expression, variables, extra_symbols), np, variables + extra_symbols)
     return lambda **env: fn(env)
 
 
@@ -333,6 +342,16 @@ def evaluate_numpy(expression: str, ratio, advantage, progress=0.0, **constants)
         out = fn(r=r, A=a, p=p, **{k: np.float64(v) for k, v in constants.items()})
     shape = np.broadcast_shapes(r.shape, a.shape, p.shape)
     return np.broadcast_to(np.asarray(out, np.float64), shape)
+
+
+def evaluate_value_loss_numpy(expression: str, error, target=0.0) -> np.ndarray:
+    """Evaluate a value-loss expression L(e, t) in float64 numpy; arrays broadcast together."""
+    fn = _numpy_callable(expression, (), VALUE_LOSS_VARIABLES)
+    e = np.asarray(error, np.float64)
+    t = np.asarray(target, np.float64)
+    with np.errstate(all="ignore"):
+        out = fn(e=e, t=t)
+    return np.broadcast_to(np.asarray(out, np.float64), np.broadcast_shapes(e.shape, t.shape))
 
 
 def _evaluate_jax(fn, ratio, advantage, progress):
@@ -370,10 +389,6 @@ class ClosedFormDrift(MetaObjective):
     def __post_init__(self):
         parse_expression(self.expression)
 
-    @property
-    def sympy(self) -> sp.Expr:
-        return parse_expression(self.expression)
-
     def init(self, key):
         return {}
 
@@ -382,6 +397,43 @@ class ClosedFormDrift(MetaObjective):
 
     def latex(self) -> str:
         return to_latex(self.expression)
+
+
+VALUE_LOSS_L2_EXPRESSION = "e**2/2"
+
+
+def _evaluate_value_loss_jax(fn, value, target):
+    # Kept line for line identical to the body printed by `to_jax_module_source(kind="value_loss")`.
+    t = jnp.asarray(target)
+    e = jnp.asarray(value) - t
+    out = fn(e, t)
+    return jnp.broadcast_to(jnp.asarray(out, dtype=jnp.result_type(e, float)), jnp.shape(e))
+
+
+@register
+@dataclass(frozen=True)
+class ClosedFormValueLoss(MetaObjective):
+    """A value loss given by a sympy expression string over e (= value - target) and t (target).
+
+    E.g. "e**2/2 + 0.1*Abs(e)**3". No parameters. Invalid strings raise ValueError at
+    construction. The default expression is L2.
+    """
+
+    expression: str = VALUE_LOSS_L2_EXPRESSION
+    plug = "value_loss"
+    name = "closed_form"
+
+    def __post_init__(self):
+        parse_expression(self.expression, VALUE_LOSS_VARIABLES)
+
+    def init(self, key):
+        return {}
+
+    def value_loss(self, params, value, target, old_value):
+        return _evaluate_value_loss_jax(_jax_callable(self.expression, VALUE_LOSS_VARIABLES), value, target)
+
+    def latex(self) -> str:
+        return to_latex(self.expression, variables=VALUE_LOSS_VARIABLES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,40 +457,56 @@ def dpo_expression(alpha: float = 2.0, beta: float = 0.6) -> str:
     return DPO_TEMPLATE.format(alpha=repr(alpha), beta=repr(beta))
 
 
-def to_latex(expression: str, digits: int | None = None) -> str:
-    """LaTeX of the expression (r, A, p as symbols); `digits` rounds floats for display."""
-    expr = parse_expression(expression)
+def to_latex(expression: str, digits: int | None = None, variables: tuple[str, ...] = DRIFT_VARIABLES) -> str:
+    """LaTeX of the expression (its variables as symbols); `digits` rounds floats for display."""
+    expr = parse_expression(expression, variables)
     if digits is not None:
         expr = expr.xreplace({f: sp.Float(f, digits) for f in expr.atoms(sp.Float)})
     return sp.latex(expr)
 
 
-def to_jax_module_source(expression: str, function_name: str = "drift") -> str:
-    """Text of a standalone Python module (imports only jax.numpy) defining the drift.
-
-    The module defines `<function_name>(ratio, advantage, progress=0.0) -> D` (arrays broadcast)
-    and `EXPRESSION`, the sympy string it was generated from.
-    """
-    if not function_name.isidentifier() or function_name in {"jnp", "r", "A", "p"}:
-        raise ValueError(f"function_name must be a Python identifier, got {function_name!r}")
-    expr = parse_expression(expression)
-    code = _print(expr)
-    one_line = " ".join(expression.split())
-    return f'''"""Closed-form drift D(r, A, p), generated by metadisco from a sympy expression.
-
-Mirror-learning drift (Lu et al. 2022, "Discovered Policy Optimisation"): the policy loss is
+_MODULE_DOCS = {
+    "drift": ("Closed-form drift D(r, A, p)", """Mirror-learning drift (Lu et al. 2022, "Discovered Policy Optimisation"): the policy loss is
 -(r*A - D), with r = pi_new / pi_old, A the advantage normalised per minibatch and p = n / N the
-training progress. D >= 0, and D = 0 with dD/dr = 0 at r = 1.
-
-Expression: {one_line}
-"""
-
-import jax.numpy as jnp
-
-EXPRESSION = {expression!r}
+training progress. D >= 0, and D = 0 with dD/dr = 0 at r = 1."""),
+    "value_loss": ("Closed-form value loss L(e, t)", """Per-sample critic loss with e = v - target (the prediction error) and t = target; PPO
+averages it over the minibatch. L(0, t) = 0, and L decreases toward e = 0 from either side."""),
+}
 
 
-def {function_name}(ratio, advantage, progress=0.0):
+def to_jax_module_source(expression: str, function_name: str = "drift", kind: str = "drift") -> str:
+    """Text of a standalone Python module (imports only jax.numpy) defining the objective.
+
+    kind "drift": `<function_name>(ratio, advantage, progress=0.0) -> D`; kind "value_loss":
+    `<function_name>(value, target) -> L`. Arrays broadcast; the module also defines
+    `EXPRESSION`, the sympy string it was generated from.
+    """
+    return jax_module_source({kind: expression}, {kind: function_name})
+
+
+def jax_module_source(expressions: dict[str, str], function_names: dict[str, str] | None = None) -> str:
+    """A standalone module defining one function per entry of {kind: expression} (kinds "drift"
+    and "value_loss", functions named after the kind unless `function_names` says otherwise).
+    With one entry the module's source string is `EXPRESSION`; with several, `<KIND>_EXPRESSION`."""
+    if not expressions:
+        raise ValueError("no expression to write")
+    unknown = set(expressions) - set(_MODULE_DOCS)
+    if unknown:
+        raise ValueError(f"kind must be one of {sorted(_MODULE_DOCS)}, got {sorted(unknown)}")
+    function_names = {**{k: k for k in expressions}, **(function_names or {})}
+    docs, constants, functions = [], [], []
+    for kind, expression in expressions.items():
+        variables = DRIFT_VARIABLES if kind == "drift" else VALUE_LOSS_VARIABLES
+        name = function_names[kind]
+        if not name.isidentifier() or name in {"jnp", *variables}:
+            raise ValueError(f"function_name must be a Python identifier, got {name!r}")
+        code = _print(parse_expression(expression, variables))
+        title, doc = _MODULE_DOCS[kind]
+        constant = "EXPRESSION" if len(expressions) == 1 else f"{kind.upper()}_EXPRESSION"
+        docs.append(f"{title}:\n{doc}\n\nExpression: {' '.join(expression.split())}")
+        constants.append(f"{constant} = {expression!r}")
+        if kind == "drift":
+            functions.append(f'''def {name}(ratio, advantage, progress=0.0):
     """D(r, A, p) for arrays that broadcast together; returns the broadcast shape."""
     r = jnp.asarray(ratio)
     A = jnp.asarray(advantage)
@@ -446,7 +514,18 @@ def {function_name}(ratio, advantage, progress=0.0):
     out = {code}
     shape = jnp.broadcast_shapes(jnp.shape(r), jnp.shape(A), jnp.shape(p))
     return jnp.broadcast_to(jnp.asarray(out, dtype=jnp.result_type(r, A, float)), shape)
-'''
+''')
+        else:
+            functions.append(f'''def {name}(value, target):
+    """L(value - target, target) for arrays that broadcast together; returns the broadcast shape."""
+    t = jnp.asarray(target)
+    e = jnp.asarray(value) - t
+    out = {code}
+    return jnp.broadcast_to(jnp.asarray(out, dtype=jnp.result_type(e, float)), jnp.shape(e))
+''')
+    header = "Generated by metadisco from sympy expressions.\n\n" + "\n\n".join(docs)
+    return (f'"""{header}\n"""\n\nimport jax.numpy as jnp\n\n' + "\n".join(constants) + "\n\n\n"
+            + "\n\n".join(functions))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,3 +654,45 @@ def _kink_at_one(fn, a, prog, d1, slope_tol) -> str | None:
                 f"dD/dr jumps at r = 1 (kink): the {label} slope is about {q2[i]:.3g} at A={a[i]:.3g}"
             )
     return None
+
+
+def check_value_loss_constraints(
+    expression: str,
+    *,
+    e_range: tuple[float, float] = (-10.0, 10.0),
+    t_range: tuple[float, float] = (-10.0, 10.0),
+    num: int = 81,
+    value_tol: float = 1e-6,
+    slope_tol: float = 1e-6,
+) -> list[str]:
+    """Conditions for a value loss L(e, t), e = v - target -> list of violations ([] = passes).
+
+    On a num x num grid e in e_range, t in t_range: L finite; L(0, t) = 0; and e * dL/de >= 0
+    (jax.grad), i.e. a gradient step always moves the prediction toward its target. Together
+    these give L >= 0 with its minimum at e = 0.
+    """
+    fn = _jax_callable(expression, VALUE_LOSS_VARIABLES)  # ValueError for an invalid expression
+    es = np.union1d(np.linspace(*e_range, num, dtype=np.float32), np.float32([0.0]))
+    ts = np.linspace(*t_range, num, dtype=np.float32)
+    E, T = (jnp.asarray(x) for x in np.meshgrid(es, ts, indexing="ij"))
+    problems = []
+    loss = np.broadcast_to(np.asarray(fn(E, T), np.float64), E.shape)
+    bad = ~np.isfinite(loss)
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        problems.append(f"L is not finite at {bad.sum()} of {loss.size} grid points, e.g. e={E[i]:.3g}, t={T[i]:.3g}")
+    at_zero = np.broadcast_to(np.asarray(fn(jnp.zeros_like(T[0]), T[0]), np.float64), T[0].shape)
+    err = np.where(np.isfinite(at_zero), np.abs(at_zero), np.inf)
+    if err.max() > value_tol:
+        i = int(np.argmax(err))
+        problems.append(f"L(0, t) != 0: L = {at_zero[i]:.3g} at t={float(T[0][i]):.3g}")
+    slope = np.asarray(jax.grad(lambda e: jnp.sum(fn(e, T)))(E), np.float64)
+    with np.errstate(invalid="ignore"):
+        wrong = np.where(np.isfinite(slope), np.asarray(E) * slope, -np.inf)
+    if (wrong < -slope_tol).any():
+        i = np.unravel_index(np.argmin(wrong), wrong.shape)
+        problems.append(
+            f"dL/de has the wrong sign (the gradient step moves v away from its target) at "
+            f"{(wrong < -slope_tol).sum()} grid points, e.g. e={float(E[i]):.3g}, t={float(T[i]):.3g}"
+        )
+    return problems

@@ -108,34 +108,60 @@ def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
 
 
 def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
-    """The analysis chain a user runs after training: distil -> export -> evaluate the export."""
-    from meta_objectives import ClosedFormDrift, load_objectives
+    """The analysis chain a user runs after training a drift and a value loss together:
+    distil -> export (both closed forms in one objectives file) -> evaluate the export."""
+    from meta_objectives import ClosedFormDrift, ClosedFormValueLoss, load_objectives
     from metadisco.cli import main
     from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
     from metadisco.train import run
 
     cfg = validate(RunConfig(generations=1, inner=InnerConfig(total_timesteps=2048, hidden=(16, 16)),
-                             objectives=ObjectivesConfig(drift_hidden=8), es=ESConfig(population_size=4),
-                             eval_every=0))
+                             objectives=ObjectivesConfig(drift_hidden=8, value_loss="learned",
+                                                         evolve=("drift", "value_loss")),
+                             es=ESConfig(population_size=4), eval_every=0))
     path = tmp_path / "run"
     run(cfg, path, progress=False, log=lambda *a: None)
     main(["distil", str(path), "--no-symbolic"])
     report = json.loads((path / "distil" / "distil.json").read_text())
     assert report["chosen"] is not None and report["data"]["n_points"] > 0
+    loss_report = json.loads((path / "distil" / "value_loss.json").read_text())
+    assert loss_report["chosen"] is not None and not loss_report["chosen"]["violations"]
+    assert loss_report["chosen"]["r2"] > 0.99  # one generation from L2: L2 is in the library
     assert (path / "distil" / "learned_vs_distilled.png").is_file()
+    assert (path / "distil" / "value_loss_learned_vs_distilled.png").is_file()
     main(["export", str(path)])
-    exported = path / "export" / "discovered_drift.json"
+    exported = path / "export" / "discovered_drift_and_value_loss.json"
     objectives, params, extra = load_objectives(exported)
     assert isinstance(objectives.drift, ClosedFormDrift)
     assert objectives.drift.expression == report["chosen"]["expression"]
-    assert (path / "export" / "discovered_drift.tex").read_text().count("begin{equation}") == 1
+    assert isinstance(objectives.value_loss, ClosedFormValueLoss)
+    assert objectives.value_loss.expression == loss_report["chosen"]["expression"]
+    tex = (path / "export" / "discovered_drift_and_value_loss.tex").read_text()
+    assert tex.count("begin{equation}") == 2
     with pytest.raises(SystemExit) as exit_info:  # a drift that violates the constraints is refused
         main(["export", str(path), "--expression", "(r - 1)*A"])
     assert exit_info.value.code == 2 and "not a valid drift" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # so is a value loss that pushes v away from t
+        main(["export", str(path), "--value-loss", "e**2/2 - e"])
+    assert exit_info.value.code == 2 and "not a valid value loss" in capsys.readouterr().err
     main(["evaluate", str(exported), "--envs", "CartPole-v1", "--seeds", "2", "--timesteps", "2048",
           "--no-progress", "--out", str(tmp_path / "eval")])
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert "CartPole-v1" in results["envs"]
+
+
+def test_distil_says_what_to_do_for_a_shaping_run(tmp_path, capsys):
+    from metadisco.cli import main
+    from metadisco.config import ObjectivesConfig, RunConfig, validate
+
+    cfg = validate(RunConfig(objectives=ObjectivesConfig(shaping="potential", evolve=("shaping",))))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps(cfg.to_dict()))
+    for command in ("distil", "export"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, str(tmp_path / "run")])
+        assert exit_info.value.code == 2
+        assert "evaluate it as it is" in capsys.readouterr().err
 
 
 def test_the_readme_python_example_runs():

@@ -161,3 +161,46 @@ def test_constraints_for_a_numpy_callable_use_finite_differences():
         return (np.asarray(r, np.float64) - 1.0) ** 2 * np.asarray(a, np.float64) ** 2
 
     assert check_drift_constraints(good) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed-form value losses
+# ---------------------------------------------------------------------------------------------
+
+
+def test_closed_form_value_loss_equals_the_built_in_l2_and_its_module():
+    from meta_objectives.closed_form import ClosedFormValueLoss, evaluate_value_loss_numpy
+
+    rng = np.random.default_rng(0)
+    value, target = (jnp.asarray(10 * rng.standard_normal(512), jnp.float32) for _ in range(2))
+    np.testing.assert_array_equal(ClosedFormValueLoss().value_loss({}, value, target, value),
+                                  mo.L2().value_loss({}, value, target, value))
+    expr = "e**2/2 + 0.1*Abs(e)**3*(1 + tanh(t))"
+    loss = ClosedFormValueLoss(expr)
+    want = np.asarray(loss.value_loss({}, value, target, value))
+    e, t = np.asarray(value - target, np.float64), np.asarray(target, np.float64)
+    np.testing.assert_allclose(want, e**2 / 2 + 0.1 * np.abs(e) ** 3 * (1 + np.tanh(t)), rtol=1e-5)
+    np.testing.assert_allclose(evaluate_value_loss_numpy(expr, e, t), want, rtol=1e-5)
+    namespace: dict = {}
+    exec(to_jax_module_source(expr, "critic_loss", kind="value_loss"), namespace)
+    np.testing.assert_allclose(namespace["critic_loss"](value, target), want, rtol=1e-6)
+    assert namespace["EXPRESSION"] == expr and "tanh" in to_latex(expr, variables=("e", "t"))
+    with pytest.raises(ValueError, match="unknown name 'r'"):
+        ClosedFormValueLoss("r**2")  # a value loss sees e and t only
+
+
+@pytest.mark.parametrize("expr, fragment", [
+    ("e**2/2", None),
+    ("Piecewise((e**2, e >= 0), (0.1*e**2, True))", None),
+    ("e**2/2 - 0.5*e", "wrong sign"),   # minimum away from e = 0
+    ("e**2/2 + 0.1*t**2", "L(0, t) != 0"),
+    ("log(e)", "not finite"),
+])
+def test_value_loss_constraints(expr, fragment):
+    from meta_objectives.closed_form import check_value_loss_constraints
+
+    problems = check_value_loss_constraints(expr)
+    if fragment is None:
+        assert problems == []
+    else:
+        assert any(fragment in p for p in problems), problems

@@ -133,3 +133,31 @@ def test_export_refuses_bad_names_and_unsafe_expressions(tmp_path):
         export_closed_form("(r-1)**2", tmp_path, name="../evil")
     with pytest.raises(ValueError):
         export_closed_form("__import__('os').system('true')", tmp_path)
+
+
+def test_value_loss_distillation_recovers_a_known_loss():
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    errors, targets = 2.0 * rng.standard_normal(3000), 5.0 * rng.standard_normal(3000)
+    report = D.distil_value_loss(lambda v, t: 0.7 * (v - t) ** 2 / 2 + 0.05 * jnp.abs(v - t) ** 3, errors, targets)
+    chosen = report["chosen"]
+    assert chosen["r2"] > 0.999999 and not chosen["violations"]
+    assert sorted(chosen["terms"]) == ["e^2/2", "|e|^3"]
+    assert json.loads(json.dumps(report)) == report  # strict JSON
+
+
+def test_export_writes_drift_and_value_loss_together(tmp_path):
+    drift, loss = dpo_expression(1.3, 0.9), "Piecewise((e**2/2, e >= 0), (0.3*e**2, True))"
+    paths = export_closed_form(drift, tmp_path, name="both", value_loss=loss)
+    objectives, params, _ = mo.load_objectives(paths["json"])
+    assert objectives.drift.expression == drift and objectives.value_loss.expression == loss
+    spec = importlib.util.spec_from_file_location("both_exported", paths["py"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    v, t = np.float32([1.0, -2.0]), np.float32([0.0, 0.0])
+    np.testing.assert_allclose(module.value_loss(v, t), [0.5, 1.2], rtol=1e-6)
+    assert module.DRIFT_EXPRESSION == drift and module.VALUE_LOSS_EXPRESSION == loss
+    with pytest.raises(ValueError, match="not a valid value loss"):
+        export_closed_form(None, tmp_path / "bad", value_loss="e**2/2 - e")
+    assert not (tmp_path / "bad").exists()

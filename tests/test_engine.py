@@ -28,7 +28,7 @@ def quadratic_train(meta_params, key):
     ret = -100.0 * jnp.mean(jnp.square(w - TARGET)) + noise
     returns = jnp.full((8,), ret)
     return TrainResult(returns=returns, final_return=ret, diverged=jnp.bool_(False),
-                       drift_samples=jnp.zeros((8, 0, 2)))
+                       visited=jnp.zeros((8, 0, 4)))
 
 
 def diverging_train(meta_params, key):
@@ -172,7 +172,7 @@ def constant_train(init_return, final_return):
     def train(meta_params, key):
         returns = jnp.linspace(init_return, final_return, 8)
         return TrainResult(returns=returns, final_return=returns[-1], diverged=jnp.bool_(False),
-                           drift_samples=jnp.zeros((8, 0, 2)))
+                           visited=jnp.zeros((8, 0, 4)))
 
     return train
 
