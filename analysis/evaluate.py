@@ -151,7 +151,11 @@ def _envs_from(value) -> tuple[str, ...]:
 
 
 def resolve_target(spec: str) -> Target:
-    """"ppo" | "dpo" | an objectives JSON file | RUN_DIR | RUN_DIR:best | RUN_DIR:mean -> Target.
+    """"ppo" | "dpo" | an objectives JSON file | RUN_DIR | RUN_DIR:best | RUN_DIR:mean |
+    RUN_DIR:init -> Target. RUN_DIR:init is the run's objectives at their initial parameters, the
+    point evolution started from: the control that separates what evolution found from what the
+    parameterisation gives before any search (e.g. a learned value loss starts at L2, not at
+    PPO's clipped L2).
 
     Raises EvaluationError (reading files only, no compute) for a missing path, a directory that
     is not a run directory, a run that has not written its objectives yet, or a corrupt file.
@@ -163,7 +167,7 @@ def resolve_target(spec: str) -> Target:
     path, which = Path(spec), None
     if not path.exists() and ":" in spec:
         base, _, suffix = spec.rpartition(":")
-        if suffix in ("best", "mean"):
+        if suffix in ("best", "mean", "init"):
             path, which = Path(base), suffix
     if path.is_dir():
         return _run_target(spec, path, which or "mean")
@@ -174,7 +178,8 @@ def resolve_target(spec: str) -> Target:
     raise EvaluationError(
         f"target {spec!r}: no run directory or objectives file at {path}. A TARGET is ppo, dpo, an objectives "
         "JSON file (an exported closed form or RUN_DIR/objectives/best.json), or a run directory "
-        "(RUN_DIR evaluates objectives/mean.json, RUN_DIR:best objectives/best.json)."
+        "(RUN_DIR evaluates objectives/mean.json, RUN_DIR:best objectives/best.json, RUN_DIR:init the "
+        "objectives at their initial parameters)."
     )
 
 
@@ -209,7 +214,7 @@ def _run_target(spec: str, path: Path, which: str) -> Target:
             raise ValueError("not a JSON object")
     except (ValueError, UnicodeDecodeError) as e:
         raise EvaluationError(f"target {spec!r}: {config_path} is corrupt ({e})") from None
-    file = path / "objectives" / f"{which}.json"
+    file = path / "objectives" / f"{'mean' if which == 'init' else which}.json"
     if not file.is_file():
         every = config.get("checkpoint_every", "checkpoint_every")
         raise EvaluationError(
@@ -219,6 +224,8 @@ def _run_target(spec: str, path: Path, which: str) -> Target:
             f"`metadisco train --resume {path}`."
         )
     objectives, params, extra = _load(spec, file)
+    if which == "init":
+        params = _full_params(objectives)
     label = path.resolve().name + ("" if which == "mean" else f":{which}")
     envs = _envs_from(config.get("envs")) or _envs_from(extra.get("envs"))
     return Target(label, objectives, params, envs, "run", spec, str(path))

@@ -24,9 +24,12 @@ SUITES_HELP = textwrap.dedent("""\
       FILE.json             an objectives file (an exported closed form, RUN_DIR/objectives/best.json)
       RUN_DIR[:best|:mean]  a run directory: objectives/mean.json (default) or best.json;
                             its meta-training environments are flagged and aggregated apart
+      RUN_DIR:init          the run's objectives at their initial parameters (where evolution
+                            started): the control for what evolution itself found
     examples:
       metadisco evaluate dpo --quick
       metadisco evaluate runs/lpo-cartpole-20261101-120000 --envs Acrobot-v1,Catch-bsuite --tune-lr
+      metadisco evaluate runs/RUN runs/RUN:init --quick     # gain from evolution vs from the start point
       metadisco evaluate exports/discovered_drift.json --suite default --seeds 16""")
 
 

@@ -129,6 +129,11 @@ def test_evaluate_a_run_directory_flags_its_meta_training_env(tiny_run, capsys):
     target = ev.resolve_target(f"{tiny_run}:best")
     assert target.label == "run:best" and target.meta_train_envs == ("CartPole-v1",)
     assert ev.resolve_target(str(tiny_run / "objectives" / "best.json")).label == "run:best"
+    init, mean = ev.resolve_target(f"{tiny_run}:init"), ev.resolve_target(str(tiny_run))
+    assert init.label == "run:init" and init.objectives == mean.objectives  # same structure...
+    fresh = mean.objectives.init(jax.random.key(0))  # ...at the parameters evolution started from
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), init.params["drift"], fresh["drift"]))
+    assert not jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), mean.params["drift"], fresh["drift"]))
 
     code, stdout, err = cli(["evaluate", str(tiny_run), "--envs", ENVS, *TINY], capsys)
     assert code == 0, err
