@@ -529,25 +529,25 @@ def _choose(candidates: list[dict], data: _Data, complexity_penalty: float) -> d
 
 
 def value_loss_library(error_scale: float = 1.0) -> list[tuple[str, str]]:
-    """Candidate value-loss terms (name, expression over e = v - target and t = target), each
-    with L(0, t) = 0 and e * dL/de >= 0, so any non-negative sum of them is a valid value loss:
-    e^2/2 (L2), its halves for over- and under-prediction (expectile-like asymmetry), |e|,
-    |e|^3, e^4, pseudo-Huber c^2 (sqrt(1 + (e/c)^2) - 1) at c = 0.25, 1 and 4 times
-    `error_scale`, and e^2 scaled by (1 +- tanh t)/2 (a target-dependent weight)."""
+    """Candidate terms (name, expression over e = v - target and t = target) for the *departure*
+    of a learned value loss from L2, each 0 at e = 0, each with its negation so a non-negative
+    fit is a signed one: e^2/2 (a rescaled L2), its halves for over- and under-prediction
+    (expectile-like asymmetry), |e|, pseudo-Huber c^2 (sqrt(1 + (e/c)^2) - 1), the odd c tanh(e/c)
+    (a bias of the critic toward over- or under-prediction, which LearnedValueLoss can express)
+    at c = 0.25, 1 and 4 times `error_scale`, and e^2 (1 +- tanh t)/2 (target-dependent weights)."""
     terms = [
         ("e^2/2", "e**2/2"),
         ("e^2/2[e>=0]", "Piecewise((e**2/2, e >= 0), (0, True))"),
         ("e^2/2[e<0]", "Piecewise((e**2/2, e < 0), (0, True))"),
         ("|e|", "Abs(e)"),
-        ("|e|^3", "Abs(e)**3"),
-        ("e^4", "e**4"),
         ("e^2(1+tanh t)/2", "e**2*(1 + tanh(t))/2"),
         ("e^2(1-tanh t)/2", "e**2*(1 - tanh(t))/2"),
     ]
     for k in (0.25, 1.0, 4.0):
         c = _round(k * error_scale)
         terms.append((f"pseudo_huber({c})", f"{c!r}**2*(sqrt(1 + (e/{c!r})**2) - 1)"))
-    return terms
+        terms.append((f"{c}tanh(e/{c})", f"{c!r}*tanh(e/{c!r})"))
+    return terms + [(f"-{name}", f"-({term})") for name, term in terms]
 
 
 def distil_value_loss(
@@ -559,13 +559,16 @@ def distil_value_loss(
     complexity_penalty: float = 1e-3,
     n_points: int = 4096,
 ) -> dict:
-    """Distil a learned value loss L(e, t) into a sparse non-negative sum of `value_loss_library`.
+    """Distil a learned value loss L(e, t) as L2 plus a sparse sum of `value_loss_library` terms.
 
+    The fit is to the departure L - e^2/2, which is what evolution learned (LearnedValueLoss is
+    L2 plus a learned residual): fitting L itself would let the e^2 scale swamp it, and every
+    candidate would score R^2 = 1. R^2 and errors are reported on the departure.
     loss_fn(value, target) -> per-sample L (jax or numpy). errors, targets: visited prediction
     errors v - target and targets, (n,) each (targets None: 0). The report grid is e in
     [-3s, 3s] (s = std of the errors) at the median target. Returns {"candidates", "chosen",
-    "data", "complexity_penalty"} in the format of `distil`; candidates are checked with
-    `check_value_loss_constraints`.
+    "data", "complexity_penalty"} in the format of `distil`; each candidate's "expression" is the
+    whole loss (e**2/2 + ...), checked with `check_value_loss_constraints`.
     """
     errors = np.asarray(errors, np.float64).ravel()
     targets = np.zeros_like(errors) if targets is None else np.asarray(targets, np.float64).ravel()
@@ -578,25 +581,31 @@ def distil_value_loss(
         errors, targets = errors[keep], targets[keep]
     scale = float(np.std(errors)) or 1.0
 
-    def target_loss(e, t):
+    def departure(e, t):
         t32 = t.astype(np.float32)
         out = np.asarray(loss_fn(t32 + e.astype(np.float32), t32), np.float64)
         if not np.isfinite(out).all():
             raise ValueError("the value loss to distil is not finite at some fit points")
-        return np.broadcast_to(out, e.shape)
+        return np.broadcast_to(out, e.shape) - e**2 / 2
 
     grid_e = np.linspace(-3 * scale, 3 * scale, GRID_NUM)
     grid_t = np.full_like(grid_e, float(np.median(targets)))
     density = np.exp(-0.5 * (grid_e / scale) ** 2)
     data = _Data(
-        r=errors, a=targets, d=target_loss(errors, targets), grid_r=grid_e, grid_a=grid_t,
-        grid_d=target_loss(grid_e, grid_t), grid_w=density / density.sum(), progress=0.0,
+        r=errors, a=targets, d=departure(errors, targets), grid_r=grid_e, grid_a=grid_t,
+        grid_d=departure(grid_e, grid_t), grid_w=density / density.sum(), progress=0.0,
         source="samples", kind="value_loss",
     )
-    candidates = _sparse(data, max_terms, value_loss_library(scale))
+    residuals = _sparse(data, max_terms, value_loss_library(scale))
+    l2 = _candidate("0", data, "l2", 0)  # no departure at all: the L2 loss evolution started from
+    candidates = [l2] + residuals
+    for c in candidates:
+        c["departure"] = c["expression"]
+        c["expression"] = "e**2/2" if c["expression"] == "0" else f"e**2/2 + {c['expression']}"
     return _jsonable({
         **_choose(candidates, data, complexity_penalty),
         "data": {"source": data.source, "n_points": int(errors.size), "error_std": scale,
+                 "fit": "departure from L2 = e**2/2",
                  "grid": {"e": [-3 * scale, 3 * scale], "t": float(grid_t[0]), "num": GRID_NUM},
                  "target_std": float(np.std(data.d))},
         "complexity_penalty": complexity_penalty,

@@ -662,14 +662,17 @@ def check_value_loss_constraints(
     e_range: tuple[float, float] = (-10.0, 10.0),
     t_range: tuple[float, float] = (-10.0, 10.0),
     num: int = 81,
+    bias_band: float = 1.0,
     value_tol: float = 1e-6,
     slope_tol: float = 1e-6,
 ) -> list[str]:
     """Conditions for a value loss L(e, t), e = v - target -> list of violations ([] = passes).
 
-    On a num x num grid e in e_range, t in t_range: L finite; L(0, t) = 0; and e * dL/de >= 0
-    (jax.grad), i.e. a gradient step always moves the prediction toward its target. Together
-    these give L >= 0 with its minimum at e = 0.
+    On a num x num grid e in e_range, t in t_range: L finite; L(0, t) = 0 (a perfect prediction
+    costs nothing, as in every LearnedValueLoss); and e * dL/de >= 0 wherever |e| > bias_band
+    (jax.grad): outside the band a gradient step always moves the prediction toward its target.
+    Inside the band a loss may prefer a small bias, as a learned one can (L2 + c tanh(e), say);
+    bias_band=0 demands the minimum exactly at e = 0.
     """
     fn = _jax_callable(expression, VALUE_LOSS_VARIABLES)  # ValueError for an invalid expression
     es = np.union1d(np.linspace(*e_range, num, dtype=np.float32), np.float32([0.0]))
@@ -689,10 +692,11 @@ def check_value_loss_constraints(
     slope = np.asarray(jax.grad(lambda e: jnp.sum(fn(e, T)))(E), np.float64)
     with np.errstate(invalid="ignore"):
         wrong = np.where(np.isfinite(slope), np.asarray(E) * slope, -np.inf)
+    wrong = np.where(np.abs(np.asarray(E)) > bias_band, wrong, 0.0)
     if (wrong < -slope_tol).any():
         i = np.unravel_index(np.argmin(wrong), wrong.shape)
         problems.append(
-            f"dL/de has the wrong sign (the gradient step moves v away from its target) at "
-            f"{(wrong < -slope_tol).sum()} grid points, e.g. e={float(E[i]):.3g}, t={float(T[i]):.3g}"
+            f"dL/de has the wrong sign for |e| > {bias_band:g} (the gradient step moves v away from its "
+            f"target) at {(wrong < -slope_tol).sum()} grid points, e.g. e={float(E[i]):.3g}, t={float(T[i]):.3g}"
         )
     return problems
