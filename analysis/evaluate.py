@@ -54,6 +54,7 @@ from __future__ import annotations
 import csv
 import datetime
 import io
+import itertools
 import json
 import math
 import os
@@ -683,7 +684,13 @@ def _aggregate(results: dict, labels: list[str], reps: int) -> dict:
                     point, low, high = stats.probability_of_improvement_ci(scores[m], scores[ref], reps, CONFIDENCE)
                     entry[f"poi_vs_{ref}"] = {"point": point, "low": low, "high": high}
             methods[m] = entry
-        out[group] = {"envs": names, "methods": methods}
+        # P(row > column) for every ordered pair: a discovered objective against its controls
+        # (RUN_DIR:init, a PPO variant), not only against PPO and DPO.
+        pairwise = {m: {} for m in labels}
+        for m, n in itertools.permutations(labels, 2):
+            point, low, high = stats.probability_of_improvement_ci(scores[m], scores[n], reps, CONFIDENCE)
+            pairwise[m][n] = {"point": point, "low": low, "high": high}
+        out[group] = {"envs": names, "methods": methods, "pairwise": pairwise}
     return out
 
 
@@ -805,6 +812,15 @@ def to_markdown(results: dict) -> str:
             cells += [_ci(e[f"poi_vs_{r}"]["point"], e[f"poi_vs_{r}"]["low"], e[f"poi_vs_{r}"]["high"]) for r in refs]
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
+        if len(agg.get("pairwise") or {}) > len(refs) + 1:  # more methods than the reference columns show
+            labels = list(agg["pairwise"])
+            lines += ["Probability of improvement of each row over each column [95% CI]:", "",
+                      "| P(row > column) | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+            for m in labels:
+                cells = ["–" if m == n else _ci(agg["pairwise"][m][n]["point"], agg["pairwise"][m][n]["low"],
+                                                  agg["pairwise"][m][n]["high"]) for n in labels]
+                lines.append(f"| {m} | " + " | ".join(cells) + " |")
+            lines.append("")
     if results["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     return "\n".join(lines)

@@ -72,6 +72,9 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
     assert agg["methods"]["ppo_copy"]["poi_vs_ppo"]["point"] == 0.5
     assert agg["methods"]["ppo"]["poi_vs_ppo"]["point"] == 0.5
     assert agg["methods"]["dpo"]["poi_vs_dpo"]["point"] == 0.5
+    pairwise = agg["pairwise"]  # every ordered pair, for comparisons against any control
+    assert pairwise["ppo_copy"]["ppo"]["point"] == pairwise["ppo"]["ppo_copy"]["point"] == 0.5
+    assert pairwise["dpo"]["ppo_copy"]["point"] == pytest.approx(1 - pairwise["ppo_copy"]["dpo"]["point"])
     settings = results["settings"]
     assert settings["seeds"] == 2 and settings["budgets"] == {"CartPole-v1": 4096}
     assert settings["presets"]["CartPole-v1"]["family"] == "classic"
