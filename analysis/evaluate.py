@@ -337,7 +337,7 @@ def _incompatibility(objectives: Objectives, env: Env) -> str | None:
     return None
 
 
-def _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors, lr=None):
+def _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors, lr=None, inner=None):
     targets = _as_targets(targets)
     if int(seeds) != seeds or seeds < 1:
         raise EvaluationError(f"seeds must be a positive integer, got {seeds!r}")
@@ -356,8 +356,9 @@ def _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors, lr=No
     jobs = []
     for name in names:
         steps = _budget_for(name, scale, budget)
-        config = preset_for(name).replace(total_timesteps=steps, **({"lr": float(lr)} if lr else {}))
         try:
+            config = preset_for(name).replace(**(inner or {}))
+            config = config.replace(total_timesteps=steps, **({"lr": float(lr)} if lr else {}))
             config.validate()
         except ValueError as e:
             raise EvaluationError(
@@ -466,6 +467,7 @@ def evaluate(
     lr_factors: Sequence[float] = LR_FACTORS,
     bootstrap_reps: int = BOOTSTRAP_REPS,
     lr: float | None = None,
+    inner: dict | None = None,
 ) -> dict:
     """Train every method on every environment and compute the statistics -> results dict.
 
@@ -476,13 +478,15 @@ def evaluate(
     table ("quick" scale if `quick` or suite == "quick"). tune_lr: also report "ppo_tuned".
     lr: one learning rate for every method (default: each preset's), e.g. the one a run was
     meta-trained with (its inner.lr), so the comparison is made where the objective was found.
+    inner: PPOConfig overrides for every environment (e.g. a run's CPU-sized
+    {"num_envs": 64, "num_steps": 16, "hidden": (64, 64)}), applied to each preset.
     Every input error raises EvaluationError before anything compiles. The result is
     JSON-serialisable (see `save`).
     """
     seeds = DEFAULT_SEEDS if seeds is None else seeds
     if lr is not None and not lr > 0:
         raise EvaluationError(f"the learning rate must be > 0, got {lr!r}")
-    methods, jobs, suite, scale = _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors, lr)
+    methods, jobs, suite, scale = _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors, lr, inner)
     root = jax.random.key(seed)
     eval_keys = jax.random.split(jax.random.fold_in(root, 0), seeds)
     tune_keys = jax.random.split(jax.random.fold_in(root, 1), seeds)
@@ -533,6 +537,7 @@ def evaluate(
             "presets": {j.name: {"family": preset_name(j.name), "config": _config_dict(j.config)} for j in jobs},
             "tune_lr": bool(tune_lr),
             "lr": None if lr is None else float(lr),
+            "inner": {k: list(v) if isinstance(v, tuple) else v for k, v in (inner or {}).items()},
             "lr_factors": [float(f) for f in lr_factors] if tune_lr else None,
             "lr_grid": ({j.name: [float(f) * float(j.config.hparams.lr) for f in lr_factors] for j in jobs}
                         if tune_lr else None),

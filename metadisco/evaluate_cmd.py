@@ -7,8 +7,10 @@ everything heavy is imported inside `cmd_evaluate`.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import textwrap
+from pathlib import Path
 
 from metadisco import commands
 
@@ -47,10 +49,12 @@ def cmd_evaluate(args) -> None:
 
     try:
         targets = [ev.resolve_target(t) for t in args.targets]
+        inner = _inner_overrides(args.inner or [], targets if args.inner_from_run else ())
         out = ev.check_out_dir(args.out) if args.out else ev.default_out_dir(targets)
         results = ev.evaluate(
             targets, envs=args.envs, suite=args.suite, seeds=args.seeds, budget=args.timesteps,
             tune_lr=args.tune_lr, quick=args.quick, progress=not args.no_progress, seed=args.seed, lr=args.lr,
+            inner=inner,
         )
         path = ev.save(results, out)
     except ValueError as e:  # EvaluationError, ObjectiveFileError: messages say what to do
@@ -59,6 +63,27 @@ def cmd_evaluate(args) -> None:
     print(f"results written to {path}/ (results.json, results.csv, results.md, curves.png, curves.pdf)",
           file=sys.stderr)
     print(path)
+
+
+def _inner_overrides(items: list[str], targets) -> dict:
+    """PPO settings for every environment: the first run target's `inner` section (with
+    --inner-from-run; its total_timesteps stays out, --timesteps sets the budget), then the
+    --inner FIELD=VALUE items, coerced and checked as `metadisco train` does with inner.FIELD=VALUE."""
+    from metadisco.config import InnerConfig, _build, _merge, parse_overrides
+
+    base: dict = {}
+    if targets:
+        runs = [t for t in targets if t.run_dir]
+        if not runs:
+            raise ValueError("--inner-from-run needs a RUN_DIR target")
+        stored = json.loads((Path(runs[0].run_dir) / "config.json").read_text()).get("inner", {})
+        base = {k: v for k, v in stored.items() if v is not None and k != "total_timesteps"}
+    try:
+        given = parse_overrides([f"inner.{item}" for item in items]).get("inner", {})
+        inner = _build(InnerConfig, _merge(base, given), "inner.")
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--inner: {e}; fields: see InnerConfig in metadisco/config.py") from None
+    return inner.overrides()
 
 
 def add(subparsers) -> None:
@@ -80,6 +105,11 @@ def add(subparsers) -> None:
                    help="also tune PPO's learning rate (x0.25..x4 on separate seeds) and report ppo_tuned")
     p.add_argument("--lr", type=float, help="one PPO learning rate for every method (default: each preset's); "
                                             "use the run's inner.lr to compare where the objective was found")
+    p.add_argument("--inner", nargs="+", metavar="FIELD=VALUE",
+                   help="PPO settings for every environment, as a run's inner section (e.g. num_envs=64 "
+                        "num_steps=16 hidden=64,64 num_minibatches=8 for CPU-sized Brax)")
+    p.add_argument("--inner-from-run", action="store_true",
+                   help="use the first RUN_DIR target's inner settings (except its budget; --inner overrides)")
     p.add_argument("--out", help="output folder (default RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP)")
     p.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

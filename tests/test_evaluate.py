@@ -240,3 +240,27 @@ def test_building_the_parser_does_not_import_jax():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, capsys):
+    """CPU-sized Brax needs the run's small PPO settings, not the accelerator preset: --inner-from-run
+    takes the run's inner section (not its budget), --inner overrides it; bad values fail first."""
+    from metadisco.config import RunConfig
+    from metadisco.evaluate_cmd import _inner_overrides
+
+    target = ev.resolve_target(str(tiny_run))
+    stored = RunConfig.from_dict(json.loads((tiny_run / "config.json").read_text())).inner.overrides()
+    assert stored["total_timesteps"] == 4096
+    assert _inner_overrides([], [target]) == {k: v for k, v in stored.items() if k != "total_timesteps"}
+    assert _inner_overrides(["num_envs=2", "hidden=8,8"], [target])["hidden"] == (8, 8)
+    with pytest.raises(ValueError, match="--inner"):
+        _inner_overrides(["num_envs=many"], [])
+    with pytest.raises(ValueError, match="RUN_DIR"):
+        _inner_overrides([], [ev.resolve_target("ppo")])
+
+    code, stdout, err = cli(["evaluate", "ppo", "--envs", "CartPole-v1", "--inner", "num_envs=0", *TINY], capsys)
+    assert code == 2 and "num_envs" in err  # rejected before anything compiles
+    results = ev.evaluate(["ppo"], envs=["CartPole-v1"], seeds=1, budget=2048, progress=False,
+                          inner={"num_envs": 2, "hidden": (8,)})
+    config = results["settings"]["presets"]["CartPole-v1"]["config"]
+    assert config["num_envs"] == 2 and list(config["hidden"]) == [8] and config["total_timesteps"] == 2048
