@@ -111,14 +111,19 @@ def visitation_samples(samples=None, n: int = 4096, seed: int = 0):
     advantage = np.asarray(advantage, np.float64).ravel()
     if ratio.shape != advantage.shape:
         raise ValueError(f"ratio and advantage samples differ in size: {ratio.size} vs {advantage.size}")
-    ok = np.isfinite(ratio) & np.isfinite(advantage) & (ratio > 0)
-    ratio, advantage = ratio[ok], advantage[ok]
-    if ratio.size < 20:
-        raise ValueError(f"only {ratio.size} valid (finite, r > 0) samples; need at least 20")
-    if ratio.size > n:
-        keep = np.random.default_rng(seed).choice(ratio.size, n, replace=False)
-        ratio, advantage = ratio[keep], advantage[keep]
-    return ratio, advantage
+    return _valid_subsample(ratio, advantage, ratio > 0, "finite, r > 0", n, seed)
+
+
+def _valid_subsample(x, y, ok, what: str, n: int, seed: int):
+    """Keep the points where x, y are finite and `ok` holds (at least 20), at most n of them."""
+    ok = ok & np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if x.size < 20:
+        raise ValueError(f"only {x.size} valid ({what}) samples; need at least 20")
+    if x.size > n:
+        keep = np.random.default_rng(seed).choice(x.size, n, replace=False)
+        x, y = x[keep], y[keep]
+    return x, y
 
 
 def evaluation_grid(num: int = GRID_NUM):
@@ -572,13 +577,7 @@ def distil_value_loss(
     """
     errors = np.asarray(errors, np.float64).ravel()
     targets = np.zeros_like(errors) if targets is None else np.asarray(targets, np.float64).ravel()
-    ok = np.isfinite(errors) & np.isfinite(targets)
-    errors, targets = errors[ok], targets[ok]
-    if errors.size < 20:
-        raise ValueError(f"only {errors.size} valid (finite) value samples; need at least 20")
-    if errors.size > n_points:
-        keep = np.random.default_rng(seed).choice(errors.size, n_points, replace=False)
-        errors, targets = errors[keep], targets[keep]
+    errors, targets = _valid_subsample(errors, targets, True, "finite value", n_points, seed)
     scale = float(np.std(errors)) or 1.0
 
     def departure(e, t):
