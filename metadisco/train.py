@@ -113,7 +113,8 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
                 mirrors.log(row, gen)
             if (gen + 1) % cfg.checkpoint_every == 0 or gen + 1 == end:
                 save_state(run, trainer, state, baseline_dev)
-            _update_bar(bar, row, log)
+            if is_main:
+                _update_bar(bar, row, log, cfg.generations)
     except KeyboardInterrupt:
         save_state(run, trainer, completed, baseline_dev)
         done = int(fetch(completed.generation))
@@ -128,8 +129,12 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
         bar.close()
     if mirrors is not None:
         mirrors.close()
-    if is_main and int(fetch(state.generation)) == cfg.generations:
+    done = int(fetch(state.generation))
+    if is_main and done == cfg.generations:
         _summary(run, log)
+    elif is_main:
+        log(f"stopped at generation {done}/{cfg.generations} (--stop-after {stop_after}); checkpoint written. "
+            f"Continue with:\n  metadisco train --resume {run.path}")
     return run.path
 
 
@@ -153,8 +158,15 @@ def _progress_bar(enabled: bool, start: int, total: int):
     return tqdm(total=total, initial=start, unit="gen", dynamic_ncols=True, file=sys.stderr)
 
 
-def _update_bar(bar, row: dict, log) -> None:
-    if bar is None:
+def _update_bar(bar, row: dict, log, total: int | None = None) -> None:
+    if bar is None:  # --no-progress (logs, batch jobs): one line per generation instead
+        gen = row["generation"] + 1
+        log(f"gen {gen}{f'/{total}' if total else ''}: fitness mean {row['fitness_mean']:.4g}, "
+            f"best so far {row['best_fitness']:.4g}, {row['num_diverged']} diverged, "
+            f"{row['wall_time_s']:.1f} s ({row['env_steps_per_s']:.3g} env steps/s)")
+        if "eval_mean_fitness" in row:
+            log(f"gen {gen}: ES mean {row['eval_mean_fitness']:.4g} vs PPO {row['eval_ppo_fitness']:.4g} "
+                "on the same fresh seeds")
         return
     bar.set_postfix(best=f"{row['best_fitness']:.3g}", mean=f"{row['fitness_mean']:.3g}",
                     sps=f"{row['env_steps_per_s']:.3g}")
