@@ -515,6 +515,33 @@ def distil(
     })
 
 
+def distil_over_progress(drift_fn, samples=None, seed: int = 0, symbolic: bool = True,
+                         progresses: tuple[float, float] = (0.0, 1.0), **kwargs) -> dict:
+    """Distil a progress-dependent (TA-LPO) drift as D(r, A, p) = (1 - p) D_0(r, A) + p D_1(r, A).
+
+    D_0 and D_1 are `distil`'s chosen forms at the two ends of training (`progresses`); a convex
+    combination of two valid drifts is a valid drift, so the interpolation passes the constraints
+    at every p in [0, 1]. Returns `distil`'s report at the middle progress, whose "chosen" is the
+    interpolated form scored at the middle (the ends' reports are kept under "ends").
+    """
+    p0, p1 = progresses
+    ends = [distil(drift_fn, samples, seed=seed, symbolic=symbolic, progress=p, **kwargs) for p in (p0, p1)]
+    middle = distil(drift_fn, samples, seed=seed, symbolic=False, progress=(p0 + p1) / 2, **kwargs)
+    if all(e["chosen"] for e in ends):
+        (e0, e1), span = (e["chosen"]["expression"] for e in ends), p1 - p0
+        weight = "p" if (p0, p1) == (0.0, 1.0) else f"(p - {p0!r})/{span!r}"
+        expression = f"(1 - {weight})*({e0}) + {weight}*({e1})"
+        data = _prepare(drift_fn, samples, (p0 + p1) / 2, seed, kwargs.get("n_points", 4096))
+        interpolated = _candidate(expression, data, "interpolated", 2, ends=[e0, e1], progresses=[p0, p1])
+        interpolated["violations"] = check_drift_constraints(expression)
+        penalty = kwargs.get("complexity_penalty", 1e-3)
+        interpolated["score"] = interpolated["rmse"] / (float(np.std(data.d)) or 1.0) + penalty * interpolated["complexity"]
+        middle["candidates"].insert(0, _jsonable(interpolated))
+        middle["chosen"] = None if interpolated["violations"] else _jsonable(interpolated)
+    middle["ends"] = [{"progress": p, "chosen": e["chosen"], "dpo_fit": e["dpo_fit"]} for p, e in zip((p0, p1), ends)]
+    return middle
+
+
 def _choose(candidates: list[dict], data: _Data, complexity_penalty: float) -> dict:
     """Check, score and sort candidates -> {"candidates", "chosen"}: chosen is the one passing its
     plug's constraints with the lowest rmse / std(target) + complexity_penalty * complexity."""

@@ -149,13 +149,14 @@ def _distil_drift(out, samples, objectives, params, symbolic, progress, seed, pr
     import jax
     import numpy as np
 
-    from analysis.distil import distil, sample_prior
+    from analysis.distil import distil, distil_over_progress, sample_prior
     from analysis.plots import drift_surface_figure
     from meta_objectives import ClosedFormDrift
 
     drift, dparams = objectives.drift, params["drift"]
+    over_progress = progress is None and getattr(drift, "progress_features", False)
     if progress is None:
-        progress = 0.5 if getattr(drift, "progress_features", False) else 0.0
+        progress = 0.5 if over_progress else 0.0
     if prior_fraction > 0:
         k = int(round(len(samples) * prior_fraction / (1.0 - prior_fraction)))
         ratio, advantage = sample_prior(k, seed)
@@ -164,7 +165,10 @@ def _distil_drift(out, samples, objectives, params, symbolic, progress, seed, pr
     def drift_fn(r, a, p):
         return drift.drift(dparams, r, a, p)
 
-    report = distil(jax.jit(drift_fn), samples=samples, seed=seed, symbolic=symbolic, progress=progress)
+    if over_progress:  # TA-LPO: interpolate closed forms fitted at the start and the end of training
+        report = distil_over_progress(jax.jit(drift_fn), samples=samples, seed=seed, symbolic=symbolic)
+    else:
+        report = distil(jax.jit(drift_fn), samples=samples, seed=seed, symbolic=symbolic, progress=progress)
     if report["chosen"]:
         closed = ClosedFormDrift(report["chosen"]["expression"])
         _save(drift_surface_figure({
@@ -247,7 +251,8 @@ def add(subparsers) -> None:
     d.add_argument("run_dir", metavar="RUN_DIR")
     d.add_argument("--which", choices=("mean", "best"), default="mean")
     d.add_argument("--progress", type=float, default=None,
-                   help="training progress at which to distil a TA-LPO drift (default 0.5; 0 for LPO)")
+                   help="distil a TA-LPO drift at this one training progress; by default it is distilled at "
+                        "the start and the end of training and interpolated, (1 - p) D_0 + p D_1")
     d.add_argument("--no-symbolic", action="store_true", help="skip gplearn symbolic regression")
     d.add_argument("--prior-fraction", type=float, default=0.5,
                    help="share of fit points from a prior over (r, A) rather than from training, so that the "

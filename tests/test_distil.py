@@ -172,3 +172,20 @@ def test_export_writes_drift_and_value_loss_together(tmp_path):
     with pytest.raises(ValueError, match="not a valid value loss"):
         export_closed_form(None, tmp_path / "bad", value_loss="e**2/2 - 3*e")
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_progress_dependent_drift_is_distilled_at_both_ends_and_interpolated():
+    """TA-LPO drifts change over training; one static fit cannot keep that. A drift that moves
+    from DPO at the start to PPO-clip at the end is recovered exactly at every progress."""
+    from meta_objectives.closed_form import PPO_CLIP_EXPRESSION, evaluate_numpy
+
+    target = ClosedFormDrift(f"(1 - p)*({dpo_expression(2.0, 0.6)}) + p*({PPO_CLIP_EXPRESSION})")
+    report = D.distil_over_progress(target, seed=0, symbolic=False)
+    chosen = report["chosen"]
+    assert chosen["method"] == "interpolated" and not chosen["violations"] and chosen["r2"] > 0.999
+    assert [e["progress"] for e in report["ends"]] == [0.0, 1.0]
+    r, a = D.evaluation_grid(21)
+    for p in (0.0, 0.25, 0.9):
+        want = np.asarray(target.drift({}, r.astype(np.float32), a.astype(np.float32), p), np.float64)
+        np.testing.assert_allclose(evaluate_numpy(chosen["expression"], r, a, p), want, atol=2e-3)
+    assert json.loads(json.dumps(report)) == report
