@@ -362,7 +362,8 @@ def _plan(targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors, lr=No
             config.validate()
         except ValueError as e:
             raise EvaluationError(
-                f"{name} with a budget of {steps} steps: {e} (set the budget with --timesteps)"
+                f"{name} with a budget of {steps} steps: {e} "
+                + ("(check --inner and --timesteps)" if inner else "(set the budget with --timesteps)")
             ) from None
         env = _env(name)
         for m in methods:

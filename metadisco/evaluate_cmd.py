@@ -105,9 +105,9 @@ def add(subparsers) -> None:
                    help="also tune PPO's learning rate (x0.25..x4 on separate seeds) and report ppo_tuned")
     p.add_argument("--lr", type=float, help="one PPO learning rate for every method (default: each preset's); "
                                             "use the run's inner.lr to compare where the objective was found")
-    p.add_argument("--inner", nargs="+", metavar="FIELD=VALUE",
-                   help="PPO settings for every environment, as a run's inner section (e.g. num_envs=64 "
-                        "num_steps=16 hidden=64,64 num_minibatches=8 for CPU-sized Brax)")
+    p.add_argument("--inner", action="append", metavar="FIELD=VALUE",
+                   help="a PPO setting for every environment, as in a run's inner section; repeat it, e.g. "
+                        "--inner num_envs=64 --inner num_steps=16 --inner hidden=64,64 for CPU-sized Brax")
     p.add_argument("--inner-from-run", action="store_true",
                    help="use the first RUN_DIR target's inner settings (except its budget; --inner overrides)")
     p.add_argument("--out", help="output folder (default RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP)")

@@ -259,7 +259,7 @@ def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, capsys)
         _inner_overrides([], [ev.resolve_target("ppo")])
 
     code, stdout, err = cli(["evaluate", "ppo", "--envs", "CartPole-v1", "--inner", "num_envs=0", *TINY], capsys)
-    assert code == 2 and "num_envs" in err  # rejected before anything compiles
+    assert code == 2 and "num_envs" in err and "--inner" in err  # rejected before anything compiles
     results = ev.evaluate(["ppo"], envs=["CartPole-v1"], seeds=1, budget=2048, progress=False,
                           inner={"num_envs": 2, "hidden": (8,)})
     config = results["settings"]["presets"]["CartPole-v1"]["config"]
