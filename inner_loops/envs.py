@@ -154,7 +154,13 @@ def make_env(name: str) -> Env:
 def _make_gymnax(name: str) -> Env:
     import gymnax
 
-    env, params = gymnax.make(name)
+    try:
+        env, params = gymnax.make(name)
+    except OSError as e:  # MNISTBandit-bsuite downloads MNIST when it is built
+        raise ValueError(
+            f"{name} could not be built: gymnax fetches its data on first use and that failed ({e}). "
+            "Run once on a machine with internet access, or choose another environment (`metadisco envs`)."
+        ) from e
     action_space = env.action_space(params)
     discrete = hasattr(action_space, "n") or type(action_space).__name__ == "Discrete"
 

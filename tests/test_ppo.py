@@ -315,6 +315,18 @@ def test_unknown_env_suggests_close_matches(name, suggestion):
     assert suggestion in str(err.value)
 
 
+def test_env_whose_data_cannot_be_fetched_fails_with_advice(monkeypatch):
+    import gymnax
+
+    def offline(name):  # what MNISTBandit-bsuite does without internet access
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(gymnax, "make", offline)
+    with pytest.raises(ValueError, match="internet access") as err:
+        make_env("MNISTBandit-bsuite")
+    assert "MNISTBandit-bsuite" in str(err.value)
+
+
 def test_unknown_brax_backend_lists_backends():
     with pytest.raises(ValueError, match="spring") as err:
         make_env("brax/ant:sprung")
