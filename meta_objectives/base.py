@@ -54,9 +54,10 @@ def register(cls: type) -> type:
     return cls
 
 
-def names(plug: str) -> list[str]:
-    """Registered objective names for a plug point."""
-    return sorted(_REGISTRY[_check_plug(plug)])
+def names(plug: str, learned: bool | None = None) -> list[str]:
+    """Registered objective names for a plug point (only the learned ones, or only the others)."""
+    registry = _REGISTRY[_check_plug(plug)]
+    return sorted(n for n, cls in registry.items() if learned is None or cls.learned == learned)
 
 
 def _check_plug(plug: str) -> str:

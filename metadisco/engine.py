@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 from analysis.stats import normalize_score
 from inner_loops import make_env, make_train
 from meta_objectives import PLUGS, Objectives, make_objective
+from meta_objectives import names as objective_names
 from metadisco import strategy as strategies
 from metadisco.config import ObjectivesConfig, RunConfig, ppo_config
 
@@ -85,9 +86,14 @@ class MetaTrainer:
         self.initial_solution = {plug: init_params[plug] for plug in self.evolve}
         self.default_params = init_params
         if not jax.tree.leaves(self.initial_solution):
+            learned = " or ".join(
+                f"objectives.{plug}={name}"
+                for plug in self.evolve
+                for name in objective_names(plug, learned=True)
+            )
             raise ValueError(
                 f"nothing to evolve: the objectives {[getattr(cfg.objectives, p) for p in self.evolve]} chosen for "
-                f"{list(self.evolve)} have no parameters; pick a learned one (e.g. objectives.drift=lpo)"
+                f"{list(self.evolve)} have no parameters; pick a learned one ({learned})"
             )
         self.trains = trains or [make_train(env, pc, self.objectives) for env, pc in zip(self.envs, self.ppo_configs)]
         self.ppo_trains = ppo_trains or [make_train(env, pc, Objectives()) for env, pc in zip(self.envs, self.ppo_configs)]

@@ -54,7 +54,8 @@ def test_train_stop_resume_and_bad_input(tmp_path):
     assert out.returncode == 2 and "--resume" in out.stderr
     # bad input fails at once with a message that says what to do, and creates nothing
     for bad, message in [("es.population_size=7", "odd"), ("envs=Cartpole-v1", "CartPole-v1"),
-                         ("es.strategy=CMAES", "CMA_ES"), ("es.popsize=8", "population_size")]:
+                         ("es.strategy=CMAES", "CMA_ES"), ("es.popsize=8", "population_size"),
+                         ("objectives.evolve=value_loss", "objectives.value_loss=learned")]:
         out = metadisco("train", bad, "--run-dir", str(tmp_path / "bad"), timeout=60)
         assert out.returncode == 2 and message in out.stderr, (bad, out.stderr)
         assert "Traceback" not in out.stderr
