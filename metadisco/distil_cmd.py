@@ -119,6 +119,8 @@ def distil_run(run, cfg, objectives, params, which="mean", symbolic=True, progre
     is what the walls are for), so a purely visitation-weighted fit drops them."""
     if not 0.0 <= prior_fraction < 1.0:
         raise ValueError(f"--prior-fraction must be in [0, 1), got {prior_fraction}")
+    if progress is not None and not 0.0 <= progress <= 1.0:
+        raise ValueError(f"--progress is the share of training done, in [0, 1]; got {progress}")
     rows = visited_samples(cfg, objectives, params)
     out = run.path / "distil"
     out.mkdir(parents=True, exist_ok=True)

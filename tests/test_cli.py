@@ -124,6 +124,11 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
                              es=ESConfig(population_size=4), eval_every=0))
     path = tmp_path / "run"
     run(cfg, path, progress=False, log=lambda *a: None)
+    for bad, message in (["--progress", "2"], "share of training"), (["--prior-fraction", "1"], "[0, 1)"):
+        with pytest.raises(SystemExit) as exit_info:  # out of range: refused before any fitting
+            main(["distil", str(path), *bad])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (path / "distil").exists()
     main(["distil", str(path), "--no-symbolic"])
     report = json.loads((path / "distil" / "distil.json").read_text())
     assert report["chosen"] is not None and report["data"]["n_points"] > 0
