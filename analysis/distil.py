@@ -264,8 +264,9 @@ def drift_library(tanh_scales=(0.5, 1.0, 2.0), clip_eps=(0.1, 0.2, 0.3)) -> list
     """Candidate terms (name, expression), each >= 0 and 0 with zero slope at r = 1 for every A.
 
     With x in {(r-1)A, log(r)A}: DPO-style hinges relu(x - c tanh(x/c)) and relu(c tanh(x/c) - x)
-    (O(x^3) at x = 0), relu(+-x)^2, (r-1)^2, log(r)^2, (r-1)^2 |A|, (r-1)^2 A^2, and the PPO-clip
-    term relu((r - clip(r, 1-eps, 1+eps)) A); each alone and restricted to A >= 0 or A < 0.
+    (O(x^3) at x = 0), relu(+-x)^2, (r-1)^2, log(r)^2, (r-1)^2 |A|, (r-1)^2 A^2, the PPO-clip
+    term relu((r - clip(r, 1-eps, 1+eps)) A) and smooth walls relu(r - 1 - eps)^2 |A|,
+    relu(1 - eps - r)^2 |A|; each alone and restricted to A >= 0 or A < 0.
     """
     xs = {"(r-1)A": "(r - 1)*A", "log(r)A": "log(r)*A"}
     terms: list[tuple[str, str]] = []
@@ -283,6 +284,9 @@ def drift_library(tanh_scales=(0.5, 1.0, 2.0), clip_eps=(0.1, 0.2, 0.3)) -> list
               "(r-1)^2A^2": "(r - 1)**2*A**2"}
     for eps in clip_eps:
         smooth[f"ppo_clip({eps})"] = f"Max(0, (r - Min(Max(r, {1 - eps!r}), {1 + eps!r}))*A)"
+        # smooth walls beyond 1 +- eps: learned networks make walls that bend, not PPO's kink
+        smooth[f"wall_up({eps})"] = f"Max(0, r - {1 + eps!r})**2*Abs(A)"
+        smooth[f"wall_down({eps})"] = f"Max(0, {1 - eps!r} - r)**2*Abs(A)"
     for name, term in smooth.items():
         terms.append((name, term))
         for side in _SIDES:

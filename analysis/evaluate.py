@@ -133,7 +133,7 @@ class Target(NamedTuple):
     meta_train_envs: tuple[str, ...]  # environments it was meta-trained on (flagged, never held out)
     source: str  # "builtin" | "file" | "run"
     spec: str  # as given
-    run_dir: str | None = None  # for a run-directory target
+    run_dir: str | None = None  # the run it came from: a run-directory target, or a file inside one
 
 
 def _builtin(name: str) -> Objectives:
@@ -199,7 +199,9 @@ def _file_target(spec: str, path: Path) -> Target:
     label = path.stem
     if path.parent.name == "objectives" and (path.parent.parent / "config.json").is_file():
         label = f"{path.parent.parent.name}:{path.stem}"  # RUN_DIR/objectives/best.json -> RUN:best
-    return Target(label, objectives, params, _envs_from(extra.get("envs")), "file", spec)
+    run = path.parent.parent  # RUN_DIR/objectives/*.json or RUN_DIR/export/*.json
+    run_dir = str(run) if path.parent.name in ("objectives", "export") and (run / "config.json").is_file() else None
+    return Target(label, objectives, params, _envs_from(extra.get("envs")), "file", spec, run_dir)
 
 
 def _run_target(spec: str, path: Path, which: str) -> Target:

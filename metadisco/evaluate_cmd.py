@@ -75,7 +75,8 @@ def _inner_overrides(items: list[str], targets) -> dict:
     if targets:
         runs = [t for t in targets if t.run_dir]
         if not runs:
-            raise ValueError("--inner-from-run needs a RUN_DIR target")
+            raise ValueError("--inner-from-run needs a RUN_DIR target, or a file in a run directory "
+                             "(RUN_DIR/export/*.json, RUN_DIR/objectives/*.json)")
         stored = json.loads((Path(runs[0].run_dir) / "config.json").read_text()).get("inner", {})
         base = {k: v for k, v in stored.items() if v is not None and k != "total_timesteps"}
     try:

@@ -253,6 +253,12 @@ def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, capsys)
     assert stored["total_timesteps"] == 4096
     assert _inner_overrides([], [target]) == {k: v for k, v in stored.items() if k != "total_timesteps"}
     assert _inner_overrides(["num_envs=2", "hidden=8,8"], [target])["hidden"] == (8, 8)
+    # a file inside the run (an export, objectives/mean.json) knows its run too
+    in_run = ev.resolve_target(str(tiny_run / "objectives" / "mean.json"))
+    assert in_run.run_dir == str(tiny_run) and _inner_overrides([], [in_run]) == _inner_overrides([], [target])
+    elsewhere = tiny_run.parent / "copied.json"
+    elsewhere.write_text((tiny_run / "objectives" / "mean.json").read_text())
+    assert ev.resolve_target(str(elsewhere)).run_dir is None
     with pytest.raises(ValueError, match="--inner"):
         _inner_overrides(["num_envs=many"], [])
     with pytest.raises(ValueError, match="RUN_DIR"):
