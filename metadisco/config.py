@@ -74,6 +74,20 @@ class ObjectivesConfig:
 
 
 @dataclass(frozen=True)
+class HeldoutConfig:
+    """The held-out evaluation, fixed before the run: environments it never meta-trains on.
+
+    `metadisco evaluate RUN_DIR` uses it when no --envs, --suite or --quick is given, so the
+    environments a discovery is judged on are chosen before its results are seen.
+    """
+
+    envs: tuple[str, ...] = ()
+    timesteps: int | None = None  # steps per evaluation run; None: each environment's evaluation budget
+    seeds: int = 8
+    inner_from_run: bool = False  # evaluate with the run's inner settings (lr, rollout shape)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """One meta-training run. The defaults are the CPU demo (`metadisco train`)."""
 
@@ -82,6 +96,7 @@ class RunConfig:
     inner: InnerConfig = field(default_factory=lambda: InnerConfig(total_timesteps=32_768))
     objectives: ObjectivesConfig = field(default_factory=ObjectivesConfig)
     es: ESConfig = field(default_factory=ESConfig)
+    heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
     fitness: str = "auc"
     seeds_per_member: int = 2
     generations: int = 60
@@ -228,6 +243,16 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ValueError("envs is empty: name at least one environment, e.g. envs=CartPole-v1")
     for env in cfg.envs:
         check_env_name(env)
+    for env in cfg.heldout.envs:
+        check_env_name(env)
+    trained_on = [e for e in cfg.heldout.envs if e in cfg.envs]
+    if trained_on:
+        raise ValueError(
+            f"heldout.envs lists {', '.join(trained_on)}, which the run meta-trains on: a held-out "
+            "environment must be one the run never sees; drop it from heldout.envs or from envs"
+        )
+    if cfg.heldout.seeds < 1 or (cfg.heldout.timesteps is not None and cfg.heldout.timesteps < 1):
+        raise ValueError("heldout.seeds and heldout.timesteps must be >= 1")
     strategies = evosax.algorithms.algorithms
     if cfg.es.strategy not in strategies:
         close = difflib.get_close_matches(cfg.es.strategy, list(strategies), n=3, cutoff=0.4)

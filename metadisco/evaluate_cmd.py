@@ -49,6 +49,8 @@ def cmd_evaluate(args) -> None:
 
     try:
         targets = [ev.resolve_target(t) for t in args.targets]
+        if args.envs is None and args.suite is None and not args.quick:
+            _use_declared_heldout(args, targets)
         inner = _inner_overrides(args.inner or [], targets if args.inner_from_run else ())
         out = ev.check_out_dir(args.out) if args.out else ev.default_out_dir(targets)
         results = ev.evaluate(
@@ -63,6 +65,23 @@ def cmd_evaluate(args) -> None:
     print(f"results written to {path}/ (results.json, results.csv, results.md, curves.png, curves.pdf)",
           file=sys.stderr)
     print(path)
+
+
+def _use_declared_heldout(args, targets) -> None:
+    """No environments given: take the held-out set the first run declared before it ran
+    (its config's `heldout` section); command-line --timesteps/--seeds/--inner-from-run win."""
+    for target in targets:
+        if not target.run_dir:
+            continue
+        heldout = json.loads((Path(target.run_dir) / "config.json").read_text()).get("heldout") or {}
+        if heldout.get("envs"):
+            args.envs = ",".join(heldout["envs"])
+            args.timesteps = args.timesteps or heldout.get("timesteps")
+            args.seeds = args.seeds or heldout.get("seeds")
+            args.inner_from_run = args.inner_from_run or bool(heldout.get("inner_from_run"))
+            print(f"evaluating on the held-out set {target.run_dir} declared before it ran: {args.envs}"
+                  f"{f' at {args.timesteps:,} steps' if args.timesteps else ''} (config: heldout)", file=sys.stderr)
+            return
 
 
 def _inner_overrides(items: list[str], targets) -> dict:
@@ -96,7 +115,8 @@ def add(subparsers) -> None:
         epilog=SUITES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("targets", nargs="+", metavar="TARGET", help="ppo, dpo, an objectives JSON file, or RUN_DIR[:best]")
-    p.add_argument("--envs", help="comma-separated environments (see `metadisco envs`); default: the suite's")
+    p.add_argument("--envs", help="comma-separated environments (see `metadisco envs`); default: the held-out set "
+                                  "a RUN_DIR target declared (config heldout.envs), else the suite's")
     p.add_argument("--suite", choices=("quick", "default"), help="a named set of environments and budgets")
     p.add_argument("--quick", action="store_true",
                    help="CPU-sized: the quick suite (or quick budgets for --envs)")

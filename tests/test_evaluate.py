@@ -270,3 +270,36 @@ def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, capsys)
                           inner={"num_envs": 2, "hidden": (8,)})
     config = results["settings"]["presets"]["CartPole-v1"]["config"]
     assert config["num_envs"] == 2 and list(config["hidden"]) == [8] and config["total_timesteps"] == 2048
+
+
+def test_evaluate_run_defaults_to_the_held_out_set_it_declared(tiny_run, tmp_path, capsys):
+    """A run that fixed its held-out set before it ran (config `heldout`) is judged on that set by
+    `metadisco evaluate RUN` with no environments named; flags still win over the declaration."""
+    import shutil
+
+    run = tmp_path / "declared"
+    shutil.copytree(tiny_run, run)
+    config = json.loads((run / "config.json").read_text())
+    config["heldout"] = {"envs": ["Catch-bsuite"], "timesteps": 4096, "seeds": 2, "inner_from_run": False}
+    (run / "config.json").write_text(json.dumps(config))
+    code, stdout, err = cli(["evaluate", str(run), "--no-progress", "--out", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    assert "declared before it ran" in err
+    results = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert list(results["envs"]) == ["Catch-bsuite"]
+    assert results["envs"]["Catch-bsuite"]["budget"] == 4096 and results["settings"]["seeds"] == 2
+    code, stdout, err = cli(["evaluate", str(run), "--envs", "CartPole-v1", *TINY, "--out", str(tmp_path / "b")],
+                            capsys)
+    assert code == 0 and "declared" not in err
+    assert list(json.loads((tmp_path / "b" / "results.json").read_text())["envs"]) == ["CartPole-v1"]
+
+
+def test_a_held_out_set_that_overlaps_meta_training_is_refused_before_training():
+    from metadisco.config import HeldoutConfig, validate
+
+    with pytest.raises(ValueError, match="never sees"):
+        validate(RunConfig(envs=("CartPole-v1", "Acrobot-v1"), fitness="auc_norm",
+                           heldout=HeldoutConfig(envs=("Acrobot-v1", "Catch-bsuite"))))
+    with pytest.raises(ValueError, match="unknown environment"):
+        validate(RunConfig(heldout=HeldoutConfig(envs=("Catchh-bsuite",))))
+    validate(RunConfig(heldout=HeldoutConfig(envs=("Catch-bsuite",), timesteps=50_000)))
