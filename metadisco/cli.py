@@ -71,7 +71,8 @@ def _train_help() -> str:
           es.strategy=SNES es.population_size=32 es.sigma_init=0.01 es.lr=0.01
           objectives.drift=talpo objectives.evolve=drift,value_loss objectives.value_loss=learned
           inner.total_timesteps=50000 inner.lr=0.001 devices=2 tensorboard=true mlflow=true
-        every field: see metadisco/config.py (RunConfig, ESConfig, InnerConfig, ObjectivesConfig)""")
+          heldout.envs=Catch-bsuite,Pendulum-v1 heldout.timesteps=50000   (fixed now, used by `evaluate RUN`)
+        every field: see metadisco/config.py (RunConfig, ESConfig, InnerConfig, ObjectivesConfig, HeldoutConfig)""")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -148,6 +148,8 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
         log(f"  inner loop: PPO on {env}, {pc.steps_per_run:,} steps per run ({pc.num_updates} updates)")
     log(f"  fitness: {cfg.fitness}; population split over {trainer.mesh.devices.size} "
         f"{jax.devices()[0].platform} device(s) in {jax.process_count()} process(es)")
+    if cfg.heldout.envs:
+        log(f"  held out (fixed now; `metadisco evaluate {run.path}` uses it): {', '.join(cfg.heldout.envs)}")
 
 
 def _progress_bar(enabled: bool, start: int, total: int):
