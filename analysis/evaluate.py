@@ -196,12 +196,13 @@ def _load(spec: str, path: Path):
 
 def _file_target(spec: str, path: Path) -> Target:
     objectives, params, extra = _load(spec, path)
+    run = path.parent.parent  # a file inside a run: RUN_DIR/objectives/*.json or RUN_DIR/export/*.json
+    in_run = path.parent.name in ("objectives", "export") and (run / "config.json").is_file()
     label = path.stem
-    if path.parent.name == "objectives" and (path.parent.parent / "config.json").is_file():
-        label = f"{path.parent.parent.name}:{path.stem}"  # RUN_DIR/objectives/best.json -> RUN:best
-    run = path.parent.parent  # RUN_DIR/objectives/*.json or RUN_DIR/export/*.json
-    run_dir = str(run) if path.parent.name in ("objectives", "export") and (run / "config.json").is_file() else None
-    return Target(label, objectives, params, _envs_from(extra.get("envs")), "file", spec, run_dir)
+    if in_run and path.parent.name == "objectives":
+        label = f"{run.name}:{path.stem}"  # RUN_DIR/objectives/best.json -> RUN:best
+    return Target(label, objectives, params, _envs_from(extra.get("envs")), "file", spec,
+                  str(run) if in_run else None)
 
 
 def _run_target(spec: str, path: Path, which: str) -> Target:

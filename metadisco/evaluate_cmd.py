@@ -67,13 +67,18 @@ def cmd_evaluate(args) -> None:
     print(path)
 
 
+def _stored_config(target) -> dict:
+    """The resolved config a run target (or a file inside a run) was trained with."""
+    return json.loads((Path(target.run_dir) / "config.json").read_text())
+
+
 def _use_declared_heldout(args, targets) -> None:
     """No environments given: take the held-out set the first run declared before it ran
     (its config's `heldout` section); command-line --timesteps/--seeds/--inner-from-run win."""
     for target in targets:
         if not target.run_dir:
             continue
-        heldout = json.loads((Path(target.run_dir) / "config.json").read_text()).get("heldout") or {}
+        heldout = _stored_config(target).get("heldout") or {}
         if heldout.get("envs"):
             args.envs = ",".join(heldout["envs"])
             args.timesteps = args.timesteps or heldout.get("timesteps")
@@ -96,7 +101,7 @@ def _inner_overrides(items: list[str], targets) -> dict:
         if not runs:
             raise ValueError("--inner-from-run needs a RUN_DIR target, or a file in a run directory "
                              "(RUN_DIR/export/*.json, RUN_DIR/objectives/*.json)")
-        stored = json.loads((Path(runs[0].run_dir) / "config.json").read_text()).get("inner", {})
+        stored = _stored_config(runs[0]).get("inner", {})
         base = {k: v for k, v in stored.items() if v is not None and k != "total_timesteps"}
     try:
         given = parse_overrides([f"inner.{item}" for item in items]).get("inner", {})
