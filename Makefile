@@ -1,5 +1,5 @@
 # The quick start: `make demo` (set up and run the default meta-training demo) and
-# `make test` (set up and run the test suite). Both create .venv on first use.
+# `make test` (set up, lint with ruff, and run the test suite). Both create .venv on first use.
 VENV := .venv
 STAMP := $(VENV)/.installed
 
@@ -12,6 +12,7 @@ demo: $(STAMP)
 	$(VENV)/bin/metadisco train $(ARGS)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

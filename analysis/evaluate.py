@@ -62,9 +62,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -75,7 +76,7 @@ from scipy import stats as _st
 from analysis import stats
 from inner_loops import Env, PPOConfig, check_env_name, make_env, preset_for, preset_name
 from inner_loops.ppo import make_train
-from meta_objectives import DPO, Objectives, ObjectiveFileError, PotentialShaping, load_objectives
+from meta_objectives import DPO, ObjectiveFileError, Objectives, PotentialShaping, load_objectives
 
 __all__ = [
     "SUITES", "BUDGETS", "FAMILY_BUDGETS", "LR_FACTORS", "DEFAULT_SEEDS", "REFERENCES",

@@ -814,7 +814,8 @@ def write_report(path, run_dir, config, rows, pngs: dict, written: dict, notes, 
         ".notes{background:#fff8e1;padding:.5em 1em;border-left:3px solid #f0b400}</style></head><body>",
         f"<h1>metadisco run: {html.escape(str(config.get('name', run_dir.name)))}</h1>",
         f"<p>Run directory <code>{html.escape(str(run_dir.resolve()))}</code>; objectives: <b>{html.escape(which)}</b>"
-        + (f" (saved after {html.escape(_fmt(extra.get('generation')))} generations)" if extra.get("generation") is not None else "")
+        + (f" (saved after {html.escape(_fmt(extra.get('generation')))} generations)"
+           if extra.get("generation") is not None else "")
         + f"; generated {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}.</p>",
         "<h2>Configuration</h2>", _table(_config_summary(config)),
     ]

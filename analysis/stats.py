@@ -10,7 +10,7 @@ never mix tasks. Everything is deterministic given ``seed``.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy import stats as _st

@@ -150,7 +150,6 @@ def measure(devices: int, pops: list[int], timesteps: int | None, seeds: int, re
             "generation_times_s": gen_s, "members_times_s": members_s, "fetch_times_s": fetch_s,
             "peak_rss_mb": _common.peak_rss_mb(), "jax_devices": [str(d) for d in jax.devices()],
         })
-        del trainer, members, ask_tell, state, population
 
 
 def render(payload: dict) -> str:

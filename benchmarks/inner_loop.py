@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import _common
 import gymnax
 import jax
 import jax.numpy as jnp
@@ -65,8 +66,6 @@ from flax.linen.initializers import constant, orthogonal
 from flax.training.train_state import TrainState
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-
-import _common
 
 IMPLS = ("reference", "metadisco")
 DEFAULT_ENVS = "CartPole-v1,Breakout-MinAtar"
@@ -340,7 +339,8 @@ def build(impl: str, env_name: str, pop: int, timesteps: int):
             return (_keys(rep, pop),)
 
     elif impl == "metadisco":
-        from inner_loops import make_env, make_train as md_make_train, preset_for
+        from inner_loops import make_env, preset_for
+        from inner_loops import make_train as md_make_train
         from meta_objectives import Objectives
 
         env = make_env(env_name)

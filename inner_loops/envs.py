@@ -17,8 +17,9 @@ import contextlib
 import difflib
 import io
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

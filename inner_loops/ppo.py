@@ -76,12 +76,12 @@ class PPOConfig:
         """Environment steps actually taken (total_timesteps rounded down to whole updates)."""
         return self.num_updates * self.batch_size
 
-    def replace(self, **changes) -> "PPOConfig":
+    def replace(self, **changes) -> PPOConfig:
         hp = {k: changes.pop(k) for k in list(changes) if k in PPOHyperparams.__dataclass_fields__}
         cfg = dataclasses.replace(self, **changes)
         return dataclasses.replace(cfg, hparams=cfg.hparams.replace(**hp)) if hp else cfg
 
-    def validate(self) -> "PPOConfig":
+    def validate(self) -> PPOConfig:
         """Raise ValueError (before anything compiles) for a config that cannot run."""
         for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches"):
             if int(getattr(self, name)) <= 0:

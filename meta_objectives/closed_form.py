@@ -23,8 +23,9 @@ import ast
 import functools
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -466,10 +467,12 @@ def to_latex(expression: str, digits: int | None = None, variables: tuple[str, .
 
 
 _MODULE_DOCS = {
-    "drift": ("Closed-form drift D(r, A, p)", """Mirror-learning drift (Lu et al. 2022, "Discovered Policy Optimisation"): the policy loss is
+    "drift": ("Closed-form drift D(r, A, p)", """\
+Mirror-learning drift (Lu et al. 2022, "Discovered Policy Optimisation"): the policy loss is
 -(r*A - D), with r = pi_new / pi_old, A the advantage normalised per minibatch and p = n / N the
 training progress. D >= 0, and D = 0 with dD/dr = 0 at r = 1."""),
-    "value_loss": ("Closed-form value loss L(e, t)", """Per-sample critic loss with e = v - target (the prediction error) and t = target; PPO
+    "value_loss": ("Closed-form value loss L(e, t)", """\
+Per-sample critic loss with e = v - target (the prediction error) and t = target; PPO
 averages it over the minibatch. L(0, t) = 0, and L decreases toward e = 0 from either side."""),
 }
 

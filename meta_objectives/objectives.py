@@ -45,12 +45,12 @@ class Objectives:
             raise ValueError(f"meta_params has unknown plug points {sorted(unknown)}; expected {PLUGS}")
         return {plug: meta_params.get(plug, defaults.get(plug, {})) for plug in PLUGS}
 
-    def replace(self, **changes) -> "Objectives":
+    def replace(self, **changes) -> Objectives:
         return dataclasses.replace(self, **changes)
 
     def spec(self) -> dict:
         return {plug: getattr(self, plug).spec() for plug in PLUGS}
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "Objectives":
+    def from_spec(cls, spec: dict) -> Objectives:
         return cls(**{plug: from_spec(spec[plug]) for plug in PLUGS if plug in spec})

@@ -70,7 +70,7 @@ class RunDir:
     def figures_dir(self):
         return self.path / "figures"
 
-    def create(self, config: dict, overwrite: bool = False) -> "RunDir":
+    def create(self, config: dict, overwrite: bool = False) -> RunDir:
         if self.path.exists() and any(self.path.iterdir()):
             if not overwrite:
                 raise RunDirError(

@@ -124,7 +124,7 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
             bar.close()
         if mirrors is not None:
             mirrors.close()
-        raise SystemExit(130)
+        raise SystemExit(130) from None
     if bar is not None:
         bar.close()
     if mirrors is not None:

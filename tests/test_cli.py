@@ -1,7 +1,6 @@
 """The `metadisco` command end to end, as a user runs it (subprocesses, tiny scale)."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -90,8 +89,8 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path):
 
 
 def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
-    from tensorboardX import SummaryWriter  # noqa: F401  (the real libraries, not mocks)
     import mlflow
+    from tensorboardX import SummaryWriter  # noqa: F401  (the real libraries, not mocks)
 
     from metadisco.config import ESConfig, RunConfig, validate
     from metadisco.engine import MetaTrainer

@@ -51,7 +51,7 @@ def test_two_processes_equal_one(tmp_path):
     finally:
         for p in procs:
             p.kill()
-    for p, (out, err) in zip(procs, outs):
+    for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     assert "2 process(es)" in outs[0][0]
     assert "population split over 2" in outs[0][0]

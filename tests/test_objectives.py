@@ -22,8 +22,20 @@ from hypothesis.extra.numpy import arrays
 import meta_objectives
 from inner_loops import PPOConfig, make_env, make_train
 from meta_objectives import (
-    DPO, L2, LPO, TALPO, ClippedL2, LearnedValueLoss, NoShaping, ObjectiveFileError, Objectives,
-    PotentialShaping, PPOClip, load_objectives, make_objective, save_objectives,
+    DPO,
+    L2,
+    LPO,
+    TALPO,
+    ClippedL2,
+    LearnedValueLoss,
+    NoShaping,
+    ObjectiveFileError,
+    Objectives,
+    PotentialShaping,
+    PPOClip,
+    load_objectives,
+    make_objective,
+    save_objectives,
 )
 from meta_objectives.shaping import monotone_transform
 
@@ -50,7 +62,7 @@ def random_params(objective, key, scale):
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def drift_checks(name):
     """Jitted (seed, scale, r, A, progress) -> (D(r, A), D(1, A), dD/dr at r = 1)."""
     objective = make_objective("drift", name)
