@@ -20,7 +20,8 @@ from meta_objectives.closed_form import (
     jax_module_source,
     to_latex,
 )
-from meta_objectives.io import atomic_write_text, save_objectives
+from meta_objectives.fileio import atomic_write_text
+from meta_objectives.io import save_objectives
 from meta_objectives.objectives import Objectives
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

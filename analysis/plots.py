@@ -53,7 +53,8 @@ import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from meta_objectives import DPO, PPOClip  # noqa: E402
-from meta_objectives.io import atomic_write_text, load_objectives  # noqa: E402
+from meta_objectives.fileio import atomic_write_text  # noqa: E402
+from meta_objectives.io import load_objectives  # noqa: E402
 
 __all__ = [
     "PlotError", "R_LABEL", "A_LABEL", "drift_surface_figure", "drift_slices_figure",

@@ -1,23 +1,39 @@
-"""What evolves: drifts, value losses and reward shapings behind one interface (see base.py)."""
+"""What evolves: drifts, value losses and reward shapings behind one interface (see base.py).
 
-from meta_objectives import (
-    _compat,  # noqa: F401  (refuses a deadlocking jaxlib)
-    drift,
-    shaping,
-    value_loss,
-)
-from meta_objectives.base import PLUGS, MetaObjective, from_spec, make_objective, names, register
-from meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
-from meta_objectives.drift import DPO, LPO, TALPO, PPOClip, evaluate_drift
-from meta_objectives.io import ObjectiveFileError, load_objectives, save_objectives
-from meta_objectives.objectives import Objectives
-from meta_objectives.shaping import NoShaping, PotentialShaping
-from meta_objectives.value_loss import L2, ClippedL2, LearnedValueLoss
+The package imports lazily: `import meta_objectives.errors` or `meta_objectives.fileio` does not
+start jax (the command line validates configs and reads run directories before jax is imported);
+`from meta_objectives import LPO` imports the module that defines it on first use.
+"""
 
-__all__ = [
-    "PLUGS", "MetaObjective", "Objectives", "make_objective", "from_spec", "names", "register",
-    "PPOClip", "DPO", "LPO", "TALPO", "evaluate_drift", "L2", "ClippedL2", "LearnedValueLoss",
-    "ClosedFormDrift", "ClosedFormValueLoss", "NoShaping", "PotentialShaping",
-    "save_objectives", "load_objectives", "ObjectiveFileError",
-    "drift", "value_loss", "shaping",
-]
+from __future__ import annotations
+
+import importlib
+
+_SUBMODULES = ("drift", "value_loss", "shaping", "closed_form", "base", "io", "objectives", "errors", "fileio")
+_EXPORTS = {
+    "PLUGS": "base", "MetaObjective": "base", "from_spec": "base", "make_objective": "base", "names": "base",
+    "register": "base",
+    "PPOClip": "drift", "DPO": "drift", "LPO": "drift", "TALPO": "drift", "evaluate_drift": "drift",
+    "L2": "value_loss", "ClippedL2": "value_loss", "LearnedValueLoss": "value_loss",
+    "NoShaping": "shaping", "PotentialShaping": "shaping",
+    "ClosedFormDrift": "closed_form", "ClosedFormValueLoss": "closed_form",
+    "ObjectiveFileError": "io", "load_objectives": "io", "save_objectives": "io",
+    "Objectives": "objectives",
+    "MetadiscoError": "errors",
+}
+
+__all__ = sorted(_EXPORTS) + list(_SUBMODULES[:3])
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"meta_objectives.{name}")
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'meta_objectives' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"meta_objectives.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

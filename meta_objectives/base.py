@@ -25,6 +25,8 @@ from typing import Any, ClassVar
 
 import jax
 
+from meta_objectives import _compat  # noqa: F401  (refuses a deadlocking jaxlib)
+
 PLUGS = ("drift", "value_loss", "shaping")
 Params = Any  # a pytree of float32 arrays
 
@@ -54,8 +56,17 @@ def register(cls: type) -> type:
     return cls
 
 
+def _load_builtins() -> None:
+    """Import the modules that register the built-in objectives (the package imports lazily)."""
+    import importlib
+
+    for module in ("drift", "value_loss", "shaping", "closed_form"):
+        importlib.import_module(f"meta_objectives.{module}")
+
+
 def names(plug: str, learned: bool | None = None) -> list[str]:
     """Registered objective names for a plug point (only the learned ones, or only the others)."""
+    _load_builtins()
     registry = _REGISTRY[_check_plug(plug)]
     return sorted(n for n, cls in registry.items() if learned is None or cls.learned == learned)
 
@@ -68,6 +79,7 @@ def _check_plug(plug: str) -> str:
 
 def make_objective(plug: str, name: str, **config) -> MetaObjective:
     """Build a registered objective by plug point and name, e.g. ('drift', 'lpo')."""
+    _load_builtins()
     registry = _REGISTRY[_check_plug(plug)]
     if name not in registry:
         close = difflib.get_close_matches(name, list(registry), n=3, cutoff=0.4)

@@ -7,21 +7,21 @@ File layout: {"format": "metadisco.objectives", "version": 1, "spec": Objectives
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from meta_objectives.errors import MetadiscoError
+from meta_objectives.fileio import atomic_write_text
 from meta_objectives.objectives import Objectives
 
 FORMAT = "metadisco.objectives"
 VERSION = 1
 
 
-class ObjectiveFileError(ValueError):
+class ObjectiveFileError(MetadiscoError):
     """A file that is not a valid, matching objectives file."""
 
 
@@ -42,23 +42,6 @@ def params_from_json(tree):
     if isinstance(tree, dict):
         return {k: params_from_json(v) for k, v in tree.items()}
     raise ObjectiveFileError(f"malformed parameter entry: {str(tree)[:80]}")
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write via a temporary file in the same folder and rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def save_objectives(path, objectives: Objectives, params: dict, extra: dict | None = None) -> None:

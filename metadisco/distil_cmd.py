@@ -130,7 +130,7 @@ def distil_run(run, cfg, objectives, params, which="mean", symbolic=True, progre
                                          prior_fraction)
     if "value_loss" in plugs:
         reports["value_loss"] = _distil_value_loss(out, rows[:, 2], rows[:, 3], objectives, params, seed)
-    from meta_objectives.io import atomic_write_text
+    from meta_objectives.fileio import atomic_write_text
 
     for plug, report in reports.items():
         report["source"] = {"run_dir": str(run.path), "which": which, plug: getattr(objectives, plug).spec(),

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from flax import serialization
 
-from meta_objectives.io import atomic_write_text
+from meta_objectives.fileio import atomic_write_text
 
 CKPT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
 KEEP_CHECKPOINTS = 3
