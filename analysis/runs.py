@@ -1,0 +1,203 @@
+"""The one reader of a run directory (jax-free: `import analysis.runs` starts no jax).
+
+    RUN_DIR/config.json             the resolved RunConfig (a dict here; metadisco.config parses it)
+    RUN_DIR/metrics.jsonl           one JSON line per generation
+    RUN_DIR/baseline.json           PPO's returns used to normalise fitness (normalised fitness only)
+    RUN_DIR/checkpoints/gen_NNNNNN.msgpack   the newest few checkpoints
+    RUN_DIR/objectives/{best,mean}.json      meta_objectives files, loadable anywhere
+    RUN_DIR/figures/ evaluation/ distil/ export/   what the analysis commands write
+    RUN_DIR/.lock                   held by the one process that writes the run (metadisco train)
+
+    run = Run(path)
+    run.config()               dict; RunDirError when missing or corrupt
+    run.metrics()              [row, ...]: complete lines only (a run may be writing the next one)
+    run.baseline()             dict, or None when the run has none
+    run.checkpoints()          [Path, ...] oldest first; temporary files ignored
+    run.heldout()              the held-out section the run declared before it ran ({} if none)
+    run.objectives_path(which) RUN_DIR/objectives/{which}.json ("mean" or "best")
+    run.objectives(which)      (objectives, params, extra): imports jax, on demand
+    run_containing(file)       the Run a file inside RUN_DIR/objectives or RUN_DIR/export belongs to
+
+Everything a run writes is written atomically (a reader sees the old file or the new one) except
+metrics.jsonl, which grows a line at a time; `metrics()` keeps complete lines only. The writing side
+is metadisco.rundir.RunDir, a subclass of `Run`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from meta_objectives.errors import MetadiscoError
+
+CHECKPOINT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
+WHICH = ("mean", "best")
+
+
+class RunDirError(MetadiscoError):
+    """A run directory that is missing, incomplete, corrupt or busy (the message says what to do)."""
+
+
+def parse_metrics(text: str) -> list[dict]:
+    """The rows of a metrics.jsonl text, up to the first line that is not complete JSON.
+
+    A line cut by a crash (or still being written by the run) ends the rows: resume drops it and
+    everything after it; a reader simply does not see it yet.
+    """
+    rows = []
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break  # the line being written right now
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a line cut by a crash
+        if not isinstance(row, dict):
+            break
+        rows.append(row)
+    return rows
+
+
+class Run:
+    """A run directory, read-only. Paths are properties; reading methods raise RunDirError."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r})"
+
+    # layout
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def baseline_path(self) -> Path:
+        return self.path / "baseline.json"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def objectives_dir(self) -> Path:
+        return self.path / "objectives"
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.path / "figures"
+
+    @property
+    def evaluation_dir(self) -> Path:
+        return self.path / "evaluation"
+
+    @property
+    def distil_dir(self) -> Path:
+        return self.path / "distil"
+
+    @property
+    def export_dir(self) -> Path:
+        return self.path / "export"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / ".lock"
+
+    def objectives_path(self, which: str = "mean") -> Path:
+        if which not in WHICH:
+            raise RunDirError(f"which must be one of {', '.join(WHICH)}, got {which!r}")
+        return self.objectives_dir / f"{which}.json"
+
+    def is_run(self) -> bool:
+        """A directory with a config.json: written by `metadisco train` (possibly still running)."""
+        return self.config_path.is_file()
+
+    # reading
+    def read_json(self, name: str):
+        """RUN_DIR/name parsed; RunDirError naming the file when it is missing or not JSON."""
+        path = self.path / name
+        if not path.is_file():
+            raise RunDirError(f"{path} is missing: {self.path} is not a complete metadisco run directory")
+        try:
+            return json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RunDirError(f"{path} is corrupt ({e})") from None
+
+    def config(self) -> dict:
+        """The resolved config the run was started with, as stored (a dict)."""
+        if not self.path.is_dir():
+            raise RunDirError(f"no run directory at {self.path}; `metadisco train --run-dir {self.path}` creates one")
+        config = self.read_json("config.json")
+        if not isinstance(config, dict):
+            raise RunDirError(f"{self.config_path} is corrupt (not a JSON object)")
+        return config
+
+    def metrics(self) -> list[dict]:
+        """One dict per completed generation, oldest first; [] before the first generation."""
+        try:
+            return parse_metrics(self.metrics_path.read_text())
+        except FileNotFoundError:
+            return []
+
+    def baseline(self) -> dict | None:
+        """{env: {"init_return", "auc", "final"}} for a run with normalised fitness, else None."""
+        return self.read_json("baseline.json") if self.baseline_path.is_file() else None
+
+    def checkpoints(self) -> list[Path]:
+        """Checkpoint files, oldest first (temporary files of a write in progress are not listed)."""
+        if not self.checkpoint_dir.is_dir():
+            return []
+        return sorted(p for p in self.checkpoint_dir.iterdir() if CHECKPOINT_RE.match(p.name))
+
+    @staticmethod
+    def checkpoint_generation(path: Path) -> int:
+        """The number of completed generations a checkpoint file holds (from its name)."""
+        return int(CHECKPOINT_RE.match(Path(path).name).group(1))
+
+    def heldout(self) -> dict:
+        """The `heldout` section the run declared before it ran ({} when it declared none)."""
+        section = self.config().get("heldout") or {}
+        return section if section.get("envs") else {}
+
+    def objectives(self, which: str = "mean"):
+        """(objectives, params, extra) from RUN_DIR/objectives/{which}.json. Imports jax.
+
+        RunDirError when the run has not written it yet (it does at its first checkpoint) or
+        when the file is not a usable objectives file.
+        """
+        from meta_objectives.io import ObjectiveFileError, load_objectives
+
+        path = self.objectives_path(which)
+        if not path.is_file():
+            every = self._config_field("checkpoint_every")
+            raise RunDirError(
+                f"{path} is missing: the run has not written its objectives yet (it writes them with each "
+                f"checkpoint{f', every {every} generations' if every else ''}). Wait for it, resume it with "
+                f"`metadisco train --resume {self.path}`, or pass another run directory.")
+        try:
+            return load_objectives(path)
+        except ObjectiveFileError as e:
+            raise RunDirError(str(e)) from None
+
+    def _config_field(self, name: str):
+        try:
+            return self.config().get(name)
+        except RunDirError:
+            return None
+
+
+def run_containing(file: str | os.PathLike) -> Run | None:
+    """The run a file written inside it belongs to (RUN_DIR/objectives/*.json, RUN_DIR/export/*),
+    or None for a file anywhere else."""
+    file = Path(file)
+    if file.parent.name not in ("objectives", "export"):
+        return None
+    run = Run(file.parent.parent)
+    return run if run.is_run() else None

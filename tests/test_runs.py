@@ -1,0 +1,59 @@
+"""analysis.runs: the one reader of a run directory (jax-free; complete lines and files only)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from analysis.runs import Run, RunDirError, parse_metrics, run_containing
+from meta_objectives.errors import MetadiscoError
+
+
+def test_importing_the_reader_does_not_import_jax():
+    code = "import sys, analysis.runs; assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_metrics_keep_complete_lines_only():
+    rows = [{"generation": 0, "fitness_mean": 1.0}, {"generation": 1, "fitness_mean": 2.0}]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    assert parse_metrics(text) == rows
+    assert parse_metrics(text + '{"generation": 2, "fitness_me') == rows  # being written
+    assert parse_metrics(text + '{"generation": 2}') == rows  # its newline not written yet
+    assert parse_metrics(text + '{"generation": 2, "fitn\n{"generation": 3}\n') == rows  # cut by a crash
+
+
+def test_a_missing_or_corrupt_run_says_what_it_is(tmp_path):
+    with pytest.raises(RunDirError, match="no run directory"):
+        Run(tmp_path / "nope").config()
+    run = Run(tmp_path)
+    with pytest.raises(RunDirError, match="config.json is missing"):
+        run.config()
+    run.config_path.write_text("{not json")
+    with pytest.raises(RunDirError, match="corrupt"):
+        run.config()
+    assert issubclass(RunDirError, MetadiscoError)
+    assert run.metrics() == [] and run.baseline() is None and run.checkpoints() == []
+
+
+def test_layout_listing_and_declared_heldout(tmp_path):
+    run = Run(tmp_path)
+    run.config_path.write_text(json.dumps({"envs": ["CartPole-v1"], "heldout": {"envs": []}}))
+    assert run.is_run() and run.heldout() == {}
+    run.config_path.write_text(json.dumps({"heldout": {"envs": ["Acrobot-v1"], "timesteps": 5}}))
+    assert run.heldout() == {"envs": ["Acrobot-v1"], "timesteps": 5}
+    run.checkpoint_dir.mkdir()
+    for name in ("gen_000002.msgpack", "gen_000010.msgpack", ".gen_000011.msgpack.x.tmp", "gen_000011.tmp"):
+        (run.checkpoint_dir / name).write_bytes(b"")
+    assert [p.name for p in run.checkpoints()] == ["gen_000002.msgpack", "gen_000010.msgpack"]
+    assert Run.checkpoint_generation(run.checkpoints()[-1]) == 10
+    assert run.objectives_path("best") == tmp_path / "objectives" / "best.json"
+    with pytest.raises(RunDirError, match="which"):
+        run.objectives_path("worst")
+    with pytest.raises(RunDirError, match="has not written its objectives yet"):
+        run.objectives("mean")
+    run.objectives_dir.mkdir()
+    assert run_containing(run.objectives_dir / "mean.json").path == tmp_path
+    assert run_containing(tmp_path / "elsewhere.json") is None
