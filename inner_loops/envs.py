@@ -14,7 +14,6 @@ Everything is a pure function of (key, state, action), so it vmaps over environm
 from __future__ import annotations
 
 import contextlib
-import difflib
 import io
 import warnings
 from collections.abc import Callable
@@ -25,8 +24,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-BRAX_PREFIX = "brax/"
-BRAX_BACKENDS = ("spring", "positional", "generalized", "mjx")
+from inner_loops.catalog import BRAX_PREFIX, available_envs, check_env_name  # noqa: F401  (re-exported)
+
 DEFAULT_BRAX_BACKEND = "spring"
 BRAX_EPISODE_LENGTH = 1000
 
@@ -99,12 +98,6 @@ class Env:
         )
 
 
-def _gymnax_names() -> list[str]:
-    import gymnax
-
-    return list(gymnax.registered_envs)
-
-
 def _import_brax():
     """Import brax.envs, silencing mujoco's print about its optional GPU backend (warp)."""
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
@@ -113,35 +106,9 @@ def _import_brax():
     return brax_envs
 
 
-def _brax_names() -> list[str]:
-    brax_envs = _import_brax()
-
-    return [BRAX_PREFIX + n for n in brax_envs._envs]  # brax keeps no public list
-
-
-def available_envs() -> list[str]:
-    """Every environment name `make_env` accepts (gymnax ids and brax/<name>)."""
-    return _gymnax_names() + _brax_names()
-
-
-def check_env_name(name: str) -> None:
-    """Raise ValueError naming the close matches if `name` is not a known environment."""
-    base, _, backend = name.partition(":")
-    if base.startswith(BRAX_PREFIX):
-        if backend and backend not in BRAX_BACKENDS:
-            raise ValueError(f"unknown brax backend {backend!r} in {name!r}; choose one of {', '.join(BRAX_BACKENDS)}")
-        if base in _brax_names():
-            return
-    elif not backend and base in _gymnax_names():
-        return
-    known = available_envs()
-    close = difflib.get_close_matches(base, known, n=4, cutoff=0.5)
-    close += [k for k in known if base.lower() in k.lower() and k not in close][:4]
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise ValueError(
-        f"unknown environment {name!r}.{hint} Run `metadisco envs` for the full list "
-        f"(gymnax ids such as CartPole-v1, Breakout-MinAtar; brax as brax/ant[:backend])."
-    )
+def registered_brax_names() -> list[str]:
+    """brax's own registry (it keeps no public list); `catalog.BRAX_ENVS` is checked against it."""
+    return list(_import_brax()._envs)
 
 
 def make_env(name: str) -> Env:

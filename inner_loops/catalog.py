@@ -1,0 +1,68 @@
+"""The names of every environment metadisco can build, and their PPO preset family, without jax.
+
+The command line validates a config before jax starts (a typo in an environment name is reported
+in well under two seconds), so the names are kept here as tables; `tests/test_envs_catalog.py`
+checks that they equal gymnax's and brax's own registries, so a library upgrade that adds or
+drops an environment fails a test instead of drifting silently.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from meta_objectives.errors import ConfigError
+
+BRAX_PREFIX = "brax/"
+BRAX_BACKENDS = ("spring", "positional", "generalized", "mjx")
+
+# gymnax 1.0.1 `gymnax.registered_envs`, in its order.
+GYMNAX_ENVS = (
+    "CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
+    "Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar", "SpaceInvaders-MinAtar",
+    "Catch-bsuite", "DeepSea-bsuite", "MemoryChain-bsuite", "UmbrellaChain-bsuite", "DiscountingChain-bsuite",
+    "MNISTBandit-bsuite", "SimpleBandit-bsuite",
+    "FourRooms-misc", "MetaMaze-misc", "PointRobot-misc", "BernoulliBandit-misc", "GaussianBandit-misc",
+    "Reacher-misc", "Swimmer-misc", "Pong-misc", "FrozenLake-misc",
+)
+# brax 0.14.2 `brax.envs._envs` (brax keeps no public list), sorted.
+BRAX_ENVS = (
+    "ant", "fast", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_double_pendulum",
+    "inverted_pendulum", "pusher", "reacher", "swimmer", "walker2d",
+)
+
+
+def available_envs() -> list[str]:
+    """Every environment name `make_env` accepts: gymnax ids, then brax/<name>."""
+    return list(GYMNAX_ENVS) + [BRAX_PREFIX + n for n in BRAX_ENVS]
+
+
+def preset_name(env_name: str) -> str:
+    """The PPO preset family of an environment: brax, minatar or classic."""
+    if env_name.startswith(BRAX_PREFIX):
+        return "brax"
+    if "MinAtar" in env_name:
+        return "minatar"
+    return "classic"
+
+
+def check_env_name(name: str) -> None:
+    """Raise ConfigError naming close matches if `name` is not a known environment.
+
+    Brax names may carry a backend: brax/ant:positional.
+    """
+    base, _, backend = name.partition(":")
+    if base.startswith(BRAX_PREFIX):
+        if backend and backend not in BRAX_BACKENDS:
+            raise ConfigError(f"unknown brax backend {backend!r} in {name!r}; choose one of {', '.join(BRAX_BACKENDS)}")
+        if base[len(BRAX_PREFIX):] in BRAX_ENVS:
+            return
+    elif not backend and base in GYMNAX_ENVS:
+        return
+    known = available_envs()
+    close = difflib.get_close_matches(base, known, n=4, cutoff=0.5)
+    close += [k for k in known if base.lower() in k.lower() and k not in close][:4]
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise ConfigError(
+        f"unknown environment {name!r}.{hint} Run `metadisco envs` for the full list "
+        f"(gymnax ids such as CartPole-v1, Breakout-MinAtar; brax as brax/ant[:backend])."
+    )
