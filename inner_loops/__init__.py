@@ -1,10 +1,31 @@
-"""Inner loops: environments behind one interface, and PPO as one pure train function."""
+"""Inner loops: environments behind one interface, and PPO as one pure train function.
 
-from inner_loops.envs import Env, Step, available_envs, check_env_name, make_env
-from inner_loops.ppo import PRESETS, PPOConfig, PPOHyperparams, TrainResult, gae, make_train, preset_for, preset_name
-from meta_objectives import _compat  # noqa: F401  (refuses a deadlocking jaxlib)
+The package imports lazily (PEP 562): `inner_loops.catalog` (environment names, preset families)
+is jax-free, so the command line validates a config before jax starts; `from inner_loops import
+make_train` imports the module that defines it on first use.
+"""
 
-__all__ = [
-    "Env", "Step", "available_envs", "check_env_name", "make_env", "PRESETS", "PPOConfig",
-    "PPOHyperparams", "TrainResult", "gae", "make_train", "preset_for", "preset_name",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "available_envs": "catalog", "check_env_name": "catalog", "preset_name": "catalog",
+    "Env": "envs", "Step": "envs", "make_env": "envs",
+    "PRESETS": "ppo", "PPOConfig": "ppo", "PPOHyperparams": "ppo", "TrainResult": "ppo", "gae": "ppo",
+    "make_train": "ppo", "preset_for": "ppo",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'inner_loops' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"inner_loops.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

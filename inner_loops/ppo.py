@@ -1,7 +1,7 @@
 """PPO as one pure function, open at three plug points (drift, value loss, reward shaping).
 
     train = make_train(env, config, objectives)      # static: shapes, env, objectives
-    result = train(meta_params, key)                 # jit-able; vmap over meta_params and key
+    result = train(key, meta_params)                 # jit-able; vmap over key and meta_params
     result.returns                                   # [num_updates] learning curve
 
 The run reads top to bottom: `collect` a rollout, `gae`, then `update_epoch` x epochs of
@@ -27,6 +27,7 @@ import optax
 from flax import struct
 
 from inner_loops import networks
+from inner_loops.catalog import preset_name
 from inner_loops.envs import Env
 from meta_objectives import Objectives
 
@@ -118,14 +119,6 @@ PRESETS: dict[str, PPOConfig] = {
 }
 
 
-def preset_name(env_name: str) -> str:
-    if env_name.startswith("brax/"):
-        return "brax"
-    if "MinAtar" in env_name:
-        return "minatar"
-    return "classic"
-
-
 def preset_for(env_name: str) -> PPOConfig:
     """The published PPO settings for an environment's family."""
     return PRESETS[preset_name(env_name)]
@@ -211,7 +204,7 @@ def gae(values, next_values, rewards, terminated, done, gamma, gae_lambda):
 
 
 def make_train(env: Env, config: PPOConfig, objectives: Objectives = Objectives()):
-    """Build `train(meta_params, key, hparams=None) -> TrainResult` (see module docstring)."""
+    """Build `train(key, meta_params, hparams=None) -> TrainResult` (see module docstring)."""
     config.validate()
     network = networks.ActorCritic(
         num_actions=env.num_actions, discrete=env.discrete, hidden=config.hidden,
@@ -274,7 +267,7 @@ def make_train(env: Env, config: PPOConfig, objectives: Objectives = Objectives(
 
         return jax.lax.scan(minibatch_step, (params, opt_state), minibatches)
 
-    def train(meta_params: dict, key: jax.Array, hparams: PPOHyperparams | None = None) -> TrainResult:
+    def train(key: jax.Array, meta_params: dict, hparams: PPOHyperparams | None = None) -> TrainResult:
         hp = config.hparams if hparams is None else hparams
         obj_params = objectives.merge(meta_params, default_meta_params)
         steps_per_update = config.update_epochs * config.num_minibatches
