@@ -415,7 +415,7 @@ def _program(env: Env, config: PPOConfig, objectives: Objectives, num_seeds: int
     except TypeError:  # unhashable objectives: no caching
         cache_key = None
     train = make_train(env, config, objectives)
-    over_seeds = jax.vmap(train, in_axes=(None, 0, None))
+    over_seeds = jax.vmap(lambda params, key, hp: train(key, params, hp), in_axes=(None, 0, None))
     fn = jax.vmap(over_seeds, in_axes=(None, None, 0)) if grid else over_seeds
     out_spec = P(None, "seed") if grid else P("seed")
     program = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=(P(), P("seed"), P()), out_specs=out_spec, check_vma=False))

@@ -352,7 +352,7 @@ def build(impl: str, env_name: str, pop: int, timesteps: int):
         meta_pop = jax.tree.map(lambda x: jax.numpy.broadcast_to(x, (pop,) + x.shape), meta)
 
         def batched(meta_params, key_data):
-            return jax.vmap(lambda m, kd: train(m, jax.random.wrap_key_data(kd)))(meta_params, key_data)
+            return jax.vmap(lambda m, kd: train(jax.random.wrap_key_data(kd), m))(meta_params, key_data)
 
         def args_for(rep):
             return (meta_pop, _keys(rep, pop))

@@ -75,7 +75,7 @@ class MetaTrainer:
 
     def __init__(self, cfg: RunConfig, devices=None, trains=None, ppo_trains=None):
         """trains / ppo_trains: optional replacement inner loops (the evolved one and the PPO
-        reference), one `train(meta_params, key) -> TrainResult` per env, for meta-problems with a
+        reference), one `train(key, meta_params) -> TrainResult` per env, for meta-problems with a
         known answer in tests or custom inner loops."""
         self.cfg = cfg
         self.envs = [make_env(name) for name in cfg.envs]
@@ -147,7 +147,7 @@ class MetaTrainer:
         """Fitness of a (local shard of the) population: pop leaves [P_local, ...], seeds [S]."""
         fitness, diverged = [], []
         for i, train in enumerate(self.trains):
-            result = jax.vmap(lambda p: jax.vmap(lambda k: train(p, k))(seeds))(pop)  # leaves [P, S, ...]
+            result = jax.vmap(lambda p: jax.vmap(lambda k: train(k, p))(seeds))(pop)  # leaves [P, S, ...]
             f = fitness_from(result, self.cfg.fitness, baseline, i)
             bad = result.diverged | ~jnp.isfinite(f)
             fitness.append(jnp.where(bad, jnp.nan, f).mean(1))
@@ -195,14 +195,14 @@ class MetaTrainer:
         params = self.full_params(solution)
         out = []
         for i, (train, ppo) in enumerate(zip(self.trains, self.ppo_trains)):
-            ours = fitness_from(jax.vmap(lambda k: train(params, k))(seeds), self.cfg.fitness, baseline, i)
-            theirs = fitness_from(jax.vmap(lambda k: ppo({}, k))(seeds), self.cfg.fitness, baseline, i)
+            ours = fitness_from(jax.vmap(lambda k: train(k, params))(seeds), self.cfg.fitness, baseline, i)
+            theirs = fitness_from(jax.vmap(lambda k: ppo(k, {}))(seeds), self.cfg.fitness, baseline, i)
             out.append((ours, theirs))
         return out
 
     def _baseline_impl(self, key_data):
         seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.baseline_seeds)
-        results = [jax.vmap(lambda k: ppo({}, k))(seeds) for ppo in self.ppo_trains]
+        results = [jax.vmap(lambda k: ppo(k, {}))(seeds) for ppo in self.ppo_trains]
         return Baseline(
             init_return=jnp.stack([r.returns[:, 0].mean() for r in results]),
             auc=jnp.stack([r.returns.mean() for r in results]),

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(300)
 TARGET = 0.05  # the known answer of the quadratic meta-problem below
 
 
-def quadratic_train(meta_params, key):
+def quadratic_train(key, meta_params):
     """A stand-in inner loop with a known optimum: return = -|w2 - TARGET|^2 (+ seed noise).
 
     Members whose first output weight is above 0.02 'diverge' (NaN) when DIVERGE is set.
@@ -31,8 +31,8 @@ def quadratic_train(meta_params, key):
                        visited=jnp.zeros((8, 0, 4)))
 
 
-def diverging_train(meta_params, key):
-    result = quadratic_train(meta_params, key)
+def diverging_train(key, meta_params):
+    result = quadratic_train(key, meta_params)
     bad = meta_params["drift"]["w2"][0, 0] > 0.0
     return result.replace(returns=jnp.where(bad, jnp.nan, result.returns),
                           final_return=jnp.where(bad, jnp.nan, result.final_return))
@@ -169,7 +169,7 @@ def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted):
 def constant_train(init_return, final_return):
     """A stand-in PPO whose learning curve rises linearly from init_return to final_return."""
 
-    def train(meta_params, key):
+    def train(key, meta_params):
         returns = jnp.linspace(init_return, final_return, 8)
         return TrainResult(returns=returns, final_return=returns[-1], diverged=jnp.bool_(False),
                            visited=jnp.zeros((8, 0, 4)))

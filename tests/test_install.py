@@ -35,13 +35,13 @@ SEVERAL_PROGRAMS = textwrap.dedent(
     config = PPOConfig(total_timesteps=30_000)
     cartpole = make_train(make_env("CartPole-v1"), config)
 
-    one = jax.jit(cartpole)({}, jax.random.key(0))
+    one = jax.jit(cartpole)(jax.random.key(0), {})
     print("population 1:", float(one.final_return.block_until_ready()), flush=True)
 
-    eight = jax.jit(jax.vmap(cartpole, in_axes=(None, 0)))({}, jax.random.split(jax.random.key(1), 8))
+    eight = jax.jit(jax.vmap(cartpole, in_axes=(0, None)))(jax.random.split(jax.random.key(1), 8), {})
     print("population 8:", eight.final_return.block_until_ready().tolist(), flush=True)
 
-    acrobot = jax.jit(make_train(make_env("Acrobot-v1"), config))({}, jax.random.key(2))
+    acrobot = jax.jit(make_train(make_env("Acrobot-v1"), config))(jax.random.key(2), {})
     print("acrobot:", float(acrobot.final_return.block_until_ready()), flush=True)
     """
 )

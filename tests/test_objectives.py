@@ -168,9 +168,9 @@ def cartpole():
 
 def test_ppo_run_with_lpo_at_init_is_bit_identical_to_ppo(cartpole):
     key = jax.random.key(3)
-    ppo = jax.jit(make_train(cartpole, TINY))({}, key)
+    ppo = jax.jit(make_train(cartpole, TINY))(key, {})
     objectives = Objectives(drift=LPO())
-    lpo = jax.jit(make_train(cartpole, TINY, objectives))(objectives.init(jax.random.key(5), plugs=("drift",)), key)
+    lpo = jax.jit(make_train(cartpole, TINY, objectives))(key, objectives.init(jax.random.key(5), plugs=("drift",)))
     np.testing.assert_array_equal(np.asarray(lpo.returns), np.asarray(ppo.returns))
     assert np.asarray(ppo.returns).std() > 0  # a real learning curve, not a constant
 
@@ -326,7 +326,7 @@ def test_objective_trains_vmapped_over_population(cartpole, case):
         members = [_perturb(base, jax.random.key(i)) for i in (1, 2)]
     population = jax.tree.map(lambda *x: jnp.stack(x), *members)
     train = make_train(cartpole, TINY, objectives)
-    result = jax.jit(jax.vmap(train, in_axes=(0, None)))(population, jax.random.key(0))
+    result = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), population)
     returns = np.asarray(result.returns)
     assert returns.shape == (2, TINY.num_updates)
     assert np.isfinite(returns).all()

@@ -34,7 +34,7 @@ def cartpole():
 
 def test_default_ppo_solves_cartpole(cartpole):
     config = PPOConfig(total_timesteps=150_000).replace(lr=2.5e-3)
-    result = jax.jit(make_train(cartpole, config))({}, jax.random.key(0))
+    result = jax.jit(make_train(cartpole, config))(jax.random.key(0), {})
     returns = np.asarray(result.returns)
     assert returns.shape == (config.num_updates,)
     assert not bool(result.diverged)
@@ -89,9 +89,9 @@ def lpo_runs(cartpole):
     train = make_train(cartpole, TINY, objectives)
     traces = []
 
-    def counted(meta_params, key, hparams):
+    def counted(key, meta_params, hparams):
         traces.append(1)  # runs only while tracing
-        return train(meta_params, key, hparams)
+        return train(key, meta_params, hparams)
 
     jitted = jax.jit(counted)
     base = objectives.init(jax.random.key(1), plugs=("drift",))
@@ -100,9 +100,9 @@ def lpo_runs(cartpole):
         for i in range(2)
     ]
     keys = jax.random.split(jax.random.key(2), 2)
-    separate = [jitted(members[i], keys[i], TINY.hparams) for i in range(2)]
+    separate = [jitted(keys[i], members[i], TINY.hparams) for i in range(2)]
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *members)
-    batched = jax.jit(jax.vmap(train, in_axes=(0, 0, None)))(stacked, keys, TINY.hparams)
+    batched = jax.jit(jax.vmap(train, in_axes=(0, 0, None)))(keys, stacked, TINY.hparams)
     return dict(jitted=jitted, traces=traces, members=members, keys=keys, separate=separate, batched=batched)
 
 
@@ -122,8 +122,8 @@ def test_train_traces_once_for_new_keys_params_and_hparams(lpo_runs):
     jitted, traces = lpo_runs["jitted"], lpo_runs["traces"]
     assert len(traces) == 1  # two fixture calls with different members and keys
     other = jax.tree.map(lambda x: x * 0.5, lpo_runs["members"][1])
-    out = jitted(other, jax.random.key(123), PPOHyperparams(lr=1e-3, ent_coef=0.0))
-    out2 = jitted(other, jax.random.key(124), PPOHyperparams(lr=5e-4, gamma=0.9))
+    out = jitted(jax.random.key(123), other, PPOHyperparams(lr=1e-3, ent_coef=0.0))
+    out2 = jitted(jax.random.key(124), other, PPOHyperparams(lr=5e-4, gamma=0.9))
     jax.block_until_ready((out, out2))
     assert len(traces) == 1, f"train was traced {len(traces)} times; new values must not recompile"
     # The traced hyperparameters are really used (not constants baked in at the first trace).
@@ -202,7 +202,7 @@ def _learned_values(env):
         gamma=0.5, lr=1e-2
     )
     _RECORDED.clear()
-    result = jax.jit(make_train(env, config, Objectives(value_loss=_RecordingClippedL2())))({}, jax.random.key(0))
+    result = jax.jit(make_train(env, config, Objectives(value_loss=_RecordingClippedL2())))(jax.random.key(0), {})
     jax.block_until_ready(result)
     jax.effects_barrier()
     assert len(_RECORDED) == config.num_updates * config.update_epochs * config.num_minibatches
@@ -272,7 +272,7 @@ def test_cartpole_time_limit_is_truncation(cartpole):
 def test_continuous_smoke(name, config):
     env = make_env(name)
     assert not env.discrete and env.num_actions >= 1
-    result = jax.jit(make_train(env, config))({}, jax.random.key(0))
+    result = jax.jit(make_train(env, config))(jax.random.key(0), {})
     returns = np.asarray(result.returns)
     assert returns.shape == (config.num_updates,)
     assert np.isfinite(returns).all()
