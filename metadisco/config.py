@@ -15,9 +15,10 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from meta_objectives.errors import ConfigError
+
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
 FITNESS_KINDS = ("auc", "final", "auc_norm", "final_norm")
-FITNESS_SHAPING = ("centered_rank", "z_score", "normalize", "raw")
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def _coerce(value, tp, path: str):
         pass
     else:
         return value
-    raise ValueError(f"config field {path}: cannot read {value!r} as {getattr(hints_tp, '__name__', hints_tp)}")
+    raise ConfigError(f"config field {path}: cannot read {value!r} as {getattr(hints_tp, '__name__', hints_tp)}")
 
 
 def _build(cls, d: dict, prefix: str):
@@ -168,13 +169,13 @@ def _build(cls, d: dict, prefix: str):
         k = unknown[0]
         close = difflib.get_close_matches(k, names, n=3)
         hint = f" Did you mean {', '.join(prefix + c for c in close)}?" if close else ""
-        raise ValueError(f"unknown config field {prefix + k!r}.{hint} Fields here: {', '.join(names)}")
+        raise ConfigError(f"unknown config field {prefix + k!r}.{hint} Fields here: {', '.join(names)}")
     kwargs = {}
     for k, v in d.items():
         tp = hints[k]
         if dataclasses.is_dataclass(tp):
             if not isinstance(v, dict):
-                raise ValueError(f"config field {prefix + k} is a section; set its fields as {prefix + k}.FIELD=VALUE")
+                raise ConfigError(f"config field {prefix + k} is a section; set its fields as {prefix + k}.FIELD=VALUE")
             kwargs[k] = _build(tp, v, f"{prefix}{k}.")
         else:
             kwargs[k] = _coerce(v, tp, prefix + k)
@@ -201,11 +202,11 @@ def load_experiment(name_or_path: str) -> dict:
         known = list_experiments()
         close = difflib.get_close_matches(name_or_path, known, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown experiment {name_or_path!r}.{hint} Available: {', '.join(known) or '(none)'}")
+        raise ConfigError(f"unknown experiment {name_or_path!r}.{hint} Available: {', '.join(known) or '(none)'}")
     try:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"experiment file {path} is not valid TOML: {e}") from e
+        raise ConfigError(f"experiment file {path} is not valid TOML: {e}") from e
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -213,7 +214,7 @@ def parse_overrides(items: list[str]) -> dict:
     out: dict = {}
     for item in items:
         if "=" not in item:
-            raise ValueError(f"override {item!r} must look like FIELD=VALUE (e.g. es.population_size=32)")
+            raise ConfigError(f"override {item!r} must look like FIELD=VALUE (e.g. es.population_size=32)")
         key, value = item.split("=", 1)
         node = out
         *parents, leaf = key.strip().split(".")
@@ -233,86 +234,92 @@ def resolve(experiment: str | None = None, overrides: list[str] = ()) -> RunConf
 
 
 def validate(cfg: RunConfig) -> RunConfig:
-    """Every check that can fail without compiling anything; raises ValueError saying what to do."""
-    import evosax.algorithms
+    """Every check that can fail without compiling anything; raises ConfigError saying what to do.
 
-    from inner_loops import check_env_name
-    from meta_objectives import PLUGS, names
+    The jax-free checks (`check_static`) run first, so a typo is reported before jax starts.
+    """
+    check_static(cfg)
+    _check_objectives_and_shapes(cfg)
+    return cfg
+
+
+def check_static(cfg: RunConfig) -> None:
+    """The checks that need neither jax nor an environment library: names, ranges, sizes."""
+    from inner_loops.catalog import check_env_name
+    from metadisco.strategy import ANTITHETIC_STRATEGIES, FITNESS_SHAPING, STRATEGIES
 
     if not cfg.envs:
-        raise ValueError("envs is empty: name at least one environment, e.g. envs=CartPole-v1")
+        raise ConfigError("envs is empty: name at least one environment, e.g. envs=CartPole-v1")
     for env in cfg.envs:
         check_env_name(env)
     for env in cfg.heldout.envs:
         check_env_name(env)
     trained_on = [e for e in cfg.heldout.envs if e in cfg.envs]
     if trained_on:
-        raise ValueError(
+        raise ConfigError(
             f"heldout.envs lists {', '.join(trained_on)}, which the run meta-trains on: a held-out "
             "environment must be one the run never sees; drop it from heldout.envs or from envs"
         )
     if cfg.heldout.seeds < 1 or (cfg.heldout.timesteps is not None and cfg.heldout.timesteps < 1):
-        raise ValueError("heldout.seeds and heldout.timesteps must be >= 1")
-    strategies = evosax.algorithms.algorithms
-    if cfg.es.strategy not in strategies:
-        close = difflib.get_close_matches(cfg.es.strategy, list(strategies), n=3, cutoff=0.4)
+        raise ConfigError("heldout.seeds and heldout.timesteps must be >= 1")
+    if cfg.es.strategy not in STRATEGIES:
+        close = difflib.get_close_matches(cfg.es.strategy, STRATEGIES, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown ES strategy {cfg.es.strategy!r}.{hint} Available: {', '.join(sorted(strategies))}")
+        raise ConfigError(f"unknown ES strategy {cfg.es.strategy!r}.{hint} Available: {', '.join(sorted(STRATEGIES))}")
+    es = cfg.es
+    if es.population_size < 2:
+        raise ConfigError(f"es.population_size must be >= 2, got {es.population_size}")
+    if es.antithetic and es.population_size % 2 and es.strategy in ANTITHETIC_STRATEGIES:
+        raise ConfigError(
+            f"es.population_size = {es.population_size} is odd but antithetic sampling pairs members (+z, -z): "
+            "use an even population, or es.antithetic=false"
+        )
+    if es.sigma_init <= 0 or es.lr <= 0:
+        raise ConfigError("es.sigma_init and es.lr must be > 0")
+    if not (0 < es.sigma_decay <= 1 and 0 < es.lr_decay <= 1):
+        raise ConfigError("es.sigma_decay and es.lr_decay must be in (0, 1]")
+    if es.optimizer not in ("adam", "sgd"):
+        raise ConfigError(f"es.optimizer must be adam or sgd, got {es.optimizer!r}")
+    if es.fitness_shaping not in FITNESS_SHAPING:
+        raise ConfigError(f"es.fitness_shaping must be one of {', '.join(FITNESS_SHAPING)}")
+    if cfg.fitness not in FITNESS_KINDS:
+        raise ConfigError(f"fitness must be one of {', '.join(FITNESS_KINDS)}, got {cfg.fitness!r}")
+    if len(cfg.envs) > 1 and not cfg.fitness.endswith("_norm"):
+        raise ConfigError(
+            f"{len(cfg.envs)} meta-training environments need a normalised fitness so that their returns "
+            f"can be averaged: use fitness={cfg.fitness}_norm"
+        )
+    for name in ("seeds_per_member", "generations", "checkpoint_every", "eval_seeds", "baseline_seeds"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.eval_every < 0 or cfg.devices < 0:
+        raise ConfigError("eval_every and devices must be >= 0")
+
+
+def _check_objectives_and_shapes(cfg: RunConfig) -> None:
+    """The checks that import the objectives and environments (jax): names, options, shapes."""
+    from meta_objectives import PLUGS, names
+
     o = cfg.objectives
     for plug in PLUGS:
         name = getattr(o, plug)
         if name not in names(plug):
             close = difflib.get_close_matches(name, names(plug), n=3, cutoff=0.4)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise ValueError(f"unknown {plug} objective {name!r}.{hint} Available: {', '.join(names(plug))}")
+            raise ConfigError(f"unknown {plug} objective {name!r}.{hint} Available: {', '.join(names(plug))}")
     if not o.evolve:
-        raise ValueError("objectives.evolve is empty: name the plug points to evolve, e.g. objectives.evolve=drift")
+        raise ConfigError("objectives.evolve is empty: name the plug points to evolve, e.g. objectives.evolve=drift")
     for plug in o.evolve:
         if plug not in PLUGS:
-            raise ValueError(f"objectives.evolve: unknown plug point {plug!r}; choose from {', '.join(PLUGS)}")
+            raise ConfigError(f"objectives.evolve: unknown plug point {plug!r}; choose from {', '.join(PLUGS)}")
     if len(set(o.evolve)) != len(o.evolve):
-        raise ValueError(f"objectives.evolve lists a plug point twice: {o.evolve}")
-    es = cfg.es
-    if es.population_size < 2:
-        raise ValueError(f"es.population_size must be >= 2, got {es.population_size}")
-    if es.antithetic and es.population_size % 2 and _takes(strategies[es.strategy], "use_antithetic_sampling"):
-        raise ValueError(
-            f"es.population_size = {es.population_size} is odd but antithetic sampling pairs members (+z, -z): "
-            "use an even population, or es.antithetic=false"
-        )
-    if es.sigma_init <= 0 or es.lr <= 0:
-        raise ValueError("es.sigma_init and es.lr must be > 0")
-    if not (0 < es.sigma_decay <= 1 and 0 < es.lr_decay <= 1):
-        raise ValueError("es.sigma_decay and es.lr_decay must be in (0, 1]")
-    if es.optimizer not in ("adam", "sgd"):
-        raise ValueError(f"es.optimizer must be adam or sgd, got {es.optimizer!r}")
-    if es.fitness_shaping not in FITNESS_SHAPING:
-        raise ValueError(f"es.fitness_shaping must be one of {', '.join(FITNESS_SHAPING)}")
-    if cfg.fitness not in FITNESS_KINDS:
-        raise ValueError(f"fitness must be one of {', '.join(FITNESS_KINDS)}, got {cfg.fitness!r}")
-    if len(cfg.envs) > 1 and not cfg.fitness.endswith("_norm"):
-        raise ValueError(
-            f"{len(cfg.envs)} meta-training environments need a normalised fitness so that their returns "
-            f"can be averaged: use fitness={cfg.fitness}_norm"
-        )
-    for name in ("seeds_per_member", "generations", "checkpoint_every", "eval_seeds", "baseline_seeds"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
-    if cfg.eval_every < 0 or cfg.devices < 0:
-        raise ValueError("eval_every and devices must be >= 0")
+        raise ConfigError(f"objectives.evolve lists a plug point twice: {o.evolve}")
     if "shaping" in o.evolve or o.shaping == "potential":
         shapes = {_obs_shape(e) for e in cfg.envs}
         if len(shapes) > 1:
-            raise ValueError(f"a learned shaping potential needs one observation shape, but envs have {sorted(shapes)}")
+            raise ConfigError(f"a learned shaping potential needs one observation shape, but envs have {sorted(shapes)}")
     for env in cfg.envs:  # PPO shapes: fails here, not inside jit
         ppo_config(cfg, env).validate()
-    return cfg
-
-
-def _takes(cls, arg: str) -> bool:
-    import inspect
-
-    return arg in inspect.signature(cls.__init__).parameters
 
 
 def _obs_shape(env_name: str):

@@ -8,19 +8,29 @@ from __future__ import annotations
 
 import inspect
 
-import jax.numpy as jnp
-import optax
-from evosax.algorithms import algorithms
-from evosax.core import fitness_shaping as shaping
+# evosax 0.3.2 `evosax.algorithms.algorithms`, kept as a table so that a config is validated
+# before jax starts; tests/test_engine.py checks both tables against evosax.
+STRATEGIES = (
+    "ARS", "ASEBO", "CMAAnchoredLES", "CMA_ES", "CR_FM_NES", "DES", "DifferentialEvolution", "DiffusionEvolution",
+    "ESMC", "EvoTF_ES", "GESMR_GA", "GradientlessDescent", "GuidedES", "HillClimbing", "LES", "LGA", "LM_MA_ES",
+    "MA_ES", "MR15_GA", "NoiseReuseES", "Open_ES", "PGPE", "PSO", "PersistentES", "RandomSearch", "Rm_ES",
+    "SAMR_GA", "SNES", "SV_CMA_ES", "SV_Open_ES", "Sep_CMA_ES", "SimpleES", "SimpleGA", "SimulatedAnnealing",
+    "iAMaLGaM_Full", "iAMaLGaM_Univariate", "xNES",
+)
+# The strategies that take `use_antithetic_sampling` (they pair members +z, -z).
+ANTITHETIC_STRATEGIES = ("EvoTF_ES", "Open_ES", "SV_Open_ES")
+FITNESS_SHAPING = ("centered_rank", "z_score", "normalize", "raw")
 
-from metadisco.config import ESConfig
 
-SHAPING_FNS = {
-    "centered_rank": shaping.centered_rank_fitness_shaping_fn,
-    "z_score": shaping.standardize_fitness_shaping_fn,
-    "normalize": shaping.normalize_fitness_shaping_fn,
-    "raw": shaping.identity_fitness_shaping_fn,
-}
+def _shaping_fn(name: str):
+    from evosax.core import fitness_shaping as shaping
+
+    return {
+        "centered_rank": shaping.centered_rank_fitness_shaping_fn,
+        "z_score": shaping.standardize_fitness_shaping_fn,
+        "normalize": shaping.normalize_fitness_shaping_fn,
+        "raw": shaping.identity_fitness_shaping_fn,
+    }[name]
 
 
 def to_es_loss(fitness):
@@ -29,17 +39,23 @@ def to_es_loss(fitness):
 
 
 def _decay(init: float, rate: float, limit: float):
+    import optax
+
     if rate >= 1.0:
         return optax.constant_schedule(init)
     return optax.exponential_decay(init, transition_steps=1, decay_rate=rate, end_value=min(limit, init))
 
 
-def make_strategy(cfg: ESConfig, solution):
+def make_strategy(cfg, solution):
     """Build the named strategy for `solution` (a pytree template) -> (strategy, params).
 
     Passes each option only to strategies that take it (constructor arguments differ between
     evosax algorithms); `sigma_init` also sets `std_init` in the strategy params where it exists.
     """
+    import jax.numpy as jnp
+    import optax
+    from evosax.algorithms import algorithms
+
     cls = algorithms[cfg.strategy]
     takes = inspect.signature(cls.__init__).parameters
     kwargs = {}
@@ -52,7 +68,7 @@ def make_strategy(cfg: ESConfig, solution):
     if "use_antithetic_sampling" in takes:
         kwargs["use_antithetic_sampling"] = cfg.antithetic
     if "fitness_shaping_fn" in takes:
-        kwargs["fitness_shaping_fn"] = SHAPING_FNS[cfg.fitness_shaping]
+        kwargs["fitness_shaping_fn"] = _shaping_fn(cfg.fitness_shaping)
     es = cls(cfg.population_size, solution, **kwargs)
     params = es.default_params
     if hasattr(params, "std_init"):
@@ -64,8 +80,10 @@ def is_population_based(es) -> bool:
     return "population" in inspect.signature(es.init).parameters
 
 
-def sigma_of(state) -> jnp.ndarray:
+def sigma_of(state):
     """The strategy's current search scale (mean over dimensions), NaN where it has none."""
+    import jax.numpy as jnp
+
     std = getattr(state, "std", None)
     if std is None:
         std = getattr(state, "sigma", None)
