@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from analysis import evaluate as ev
-from inner_loops import preset_for
+from analysis import suites
+from inner_loops import preset_for, preset_name
 from meta_objectives import Objectives, PotentialShaping, save_objectives
-from metadisco import evaluate_cmd
 from metadisco.cli import main
 from metadisco.config import ESConfig, InnerConfig, RunConfig
 
@@ -226,13 +226,25 @@ def test_an_existing_output_folder_is_refused(tmp_path, capsys):
 # --------------------------------------------------------------------------------------------
 
 
-def test_suites_have_budgets_and_appear_in_the_help():
-    assert set(ev.SUITES) == {"quick", "default"}
-    for suite, envs in ev.SUITES.items():
+def test_suites_have_budgets_and_appear_in_the_help_and_the_docs(capsys):
+    assert set(suites.SUITES) == {"quick", "default"}
+    table = suites.markdown_table()
+    for suite, envs in suites.SUITES.items():
         for env in envs:
-            assert env in ev.BUDGETS[suite]
-            assert env in evaluate_cmd.SUITES_HELP and env in ev.__doc__
-            assert f"{ev.BUDGETS[suite][env]:,}" in ev.__doc__
+            budget = suites.BUDGETS[suite][env]
+            assert suites.budget_for(env, suite) == budget
+            assert f"| {suite} | {env} | {preset_name(env)} | {budget:,} |" in table
+            assert env in suites.help_text()
+    assert "at 5e4 each" in suites.help_text() and "brax/ant at 5e6" in suites.help_text()
+    code, stdout, _ = cli(["evaluate", "--help"], capsys)  # the command's help is the generated one
+    assert code == 0 and suites.help_text() in stdout
+
+
+def test_the_suites_table_is_jax_free():
+    code = "import sys, analysis.suites as s; s.help_text(); s.budget_for('brax/ant', 'quick'); print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
 
 
 def test_building_the_parser_does_not_import_jax():
