@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import textwrap
+
+from meta_objectives.errors import ConfigError, MetadiscoError, RunInterrupted
 
 
 def _setup_devices(args) -> None:
@@ -24,99 +25,45 @@ def _setup_devices(args) -> None:
     if coordinator:
         import jax
 
-        num = int(getattr(args, "num_processes", None) or os.environ["METADISCO_NUM_PROCESSES"])
-        pid = int(getattr(args, "process_id", None) if getattr(args, "process_id", None) is not None
-                  else os.environ["METADISCO_PROCESS_ID"])
+        try:
+            num = int(getattr(args, "num_processes", None) or os.environ["METADISCO_NUM_PROCESSES"])
+            pid = int(getattr(args, "process_id", None) if getattr(args, "process_id", None) is not None
+                      else os.environ["METADISCO_PROCESS_ID"])
+        except (KeyError, ValueError):
+            raise ConfigError(
+                f"--coordinator {coordinator} makes this process one host of a multi-host job: give "
+                "--num-processes N and --process-id I as well (or METADISCO_NUM_PROCESSES, METADISCO_PROCESS_ID)"
+            ) from None
         if jax.config.jax_platforms in (None, "", "cpu"):
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator_address=coordinator, num_processes=num, process_id=pid)
 
 
-def _fail(message: str, code: int = 2):
-    print(f"metadisco: error: {message}", file=sys.stderr)
-    raise SystemExit(code)
-
-
-def cmd_train(args) -> None:
-    from metadisco import config as config_lib
-    from metadisco.rundir import RunDirError
-    from metadisco.train import default_run_dir, run
-
-    try:
-        if args.resume:
-            cfg = config_lib.resolve(args.experiment, args.overrides) if (args.overrides or args.experiment) else None
-            run(cfg, args.resume, resume=True, progress=not args.no_progress, stop_after=args.stop_after)
-        else:
-            cfg = config_lib.resolve(args.experiment, args.overrides)
-            run_dir = args.run_dir or default_run_dir(cfg)
-            run(cfg, run_dir, overwrite=args.overwrite, progress=not args.no_progress, stop_after=args.stop_after)
-    except (ValueError, RunDirError) as e:
-        _fail(str(e))
-
-
-def cmd_envs(args) -> None:
-    from inner_loops import available_envs, preset_name
-
-    for name in available_envs():
-        print(f"{name:32s} preset={preset_name(name)}")
-
-
-def _train_help() -> str:
-    from metadisco.config import list_experiments
-
-    return textwrap.dedent(f"""\
-        experiments: {', '.join(list_experiments()) or '(none)'}
-        overrides (FIELD=VALUE, sections with dots), for example:
-          envs=CartPole-v1,Acrobot-v1 fitness=auc_norm generations=100 seeds_per_member=2
-          es.strategy=SNES es.population_size=32 es.sigma_init=0.01 es.lr=0.01
-          objectives.drift=talpo objectives.evolve=drift,value_loss objectives.value_loss=learned
-          inner.total_timesteps=50000 inner.lr=0.001 devices=2 tensorboard=true mlflow=true
-          heldout.envs=Catch-bsuite,Pendulum-v1 heldout.timesteps=50000   (fixed now, used by `evaluate RUN`)
-        every field: see metadisco/config.py (RunConfig, ESConfig, InnerConfig, ObjectivesConfig, HeldoutConfig)""")
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from metadisco.commands import VERBS
+
     parser = argparse.ArgumentParser(prog="metadisco", description="Discover RL objectives by evolution (JAX).")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    t = sub.add_parser("train", help="launch or resume a meta-training run", epilog=_train_help(),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("experiment", nargs="?", help="a named experiment from experiments/ or a TOML file")
-    t.add_argument("overrides", nargs="*", help="FIELD=VALUE overrides")
-    t.add_argument("--run-dir", help="where to write the run (default runs/NAME-TIMESTAMP)")
-    t.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run")
-    t.add_argument("--overwrite", action="store_true", help="reuse a non-empty run directory")
-    t.add_argument("--stop-after", type=int, help="stop (with a checkpoint) after this many generations")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--host-devices", type=int, help="CPU devices to split the population over (default: cores)")
-    t.add_argument("--coordinator", help="HOST:PORT of process 0 in a multi-host job")
-    t.add_argument("--num-processes", type=int)
-    t.add_argument("--process-id", type=int)
-    t.set_defaults(func=cmd_train)
-
-    e = sub.add_parser("envs", help="list the environments metadisco can train on")
-    e.set_defaults(func=cmd_envs)
-
-    for extra in _extra_commands():
-        extra(sub)
+    for verb in VERBS:
+        verb.add(sub)
     return parser
 
 
-def _extra_commands():
-    from metadisco import commands
-
-    return commands.REGISTRY
-
-
 def main(argv=None) -> None:
+    """Parse, choose the device layout, run the verb. A `MetadiscoError` (anything the user can
+    fix) becomes one line on stderr and its exit code, here and nowhere else; other exceptions are
+    bugs and keep their traceback."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "train" and args.experiment and "=" in args.experiment:
-        args.overrides = [args.experiment] + list(args.overrides)
-        args.experiment = None
-    _setup_devices(args)
-    args.func(args)
+    args = build_parser().parse_args(argv)
+    try:
+        _setup_devices(args)
+        args.func(args)
+    except RunInterrupted as e:  # a checkpoint is written; the message says how to resume
+        print(str(e), file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
+    except MetadiscoError as e:
+        print(f"metadisco: error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
 
 
 def entry() -> None:
@@ -135,7 +82,12 @@ def entry() -> None:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, int) and e.code is not None:
             print(e.code, file=sys.stderr)
-    sys.stdout.flush()
+    except BrokenPipeError:  # `metadisco envs | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
     sys.stderr.flush()
     os._exit(code)
 

@@ -224,6 +224,13 @@ def parse_overrides(items: list[str]) -> dict:
     return out
 
 
+def inner_config(base: dict, overrides: list[str] = ()) -> InnerConfig:
+    """PPO overrides from a stored `inner` section updated by FIELD=VALUE items, coerced and checked
+    as `metadisco train` checks inner.FIELD=VALUE (evaluate's --inner and --inner-from-run)."""
+    given = parse_overrides([f"inner.{item}" for item in overrides]).get("inner", {})
+    return _build(InnerConfig, _merge(base, given), "inner.")
+
+
 def resolve(experiment: str | None = None, overrides: list[str] = ()) -> RunConfig:
     """Defaults <- experiment file <- command-line overrides, then validated."""
     d = RunConfig().to_dict()

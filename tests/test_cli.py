@@ -184,3 +184,25 @@ def test_the_readme_python_example_runs():
     namespace: dict = {}
     exec(compile(blocks[0], "README.md", "exec"), namespace)
     assert namespace["result"].returns.shape[0] == 4
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("envs=CartPol-v1", "Did you mean: CartPole-v1"), ("es.population_size=7", "is odd"),
+     ("es.strategy=CMAES", "CMA_ES"), ("heldout.envs=CartPole-v1", "meta-trains on")],
+)
+def test_config_errors_are_reported_before_jax_starts(override, message):
+    """A typo costs the user no jax start-up (seconds): the jax-free checks run first, and the
+    error is one line with exit code 2."""
+    code = ("import sys\nfrom metadisco.cli import main\n"
+            f"try:\n    main(['train', {override!r}])\nexcept SystemExit as e:\n"
+            "    print(e.code, 'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["2", "False"], out.stderr
+    assert message in out.stderr and out.stderr.startswith("metadisco: error: ")
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_multi_host_flag_without_its_partners_is_a_one_line_error():
+    out = metadisco("train", "--coordinator", "127.0.0.1:1", "generations=1", timeout=60)
+    assert out.returncode == 2 and "--num-processes" in out.stderr and "Traceback" not in out.stderr

@@ -257,8 +257,8 @@ def test_building_the_parser_does_not_import_jax():
 def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, capsys):
     """CPU-sized Brax needs the run's small PPO settings, not the accelerator preset: --inner-from-run
     takes the run's inner section (not its budget), --inner overrides it; bad values fail first."""
+    from metadisco.commands.evaluate import inner_overrides as _inner_overrides
     from metadisco.config import RunConfig
-    from metadisco.evaluate_cmd import _inner_overrides
 
     target = ev.resolve_target(str(tiny_run))
     stored = RunConfig.from_dict(json.loads((tiny_run / "config.json").read_text())).inner.overrides()

@@ -1,84 +1,50 @@
-"""`metadisco evaluate TARGET [TARGET...]`: held-out evaluation against PPO and DPO (analysis.evaluate).
-
-Importing this module must not import jax (the CLI builds its parser before it sets XLA_FLAGS):
-everything heavy is imported inside `cmd_evaluate`.
-"""
+"""`metadisco evaluate TARGET [TARGET...]`: held-out evaluation against PPO and DPO (analysis.evaluate)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import textwrap
-from pathlib import Path
 
-from metadisco import commands
-
-# Kept in step with analysis.evaluate.SUITES / BUDGETS (tests/test_evaluate.py checks it);
-# written out here because importing analysis.evaluate would import jax too early.
-SUITES_HELP = textwrap.dedent("""\
-    suites (environment steps per training run):
-      quick    CartPole-v1, Acrobot-v1, Catch-bsuite at 5e4 each (CPU-sized: a few minutes on 2 cores)
-      default  CartPole-v1, Acrobot-v1 at 5e5; Breakout-MinAtar, SpaceInvaders-MinAtar, Asterix-MinAtar
-               at 1e7; brax/hopper, brax/ant at 5e6 (accelerator-sized)
-    TARGET is one of:
-      ppo, dpo              the built-in baselines
-      FILE.json             an objectives file (an exported closed form, RUN_DIR/objectives/best.json)
-      RUN_DIR[:best|:mean]  a run directory: objectives/mean.json (default) or best.json;
-                            its meta-training environments are flagged and aggregated apart
-      RUN_DIR:init          the run's objectives at their initial parameters (where evolution
-                            started): the control for what evolution itself found
-    examples:
-      metadisco evaluate dpo --quick
-      metadisco evaluate runs/lpo-cartpole-20261101-120000 --envs Acrobot-v1,Catch-bsuite --tune-lr
-      metadisco evaluate runs/RUN runs/RUN:init --quick     # gain from evolution vs from the start point
-      metadisco evaluate exports/discovered_drift.json --suite default --seeds 16""")
+from analysis import suites
+from meta_objectives.errors import ConfigError
 
 
-def cmd_evaluate(args) -> None:
-    from metadisco.cli import _fail
-
+def run(args) -> None:
     if args.envs is not None and args.suite is not None:
-        _fail("give --envs or --suite, not both")
+        raise ConfigError("give --envs or --suite, not both")
     if args.seeds is not None and args.seeds < 1:
-        _fail(f"--seeds must be >= 1, got {args.seeds}")
+        raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
     if args.timesteps is not None and args.timesteps < 1:
-        _fail(f"--timesteps must be >= 1, got {args.timesteps}")
+        raise ConfigError(f"--timesteps must be >= 1, got {args.timesteps}")
 
     from analysis import evaluate as ev
 
-    try:
-        targets = [ev.resolve_target(t) for t in args.targets]
-        if args.envs is None and args.suite is None and not args.quick:
-            _use_declared_heldout(args, targets)
-        inner = _inner_overrides(args.inner or [], targets if args.inner_from_run else ())
-        out = ev.check_out_dir(args.out) if args.out else ev.default_out_dir(targets)
-        results = ev.evaluate(
-            targets, envs=args.envs, suite=args.suite, seeds=args.seeds, budget=args.timesteps,
-            tune_lr=args.tune_lr, quick=args.quick, progress=not args.no_progress, seed=args.seed, lr=args.lr,
-            inner=inner,
-        )
-        path = ev.save(results, out)
-    except ValueError as e:  # EvaluationError, ObjectiveFileError: messages say what to do
-        _fail(str(e))
+    targets = [ev.resolve_target(t) for t in args.targets]
+    if args.envs is None and args.suite is None and not args.quick:
+        _use_declared_heldout(args, targets)
+    inner = inner_overrides(args.inner or [], targets if args.inner_from_run else ())
+    out = ev.check_out_dir(args.out) if args.out else ev.default_out_dir(targets)
+    results = ev.evaluate(
+        targets, envs=args.envs, suite=args.suite, seeds=args.seeds, budget=args.timesteps,
+        tune_lr=args.tune_lr, quick=args.quick, progress=not args.no_progress, seed=args.seed, lr=args.lr,
+        inner=inner,
+    )
+    path = ev.save(results, out)
     print(ev.to_markdown(results))
     print(f"results written to {path}/ (results.json, results.csv, results.md, curves.png, curves.pdf)",
           file=sys.stderr)
     print(path)
 
 
-def _stored_config(target) -> dict:
-    """The resolved config a run target (or a file inside a run) was trained with."""
-    return json.loads((Path(target.run_dir) / "config.json").read_text())
-
-
 def _use_declared_heldout(args, targets) -> None:
     """No environments given: take the held-out set the first run declared before it ran
     (its config's `heldout` section); command-line --timesteps/--seeds/--inner-from-run win."""
+    from analysis.runs import Run
+
     for target in targets:
         if not target.run_dir:
             continue
-        heldout = _stored_config(target).get("heldout") or {}
+        heldout = Run(target.run_dir).heldout()
         if heldout.get("envs"):
             args.envs = ",".join(heldout["envs"])
             args.timesteps = args.timesteps or heldout.get("timesteps")
@@ -89,26 +55,25 @@ def _use_declared_heldout(args, targets) -> None:
             return
 
 
-def _inner_overrides(items: list[str], targets) -> dict:
+def inner_overrides(items: list[str], targets) -> dict:
     """PPO settings for every environment: the first run target's `inner` section (with
     --inner-from-run; its total_timesteps stays out, --timesteps sets the budget), then the
     --inner FIELD=VALUE items, coerced and checked as `metadisco train` does with inner.FIELD=VALUE."""
-    from metadisco.config import InnerConfig, _build, _merge, parse_overrides
+    from analysis.runs import Run
+    from metadisco.config import inner_config
 
     base: dict = {}
     if targets:
         runs = [t for t in targets if t.run_dir]
         if not runs:
-            raise ValueError("--inner-from-run needs a RUN_DIR target, or a file in a run directory "
-                             "(RUN_DIR/export/*.json, RUN_DIR/objectives/*.json)")
-        stored = _stored_config(runs[0]).get("inner", {})
+            raise ConfigError("--inner-from-run needs a RUN_DIR target, or a file in a run directory "
+                              "(RUN_DIR/export/*.json, RUN_DIR/objectives/*.json)")
+        stored = Run(runs[0].run_dir).config().get("inner", {})
         base = {k: v for k, v in stored.items() if v is not None and k != "total_timesteps"}
     try:
-        given = parse_overrides([f"inner.{item}" for item in items]).get("inner", {})
-        inner = _build(InnerConfig, _merge(base, given), "inner.")
+        return inner_config(base, items).overrides()
     except (TypeError, ValueError) as e:
-        raise ValueError(f"--inner: {e}; fields: see InnerConfig in metadisco/config.py") from None
-    return inner.overrides()
+        raise ConfigError(f"--inner: {e}; fields: see InnerConfig in metadisco/config.py") from None
 
 
 def add(subparsers) -> None:
@@ -117,12 +82,12 @@ def add(subparsers) -> None:
         description="Train PPO with each TARGET's objectives (and PPO and DPO as references) on the same "
                     "environments, budgets and seeds; report per-environment returns with 95% intervals, "
                     "PPO-normalised scores, IQM and probability of improvement across environments.",
-        epilog=SUITES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=suites.help_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("targets", nargs="+", metavar="TARGET", help="ppo, dpo, an objectives JSON file, or RUN_DIR[:best]")
     p.add_argument("--envs", help="comma-separated environments (see `metadisco envs`); default: the held-out set "
                                   "a RUN_DIR target declared (config heldout.envs), else the suite's")
-    p.add_argument("--suite", choices=("quick", "default"), help="a named set of environments and budgets")
+    p.add_argument("--suite", choices=tuple(suites.SUITES), help="a named set of environments and budgets")
     p.add_argument("--quick", action="store_true",
                    help="CPU-sized: the quick suite (or quick budgets for --envs)")
     p.add_argument("--seeds", type=int, help="evaluation seeds per method and environment (default 8)")
@@ -140,7 +105,4 @@ def add(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--host-devices", type=int, help="CPU devices to split the seeds over (default: cores)")
-    p.set_defaults(func=cmd_evaluate)
-
-
-commands.REGISTRY.append(add)
+    p.set_defaults(func=run)

@@ -1,35 +1,21 @@
-"""`metadisco plot RUN_DIR`: figures and a self-contained HTML report of a run (analysis.plots).
-
-Importing this module must not import jax (the CLI builds its parser before it sets XLA_FLAGS):
-everything heavy is imported inside `cmd_plot`.
-"""
+"""`metadisco plot RUN_DIR`: figures and a self-contained HTML report of a run (analysis.plots)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from metadisco import commands
 
+def run(args) -> None:
+    from analysis.runs import Run
 
-def cmd_plot(args) -> None:
-    from metadisco.cli import _fail
-    from metadisco.rundir import RunDir, RunDirError
-
-    run = RunDir(args.run_dir)
-    try:
-        run.read_config()  # RunDirError: missing directory or config.json, with what to do
-    except RunDirError as e:
-        _fail(str(e))
+    Run(args.run_dir).config()  # RunDirError before anything heavy: missing directory or config.json
     formats = [f for f in args.formats.split(",") if f.strip()]
 
     from analysis.plots import plot_run
 
     notes: list[str] = []
-    try:
-        written = plot_run(run.path, out_dir=args.out, formats=formats, which=args.which, notes=notes)
-    except ValueError as e:  # PlotError, ObjectiveFileError, RunDirError are ValueErrors
-        _fail(str(e))
+    written = plot_run(args.run_dir, out_dir=args.out, formats=formats, which=args.which, notes=notes)
     for note in notes:
         print(f"metadisco plot: note: {note}", file=sys.stderr)
     for name, paths in written.items():
@@ -54,7 +40,4 @@ def add(subparsers) -> None:
     p.add_argument("--out", metavar="DIR", help="figure folder (default RUN_DIR/figures; the report goes "
                                                  "there too when given, else to RUN_DIR/report.html)")
     p.add_argument("--formats", default="png,pdf", help="comma-separated figure formats (png, pdf, svg)")
-    p.set_defaults(func=cmd_plot)
-
-
-commands.REGISTRY.append(add)
+    p.set_defaults(func=run)

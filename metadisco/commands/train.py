@@ -1,0 +1,57 @@
+"""`metadisco train [EXPERIMENT] [FIELD=VALUE ...]`: launch or resume a meta-training run."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+
+def run(args) -> None:
+    from metadisco import config as config_lib
+
+    overrides = list(args.overrides)
+    experiment = args.experiment
+    if experiment and "=" in experiment:  # `metadisco train es.population_size=8`: an override, not a name
+        experiment, overrides = None, [experiment, *overrides]
+    # resolve() runs the jax-free checks first: a typo is reported before jax starts
+    cfg = config_lib.resolve(experiment, overrides) if (experiment or overrides or not args.resume) else None
+
+    from metadisco.train import default_run_dir
+    from metadisco.train import run as train_run
+
+    options = {"progress": not args.no_progress, "stop_after": args.stop_after}
+    if args.resume:
+        train_run(cfg, args.resume, resume=True, **options)
+    else:
+        train_run(cfg, args.run_dir or default_run_dir(cfg), overwrite=args.overwrite, **options)
+
+
+def _epilog() -> str:
+    from metadisco.config import list_experiments
+
+    return textwrap.dedent(f"""\
+        experiments: {', '.join(list_experiments()) or '(none)'}
+        overrides (FIELD=VALUE, sections with dots), for example:
+          envs=CartPole-v1,Acrobot-v1 fitness=auc_norm generations=100 seeds_per_member=2
+          es.strategy=SNES es.population_size=32 es.sigma_init=0.01 es.lr=0.01
+          objectives.drift=talpo objectives.evolve=drift,value_loss objectives.value_loss=learned
+          inner.total_timesteps=50000 inner.lr=0.001 devices=2 tensorboard=true mlflow=true
+          heldout.envs=Catch-bsuite,Pendulum-v1 heldout.timesteps=50000   (fixed now, used by `evaluate RUN`)
+        every field: see metadisco/config.py (RunConfig, ESConfig, InnerConfig, ObjectivesConfig, HeldoutConfig)""")
+
+
+def add(subparsers) -> None:
+    p = subparsers.add_parser("train", help="launch or resume a meta-training run", epilog=_epilog(),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("experiment", nargs="?", help="a named experiment from experiments/ or a TOML file")
+    p.add_argument("overrides", nargs="*", help="FIELD=VALUE overrides")
+    p.add_argument("--run-dir", help="where to write the run (default runs/NAME-TIMESTAMP)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run")
+    p.add_argument("--overwrite", action="store_true", help="reuse a non-empty run directory")
+    p.add_argument("--stop-after", type=int, help="stop (with a checkpoint) after this many generations")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--host-devices", type=int, help="CPU devices to split the population over (default: cores)")
+    p.add_argument("--coordinator", help="HOST:PORT of process 0 in a multi-host job")
+    p.add_argument("--num-processes", type=int)
+    p.add_argument("--process-id", type=int)
+    p.set_defaults(func=run)
