@@ -142,7 +142,7 @@ def test_value_loss_distillation_recovers_a_known_loss():
     errors, targets = 2.0 * rng.standard_normal(3000), 5.0 * rng.standard_normal(3000)
     # L2 plus an asymmetry and a small bias (LearnedValueLoss can learn both): the fit is to the
     # departure from L2, so small terms are not swamped by e^2.
-    c = D._round(float(np.std(errors)))
+    c = D.round_sig(float(np.std(errors)))
 
     def learned(v, t):
         e = v - t

@@ -1,0 +1,244 @@
+"""The fitting methods of a distillation, each over a FitData, each giving candidates in one format.
+
+    fit_dpo_data(data)           least squares of the DPO family (alpha, beta > 0)
+    sparse_fit(data, library)    non-negative best subsets of a term library, plus thresholding
+    symbolic_fit(data)           gplearn genetic programming, filtered by the drift constraints
+    drift_library(), value_loss_library(scale)   the term libraries sparse_fit draws from
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import sympy as sp
+from scipy.optimize import least_squares, nnls
+
+from analysis.distil_data import FitData, candidate, round_sig
+from meta_objectives.closed_form import DPO_TEMPLATE, A_sym, check_drift_constraints, dpo_expression, r_sym
+
+# ---------------------------------------------------------------------------------------------
+# DPO family
+# ---------------------------------------------------------------------------------------------
+
+DPO_FAMILY = DPO_TEMPLATE.format(alpha="alpha", beta="beta")  # symbols alpha, beta > 0
+DPO_STARTS = ((2.0, 0.6), (1.0, 1.0), (0.5, 0.3), (4.0, 2.0))
+
+
+def fit_dpo_data(data: FitData) -> dict:
+    def residual(theta):
+        alpha, beta = np.exp(theta)
+        return data.evaluate(DPO_FAMILY, alpha=alpha, beta=beta) - data.d
+
+    best = None
+    bounds = (np.log([1e-3, 1e-3]), np.log([1e3, 1e3]))
+    for start in DPO_STARTS:
+        res = least_squares(residual, np.log(start), bounds=bounds, x_scale=1.0)
+        if best is None or res.cost < best.cost:
+            best = res
+    alpha, beta = (round_sig(v) for v in np.exp(best.x))
+    return candidate(dpo_expression(alpha, beta), data, "dpo", 2, alpha=alpha, beta=beta)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sparse regression over a constrained library
+# ---------------------------------------------------------------------------------------------
+
+_SIDES = {"A>=0": "A >= 0", "A<0": "A < 0"}
+
+
+def _on_side(term: str, side: str | None) -> str:
+    return term if side is None else f"Piecewise(({term}, {_SIDES[side]}), (0, True))"
+
+
+def drift_library(tanh_scales=(0.5, 1.0, 2.0), clip_eps=(0.1, 0.2, 0.3)) -> list[tuple[str, str]]:
+    """Candidate terms (name, expression), each >= 0 and 0 with zero slope at r = 1 for every A.
+
+    With x in {(r-1)A, log(r)A}: DPO-style hinges relu(x - c tanh(x/c)) and relu(c tanh(x/c) - x)
+    (O(x^3) at x = 0), relu(+-x)^2, (r-1)^2, log(r)^2, (r-1)^2 |A|, (r-1)^2 A^2, the PPO-clip
+    term relu((r - clip(r, 1-eps, 1+eps)) A) and smooth walls relu(r - 1 - eps)^2 |A|,
+    relu(1 - eps - r)^2 |A|; each alone and restricted to A >= 0 or A < 0.
+    """
+    xs = {"(r-1)A": "(r - 1)*A", "log(r)A": "log(r)*A"}
+    terms: list[tuple[str, str]] = []
+    for xname, x in xs.items():
+        for c in tanh_scales:
+            for side in _SIDES:
+                terms.append((f"relu({xname} - {c}tanh(x/{c}))[{side}]",
+                              _on_side(f"Max(0, {x} - {c}*tanh({x}/{c}))", side)))
+                terms.append((f"relu({c}tanh(x/{c}) - {xname})[{side}]",
+                              _on_side(f"Max(0, {c}*tanh({x}/{c}) - {x})", side)))
+        for side in _SIDES:
+            terms.append((f"relu({xname})^2[{side}]", _on_side(f"Max(0, {x})**2", side)))
+            terms.append((f"relu(-{xname})^2[{side}]", _on_side(f"Max(0, -{x})**2", side)))
+    smooth = {"(r-1)^2": "(r - 1)**2", "log(r)^2": "log(r)**2", "(r-1)^2|A|": "(r - 1)**2*Abs(A)",
+              "(r-1)^2A^2": "(r - 1)**2*A**2"}
+    for eps in clip_eps:
+        smooth[f"ppo_clip({eps})"] = f"Max(0, (r - Min(Max(r, {1 - eps!r}), {1 + eps!r}))*A)"
+        # smooth walls beyond 1 +- eps: learned networks make walls that bend, not PPO's kink
+        smooth[f"wall_up({eps})"] = f"Max(0, r - {1 + eps!r})**2*Abs(A)"
+        smooth[f"wall_down({eps})"] = f"Max(0, {1 - eps!r} - r)**2*Abs(A)"
+    for name, term in smooth.items():
+        terms.append((name, term))
+        for side in _SIDES:
+            terms.append((f"{name}[{side}]", _on_side(term, side)))
+    return terms
+
+
+def sparse_fit(data, max_terms=3, library=None, max_subsets=2000, beam_width=20, threshold=0.05):
+    library = drift_library() if library is None else list(library)
+    columns, names, terms = [], [], []
+    for name, term in library:
+        col = data.evaluate(term)
+        if np.isfinite(col).all() and np.linalg.norm(col) > 1e-12:
+            columns.append(col)
+            names.append(name)
+            terms.append(term)
+    if not columns:
+        return []
+    X = np.stack(columns, axis=1)
+    norms = np.linalg.norm(X, axis=0)
+    Xs = X / norms
+    y = data.d
+
+    def solve(subset):
+        w, rnorm = nnls(Xs[:, list(subset)], y)
+        return rnorm, w
+
+    chosen: dict[frozenset, tuple] = {}  # support -> (subset, weights)
+    beam: list[tuple] = [()]
+    for size in range(1, max_terms + 1):
+        if math.comb(len(terms), size) <= max_subsets:
+            subsets = itertools.combinations(range(len(terms)), size)
+        else:
+            subsets = {tuple(sorted(set(b) | {j})) for b in beam for j in range(len(terms)) if j not in b}
+        scored = sorted((solve(s)[0], s) for s in subsets)
+        beam = [s for _, s in scored[:beam_width]]
+        if scored:
+            _, best = scored[0]
+            _record(chosen, best, solve(best)[1])
+    # sequential thresholding from the full fit
+    support = list(range(len(terms)))
+    for _ in range(20):
+        _, w = solve(support)  # columns are unit-norm: w_i is term i's contribution
+        if w.max() <= 0:
+            break
+        keep = [s for s, wi in zip(support, w) if wi >= threshold * w.max()]
+        if keep == support:
+            break
+        support = keep
+    _record(chosen, tuple(support), solve(support)[1], method="sparse_threshold")
+
+    out = []
+    for support, (subset, w, method) in chosen.items():
+        parts = [(names[i], terms[i], round_sig(wi / norms[i])) for i, wi in zip(subset, w) if i in support]
+        if not parts:
+            continue
+        expression = " + ".join(f"{wi!r}*{term}" for _, term, wi in parts)
+        out.append(candidate(expression, data, method, len(parts), terms=[n for n, _, _ in parts]))
+    return sorted(out, key=lambda c: c["rmse"])
+
+
+def _record(chosen, subset, w, method="sparse", rel_tol=1e-4):
+    """Keep a fit under its support (terms contributing > rel_tol of the largest), once."""
+    w = np.asarray(w)
+    cut = rel_tol * w.max() if w.size else 0.0
+    support = frozenset(i for i, wi in zip(subset, w) if wi > cut)
+    if support and support not in chosen:
+        chosen[support] = (subset, w, method)
+
+
+# ---------------------------------------------------------------------------------------------
+# Symbolic regression (gplearn)
+# ---------------------------------------------------------------------------------------------
+
+_FEATURES = (r_sym - 1, sp.log(r_sym), A_sym)  # gplearn X0, X1, X2
+
+
+def _program_to_sympy(program) -> sp.Expr:
+    """A gplearn program (prefix list of functions, feature indices, constants) -> sympy."""
+    from gplearn.functions import _Function
+
+    ops = {
+        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+        "neg": lambda a: -a, "abs": sp.Abs, "max": sp.Max, "min": sp.Min, "tanh": sp.tanh,
+    }
+    nodes = iter(program)
+
+    def build():
+        node = next(nodes)
+        if isinstance(node, _Function):
+            args = [build() for _ in range(node.arity)]
+            return ops[node.name](*args)
+        if isinstance(node, (int, np.integer)):
+            return _FEATURES[int(node)]
+        return sp.Float(float(node))
+
+    return build()
+
+
+def symbolic_fit(data, generations=10, seed=0, population_size=500, n_candidates=20, parsimony=1e-3) -> dict:
+    from gplearn.functions import make_function
+    from gplearn.genetic import SymbolicRegressor
+
+    tanh = make_function(function=np.tanh, name="tanh", arity=1)
+    X = np.stack([data.r - 1.0, np.log(data.r), data.a], axis=1)
+    est = SymbolicRegressor(
+        population_size=population_size, generations=generations, random_state=seed,
+        function_set=("add", "sub", "mul", "max", "min", "abs", "neg", tanh),
+        metric="rmse", parsimony_coefficient=parsimony * float(np.std(data.d) or 1.0),
+        init_depth=(2, 4), const_range=(-1.0, 1.0),
+        n_jobs=1, verbose=0,
+    )
+    est.fit(X, data.d)
+    programs = [p for p in est._programs[-1] if p is not None]
+    programs.sort(key=lambda p: p.raw_fitness_)
+    seen, kept, rejected = set(), [], []
+    for prog in programs:
+        if len(seen) >= n_candidates:
+            break
+        if str(prog) in seen:
+            continue
+        seen.add(str(prog))
+        try:
+            expression = str(_program_to_sympy(prog.program))
+        except Exception as e:  # a program sympy cannot build
+            rejected.append({"expression": str(prog), "violations": [f"cannot convert to sympy: {e}"]})
+            continue
+        try:
+            violations = check_drift_constraints(expression)
+        except ValueError as e:
+            violations = [str(e)]
+        if violations:
+            rejected.append({"expression": expression, "violations": violations})
+            continue
+        kept.append(candidate(expression, data, "symbolic", 1, program=str(prog)))
+    return {
+        "candidates": sorted(kept, key=lambda c: c["rmse"]),
+        "n_considered": len(seen),
+        "n_rejected": len(rejected),
+        "rejected": rejected,
+    }
+
+
+def value_loss_library(error_scale: float = 1.0) -> list[tuple[str, str]]:
+    """Candidate terms (name, expression over e = v - target and t = target) for the *departure*
+    of a learned value loss from L2, each 0 at e = 0, each with its negation so a non-negative
+    fit is a signed one: e^2/2 (a rescaled L2), its halves for over- and under-prediction
+    (expectile-like asymmetry), |e|, pseudo-Huber c^2 (sqrt(1 + (e/c)^2) - 1), the odd c tanh(e/c)
+    (a bias of the critic toward over- or under-prediction, which LearnedValueLoss can express)
+    at c = 0.25, 1 and 4 times `error_scale`, and e^2 (1 +- tanh t)/2 (target-dependent weights)."""
+    terms = [
+        ("e^2/2", "e**2/2"),
+        ("e^2/2[e>=0]", "Piecewise((e**2/2, e >= 0), (0, True))"),
+        ("e^2/2[e<0]", "Piecewise((e**2/2, e < 0), (0, True))"),
+        ("|e|", "Abs(e)"),
+        ("e^2(1+tanh t)/2", "e**2*(1 + tanh(t))/2"),
+        ("e^2(1-tanh t)/2", "e**2*(1 - tanh(t))/2"),
+    ]
+    for k in (0.25, 1.0, 4.0):
+        c = round_sig(k * error_scale)
+        terms.append((f"pseudo_huber({c})", f"{c!r}**2*(sqrt(1 + (e/{c!r})**2) - 1)"))
+        terms.append((f"{c}tanh(e/{c})", f"{c!r}*tanh(e/{c!r})"))
+    return terms + [(f"-{name}", f"-({term})") for name, term in terms]
