@@ -35,7 +35,7 @@ class ESConfig:
     lr_limit: float = 0.0001
     optimizer: str = "adam"  # adam | sgd
     antithetic: bool = True
-    fitness_shaping: str = "centered_rank"
+    fitness_shaping: str = "default"  # the strategy's own; or centered_rank | z_score | normalize | raw
 
 
 @dataclass(frozen=True)
@@ -253,7 +253,13 @@ def validate(cfg: RunConfig) -> RunConfig:
 def check_static(cfg: RunConfig) -> None:
     """The checks that need neither jax nor an environment library: names, ranges, sizes."""
     from inner_loops.catalog import check_env_name
-    from metadisco.strategy import ANTITHETIC_STRATEGIES, FITNESS_SHAPING, STRATEGIES
+    from metadisco.strategy import (
+        ANTITHETIC_STRATEGIES,
+        FITNESS_SHAPING,
+        STRATEGIES,
+        UNSUPPORTED_STRATEGIES,
+        WEIGHTED_STRATEGIES,
+    )
 
     if not cfg.envs:
         raise ConfigError("envs is empty: name at least one environment, e.g. envs=CartPole-v1")
@@ -273,6 +279,9 @@ def check_static(cfg: RunConfig) -> None:
         close = difflib.get_close_matches(cfg.es.strategy, STRATEGIES, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ConfigError(f"unknown ES strategy {cfg.es.strategy!r}.{hint} Available: {', '.join(sorted(STRATEGIES))}")
+    if cfg.es.strategy in UNSUPPORTED_STRATEGIES:
+        raise ConfigError(f"es.strategy={cfg.es.strategy} cannot be used here: "
+                          f"{UNSUPPORTED_STRATEGIES[cfg.es.strategy]}; choose another (e.g. Open_ES, SNES, CMA_ES)")
     es = cfg.es
     if es.population_size < 2:
         raise ConfigError(f"es.population_size must be >= 2, got {es.population_size}")
@@ -289,6 +298,11 @@ def check_static(cfg: RunConfig) -> None:
         raise ConfigError(f"es.optimizer must be adam or sgd, got {es.optimizer!r}")
     if es.fitness_shaping not in FITNESS_SHAPING:
         raise ConfigError(f"es.fitness_shaping must be one of {', '.join(FITNESS_SHAPING)}")
+    if es.fitness_shaping != "default" and es.strategy in WEIGHTED_STRATEGIES:
+        raise ConfigError(
+            f"es.fitness_shaping={es.fitness_shaping} does not apply to {es.strategy}: its update takes "
+            "recombination weights, which it computes from the ranks itself; leave es.fitness_shaping=default"
+        )
     if cfg.fitness not in FITNESS_KINDS:
         raise ConfigError(f"fitness must be one of {', '.join(FITNESS_KINDS)}, got {cfg.fitness!r}")
     if len(cfg.envs) > 1 and not cfg.fitness.endswith("_norm"):

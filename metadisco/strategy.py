@@ -19,7 +19,19 @@ STRATEGIES = (
 )
 # The strategies that take `use_antithetic_sampling` (they pair members +z, -z).
 ANTITHETIC_STRATEGIES = ("EvoTF_ES", "Open_ES", "SV_Open_ES")
-FITNESS_SHAPING = ("centered_rank", "z_score", "normalize", "raw")
+# The strategies whose update takes recombination weights (evosax's weights_fitness_shaping_fn):
+# their fitness shaping is part of the algorithm and cannot be replaced.
+WEIGHTED_STRATEGIES = ("CMA_ES", "CR_FM_NES", "DES", "LM_MA_ES", "MA_ES", "Rm_ES", "SNES", "SV_CMA_ES",
+                       "Sep_CMA_ES", "SimpleES", "xNES")
+# Strategies that need more than a population size and a solution to be built.
+UNSUPPORTED_STRATEGIES = {
+    "RandomSearch": "it needs a sampling function, which a config cannot name",
+    "SV_CMA_ES": "Stein variational strategies evolve several populations at once",
+    "SV_Open_ES": "Stein variational strategies evolve several populations at once",
+}
+# "default": the strategy's own (centered ranks for Open_ES and PGPE, raw fitness for ARS and the
+# genetic algorithms, recombination weights for CMA-ES and the NES family).
+FITNESS_SHAPING = ("default", "centered_rank", "z_score", "normalize", "raw")
 
 
 def _shaping_fn(name: str):
@@ -67,7 +79,7 @@ def make_strategy(cfg, solution):
         kwargs["std_schedule"] = _decay(cfg.sigma_init, cfg.sigma_decay, cfg.sigma_limit)
     if "use_antithetic_sampling" in takes:
         kwargs["use_antithetic_sampling"] = cfg.antithetic
-    if "fitness_shaping_fn" in takes:
+    if "fitness_shaping_fn" in takes and cfg.fitness_shaping != "default":
         kwargs["fitness_shaping_fn"] = _shaping_fn(cfg.fitness_shaping)
     es = cls(cfg.population_size, solution, **kwargs)
     params = es.default_params

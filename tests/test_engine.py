@@ -9,8 +9,15 @@ import pytest
 
 from inner_loops.ppo import TrainResult
 from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
-from metadisco.engine import MetaTrainer
+from metadisco.engine import MetaTrainer, fetch
 from metadisco.rundir import RunDir, RunDirError
+from metadisco.strategy import (
+    ANTITHETIC_STRATEGIES,
+    STRATEGIES,
+    UNSUPPORTED_STRATEGIES,
+    WEIGHTED_STRATEGIES,
+    make_strategy,
+)
 from metadisco.train import run
 
 pytestmark = pytest.mark.timeout(300)
@@ -48,14 +55,14 @@ def tiny_config(**changes) -> RunConfig:
 
 def metric_rows(run_dir):
     timing = {"wall_time_s", "env_steps_per_s"}
-    return [{k: v for k, v in row.items() if k not in timing} for row in RunDir(run_dir).read_metrics()]
+    return [{k: v for k, v in row.items() if k not in timing} for row in RunDir(run_dir).metrics()]
 
 
 def test_fitness_improves_on_a_meta_problem_with_a_known_answer(tmp_path):
     cfg = tiny_config(generations=40, eval_every=0, es=ESConfig(population_size=16, sigma_init=0.02, lr=0.01))
     trainer = MetaTrainer(cfg, trains=[quadratic_train])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
-    rows = RunDir(tmp_path / "run").read_metrics()
+    rows = RunDir(tmp_path / "run").metrics()
     first = np.mean([r["fitness_mean"] for r in rows[:5]])
     last = np.mean([r["fitness_mean"] for r in rows[-5:]])
     assert last > first + 0.05, (first, last)  # fitness is maximised: the sign reaches evosax right
@@ -66,7 +73,7 @@ def test_a_diverging_member_does_not_stop_the_run(tmp_path):
     cfg = tiny_config(generations=3, eval_every=0)
     trainer = MetaTrainer(cfg, trains=[diverging_train])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
-    rows = RunDir(tmp_path / "run").read_metrics()
+    rows = RunDir(tmp_path / "run").metrics()
     assert len(rows) == 3
     assert sum(r["num_diverged"] for r in rows) > 0  # counted ...
     assert all(np.isfinite(r["fitness_mean"]) for r in rows if r["num_diverged"] < 4)  # ... and excluded
@@ -89,7 +96,7 @@ def uninterrupted(tmp_path_factory, trainer):
 def test_stop_and_resume_equals_uninterrupted_bit_for_bit(tmp_path, uninterrupted, trainer):
     path = tmp_path / "run"
     run(tiny_config(), path, progress=False, stop_after=2, log=lambda *a: None, trainer=trainer)
-    assert len(RunDir(path).read_metrics()) == 2
+    assert len(RunDir(path).metrics()) == 2
     run(None, path, resume=True, progress=False, log=lambda *a: None, trainer=trainer)
     assert metric_rows(path) == metric_rows(uninterrupted)
     best_a = json.loads((path / "objectives" / "mean.json").read_text())["params"]
@@ -158,12 +165,63 @@ def test_two_devices_equal_one(uninterrupted, trainer, tmp_path):
             np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
-def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted):
-    rows = RunDir(uninterrupted).read_metrics()
+def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted, trainer):
+    rows = RunDir(uninterrupted).metrics()
     evals = [r for r in rows if "eval_mean_fitness" in r]
     assert [r["generation"] for r in evals] == [1, 3]
-    # generation 0's ES mean is the initial LPO = PPO exactly, so early on the two are close
     assert "eval/CartPole-v1/ppo" in evals[0] and "eval/CartPole-v1/mean" in evals[0]
+    # Before any generation the ES mean is the initial LPO, which is PPO exactly: on the same
+    # fresh seeds the two columns must then be equal (different seeds or a drifted start would not be).
+    state, baseline = trainer.replicate(fetch(trainer.init())), trainer.replicate(fetch(trainer.baseline()))
+    row = trainer.evaluate(state, baseline, 0)
+    assert row["eval_mean_fitness"] == row["eval_ppo_fitness"]
+    assert row["eval/CartPole-v1/mean"] == row["eval/CartPole-v1/ppo"]
+
+
+def test_a_generation_compiles_once(tmp_path):
+    """The jitted generation is traced once for a whole run: its outputs come back in exactly the
+    layout and types its next call takes (sharding pins, no weak types), so nothing recompiles."""
+    traces = []
+
+    def counting_train(key, meta_params):
+        traces.append(1)  # Python runs only while jax traces
+        return quadratic_train(key, meta_params)
+
+    cfg = tiny_config(generations=5, eval_every=0)
+    run(cfg, tmp_path / "run", progress=False, trainer=MetaTrainer(cfg, trains=[counting_train]), log=lambda *a: None)
+    assert len(RunDir(tmp_path / "run").metrics()) == 5
+    assert len(traces) == 1
+
+
+def test_the_jax_free_strategy_tables_match_evosax():
+    import inspect
+
+    from evosax.algorithms import algorithms
+    from evosax.core.fitness_shaping import weights_fitness_shaping_fn
+
+    def parameters(name):
+        return inspect.signature(algorithms[name].__init__).parameters
+
+    assert sorted(STRATEGIES) == sorted(algorithms)
+    assert set(ANTITHETIC_STRATEGIES) == {n for n in algorithms if "use_antithetic_sampling" in parameters(n)}
+    assert set(WEIGHTED_STRATEGIES) == {
+        n for n in algorithms if parameters(n)["fitness_shaping_fn"].default is weights_fitness_shaping_fn}
+
+
+@pytest.mark.parametrize("strategy", sorted(UNSUPPORTED_STRATEGIES))
+def test_strategies_that_cannot_run_are_refused_by_name(strategy):
+    with pytest.raises(ValueError, match=f"es.strategy={strategy} cannot be used"):
+        validate(RunConfig(es=ESConfig(strategy=strategy)))
+
+
+def test_weighted_strategies_keep_their_own_fitness_shaping():
+    """CMA-ES's mean update needs recombination weights (>= 0, summing to 1); centered ranks sum to 0."""
+    with pytest.raises(ValueError, match="recombination weights"):
+        validate(RunConfig(es=ESConfig(strategy="CMA_ES", fitness_shaping="centered_rank")))
+    es, _ = make_strategy(ESConfig(strategy="CMA_ES", population_size=4), {"w": jnp.zeros(3)})
+    from evosax.core.fitness_shaping import weights_fitness_shaping_fn
+
+    assert es.fitness_shaping_fn is weights_fitness_shaping_fn
 
 
 def constant_train(init_return, final_return):
@@ -191,17 +249,20 @@ def test_normalised_fitness_over_two_environments(tmp_path):
     for env, values in want.items():
         for k, v in values.items():
             np.testing.assert_allclose(baseline[env][k], v, rtol=1e-6, err_msg=f"{env} {k}")
-    row = RunDir(tmp_path / "run").read_metrics()[0]
+    row = RunDir(tmp_path / "run").metrics()[0]
     expected = np.mean([(30 - 10) / (50 - 10), (-300 + 500) / (-100 + 500)])  # 0.5
     np.testing.assert_allclose(row["fitness_mean"], expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("strategy", ["SNES", "CMA_ES", "SimpleGA", "PGPE"])
-def test_other_strategies_run_by_name(strategy, tmp_path):
+@pytest.mark.parametrize("strategy", [s for s in STRATEGIES if s not in UNSUPPORTED_STRATEGIES])
+def test_every_strategy_runs_by_name(strategy, tmp_path):
+    """Every name the config accepts builds, runs two generations and writes finite metrics."""
     cfg = tiny_config(generations=2, eval_every=0, es=ESConfig(strategy=strategy, population_size=4))
     trainer = MetaTrainer(cfg, trains=[quadratic_train])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
-    assert len(RunDir(tmp_path / "run").read_metrics()) == 2
+    rows = RunDir(tmp_path / "run").metrics()
+    assert [r["generation"] for r in rows] == [0, 1]
+    assert all(np.isfinite(r["fitness_mean"]) and np.isfinite(r["best_fitness"]) for r in rows)
 
 
 @pytest.mark.parametrize("override, message", [
