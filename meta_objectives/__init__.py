@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 
-_SUBMODULES = ("drift", "value_loss", "shaping", "closed_form", "base", "io", "objectives", "errors", "fileio")
+_SUBMODULES = ("drift", "value_loss", "shaping", "closed_form", "base", "io", "objectives", "errors", "fileio",
+               "plugs")
 _EXPORTS = {
-    "PLUGS": "base", "MetaObjective": "base", "from_spec": "base", "make_objective": "base", "names": "base",
-    "register": "base",
-    "PPOClip": "drift", "DPO": "drift", "LPO": "drift", "TALPO": "drift", "evaluate_drift": "drift",
+    "PLUGS": "plugs", "PLUG_METHODS": "plugs",
+    "MetaObjective": "base", "from_spec": "base", "make_objective": "base", "names": "base", "register": "base",
+    "check_options": "base", "objective_class": "base",
+    "PPOClip": "drift", "DPO": "drift", "LPO": "drift", "TALPO": "drift",
     "L2": "value_loss", "ClippedL2": "value_loss", "LearnedValueLoss": "value_loss",
     "NoShaping": "shaping", "PotentialShaping": "shaping",
     "ClosedFormDrift": "closed_form", "ClosedFormValueLoss": "closed_form",

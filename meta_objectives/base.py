@@ -1,58 +1,154 @@
-"""The meta-objective interface and the registry of everything that can evolve.
+"""The meta-objective interface (the plug-in contract) and the registry of everything that evolves.
 
 A meta-objective is a small frozen dataclass (its fields are static structure: sizes, feature
-switches) with pure functions over a separate parameter pytree (which evolution perturbs and
-vmap batches), as optax's `GradientTransformation` and gymnax's `(env, env_params)` split:
+switches, constants; they are the options an experiment file sets) with pure functions over a
+separate parameter pytree (which evolution perturbs and vmap batches), as optax's
+`GradientTransformation` and gymnax's `(env, env_params)` split:
 
     objective.init(key) -> params        # reproduces the hand-designed baseline exactly
-    objective.<plug>(params, ...)        # the function the PPO plug point calls
+    objective.<plug method>(params, ...) # the function the PPO plug point calls
 
-The three plug points of the inner PPO (see inner_loops.ppo) and their call signatures:
+The three plug points of the inner PPO (see inner_loops.ppo), their methods and signatures:
 
     drift(params, ratio, advantage, progress) -> D          # >= 0, == 0 and flat at ratio == 1
     value_loss(params, value, target, old_value) -> L       # per sample
     shape_reward(params, obs, reward, next_obs, terminated, gamma) -> shaped reward
 
-Adding an objective = one file with one frozen dataclass that sets `plug` and `name`, implements
-`init` and its plug function, and is decorated with `@register`.
+Everything else asks the objective about itself through the contract, never by its name:
+`title` (figures, reports), `depends_on_progress`, `plotted` (drawn even when not evolved),
+`reads_observations` / `for_env(obs_shape)` / `incompatibility(obs_shape, env_name)`,
+`default_params()` and `options()`.
+
+Adding an objective = one frozen dataclass that sets `plug`, `name` and `title`, implements
+`init` and its plug method, and is decorated with `@register` (which checks all of that).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import typing
 from typing import Any, ClassVar
 
 import jax
 
 from meta_objectives import _compat  # noqa: F401  (refuses a deadlocking jaxlib)
+from meta_objectives.plugs import PLUG_METHODS, PLUGS
 
-PLUGS = ("drift", "value_loss", "shaping")
 Params = Any  # a pytree of float32 arrays
 
 _REGISTRY: dict[str, dict[str, type]] = {plug: {} for plug in PLUGS}
+OPTION_TYPES = (bool, int, float, str, tuple[int, ...])
+FROM_ENV = "from_env"  # field metadata key: an option the environment sets (through `for_env`)
 
 
 class MetaObjective:
-    """Base of all objectives: `init` plus one plug function (named after the plug point)."""
+    """Base of all objectives: `init` plus one plug method, and the hooks analysis asks."""
 
     plug: ClassVar[str]
     name: ClassVar[str]
+    title: ClassVar[str]  # for figures and reports, e.g. "learned (LPO)"
     learned: ClassVar[bool] = False  # True when params are a network (not a few constants)
+    reads_observations: ClassVar[bool] = False  # True when sized for one observation shape
 
     def init(self, key: jax.Array) -> Params:
         raise NotImplementedError
+
+    def default_params(self) -> Params:
+        """`init(jax.random.key(0))`: the one set of baseline parameters that analysis uses for an
+        objective given without parameters (a run starts evolution from init(its seed))."""
+        return self.init(jax.random.key(0))
 
     def spec(self) -> dict:
         """JSON-able description from which `make_objective` rebuilds this object."""
         return {"plug": self.plug, "name": self.name, "config": dataclasses.asdict(self)}
 
+    @classmethod
+    def options(cls) -> dict[str, tuple[Any, Any]]:
+        """{option: (type, default)}: what an experiment file may set ([objectives.<plug>])."""
+        hints = typing.get_type_hints(cls)
+        return {f.name: (hints[f.name], f.default) for f in dataclasses.fields(cls)
+                if not f.metadata.get(FROM_ENV)}
+
+    @property
+    def depends_on_progress(self) -> bool:
+        """Whether the plug method reads the training progress n / N (drifts only)."""
+        return False
+
+    @property
+    def plotted(self) -> bool:
+        """Whether analysis draws this objective even when the run did not evolve it: a learned
+        network or a discovered closed form (not a hand-designed baseline)."""
+        return self.learned
+
+    def for_env(self, obs_shape: tuple[int, ...]) -> MetaObjective:
+        """This objective sized for an environment with observations of `obs_shape`."""
+        return self
+
+    def incompatibility(self, obs_shape: tuple[int, ...], env_name: str = "the environment") -> str | None:
+        """Why this objective cannot run on an environment with observations of `obs_shape`
+        (None when it can). Drifts and value losses see only ratios, advantages and values."""
+        return None
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) if typing.get_origin(tp) is None else str(tp).replace("typing.", "")
+
+
+def _fits(value, tp) -> bool:
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if tp is str:
+        return isinstance(value, str)
+    if tp == tuple[int, ...]:
+        return isinstance(value, (tuple, list)) and all(_fits(v, int) for v in value)
+    return False
+
 
 def register(cls: type) -> type:
-    """Class decorator: make `cls` constructible by name via `make_objective`."""
-    if cls.plug not in PLUGS:
-        raise ValueError(f"{cls.__name__}.plug must be one of {PLUGS}, got {cls.plug!r}")
-    _REGISTRY[cls.plug][cls.name] = cls
+    """Class decorator (above @dataclass(frozen=True)): check the contract, then make `cls`
+    constructible by name via `make_objective`. A class that breaks the contract fails here,
+    at import, with what to fix, not later inside a jitted PPO."""
+    where = cls.__name__
+    plug = getattr(cls, "plug", None)
+    if plug not in PLUGS:
+        raise TypeError(f"{where}.plug must be one of {PLUGS}, got {plug!r}")
+    name = cls.__dict__.get("name")  # set on this class itself: a subclass must not reuse its parent's
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TypeError(f"{where} must set its own `name` (an identifier), got {name!r}")
+    if not isinstance(cls.__dict__.get("title"), str) or not cls.__dict__["title"]:
+        raise TypeError(f"{where} must set its own `title` (how figures and reports name it)")
+    if not (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):
+        raise TypeError(f"{where} must be a frozen dataclass: put @register above @dataclass(frozen=True)")
+    method = PLUG_METHODS[plug]
+    if not callable(getattr(cls, method, None)):
+        found = [m for m in dir(cls) if not m.startswith("_") and callable(getattr(cls, m))]
+        close = difflib.get_close_matches(method, found, n=1)
+        hint = f" (found {close[0]!r})" if close else ""
+        raise TypeError(f"{where} is a {plug} objective but has no method {method!r}{hint}; "
+                        f"the {plug} plug point calls {method}(params, ...)")
+    if cls.init is MetaObjective.init:
+        raise TypeError(f"{where} must implement init(key) -> params")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    reserved = fields & {"plug", "name", "title", "learned", "reads_observations"}
+    if reserved:
+        raise TypeError(f"{where}: {sorted(reserved)} must be class attributes without annotation, not fields")
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if hints[f.name] not in OPTION_TYPES:
+            raise TypeError(f"{where}.{f.name}: an option must be one of "
+                            f"{', '.join(_type_name(t) for t in OPTION_TYPES)}, got {hints[f.name]}")
+        if f.default is dataclasses.MISSING:
+            raise TypeError(f"{where}.{f.name} needs a default (an objective is built from its name alone)")
+    registry = _REGISTRY[plug]
+    if name in registry and registry[name].__qualname__ != cls.__qualname__:
+        raise TypeError(f"{plug} objective {name!r} is already registered by {registry[name].__name__}")
+    registry[name] = cls
     return cls
 
 
@@ -77,8 +173,8 @@ def _check_plug(plug: str) -> str:
     return plug
 
 
-def make_objective(plug: str, name: str, **config) -> MetaObjective:
-    """Build a registered objective by plug point and name, e.g. ('drift', 'lpo')."""
+def objective_class(plug: str, name: str) -> type:
+    """The registered class of (plug, name); ValueError with close matches if there is none."""
     _load_builtins()
     registry = _REGISTRY[_check_plug(plug)]
     if name not in registry:
@@ -87,14 +183,39 @@ def make_objective(plug: str, name: str, **config) -> MetaObjective:
         raise ValueError(
             f"unknown {plug} objective {name!r}.{hint} Available: {', '.join(sorted(registry))}."
         )
-    cls = registry[name]
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(config) - fields
-    if unknown:
-        raise ValueError(
-            f"{plug} objective {name!r} has no option(s) {sorted(unknown)}; it takes {sorted(fields)}"
-        )
-    return cls(**config)
+    return registry[name]
+
+
+def check_options(plug: str, name: str, options: dict, settable: bool = False) -> None:
+    """ValueError saying what is wrong with `options` for objective (plug, name): an unknown
+    option (with close matches and the list), or a value of the wrong type (what is expected).
+    settable: refuse the options the environment sets (`for_env`) too, as a config file must."""
+    cls = objective_class(plug, name)
+    hints = typing.get_type_hints(cls)
+    declared = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    if settable:
+        declared = {k: tp for k, (tp, _) in cls.options().items()}
+    for key, value in options.items():
+        if key not in declared:
+            settable_names = sorted(cls.options())
+            close = difflib.get_close_matches(key, settable_names, n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            why = " (the environment sets it)" if key in hints else ""
+            raise ValueError(f"{plug} objective {name!r} has no option {key!r}{why}.{hint} "
+                             f"Its options: {', '.join(settable_names) or '(none)'}")
+        if not _fits(value, declared[key]):
+            raise ValueError(f"{plug} objective {name!r}: option {key} must be {_type_name(declared[key])}, "
+                             f"got {value!r} ({type(value).__name__})")
+
+
+def make_objective(plug: str, name: str, **options) -> MetaObjective:
+    """Build a registered objective by plug point, name and options, e.g. ('drift', 'lpo', hidden=64)."""
+    check_options(plug, name, options)
+    cls = objective_class(plug, name)
+    hints = typing.get_type_hints(cls)
+    # JSON has no tuples and writes 2.0 as 2: store each option as its declared type
+    typed = {k: (float(v) if hints[k] is float else tuple(v) if isinstance(v, list) else v) for k, v in options.items()}
+    return cls(**typed)
 
 
 def from_spec(spec: dict) -> MetaObjective:

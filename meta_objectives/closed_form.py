@@ -386,9 +386,18 @@ class ClosedFormDrift(MetaObjective):
     expression: str = PPO_CLIP_EXPRESSION
     plug = "drift"
     name = "closed_form"
+    title = "closed form"
 
     def __post_init__(self):
         parse_expression(self.expression)
+
+    @property
+    def depends_on_progress(self) -> bool:
+        return p_sym in parse_expression(self.expression).free_symbols
+
+    @property
+    def plotted(self) -> bool:
+        return True
 
     def init(self, key):
         return {}
@@ -423,9 +432,14 @@ class ClosedFormValueLoss(MetaObjective):
     expression: str = VALUE_LOSS_L2_EXPRESSION
     plug = "value_loss"
     name = "closed_form"
+    title = "closed form"
 
     def __post_init__(self):
         parse_expression(self.expression, VALUE_LOSS_VARIABLES)
+
+    @property
+    def plotted(self) -> bool:
+        return True
 
     def init(self, key):
         return {}
@@ -546,7 +560,7 @@ def as_drift_fn(drift, params=None) -> Callable:
         if drift.plug != "drift":
             raise ValueError(f"expected a drift objective, got a {drift.plug} objective")
         if params is None:
-            params = drift.init(jax.random.key(0))
+            params = drift.default_params()
         return lambda ratio, advantage, progress=0.0: drift.drift(params, ratio, advantage, progress)
     if callable(drift):
         return drift

@@ -31,6 +31,7 @@ class PPOClip(MetaObjective):
     clip_eps: float = 0.2
     plug = "drift"
     name = "ppo_clip"
+    title = "PPO-clip"
 
     def init(self, key):
         return {}
@@ -53,6 +54,7 @@ class DPO(MetaObjective):
     beta: float = 0.6
     plug = "drift"
     name = "dpo"
+    title = "DPO"
 
     def init(self, key):
         return {"alpha": jnp.float32(self.alpha), "beta": jnp.float32(self.beta)}
@@ -101,7 +103,12 @@ class LPO(MetaObjective):
     progress_features: bool = False
     plug = "drift"
     name = "lpo"
+    title = "learned (LPO)"
     learned = True
+
+    @property
+    def depends_on_progress(self) -> bool:
+        return self.progress_features
 
     @property
     def num_features(self) -> int:
@@ -131,10 +138,4 @@ class TALPO(LPO):
 
     progress_features: bool = True
     name = "talpo"
-
-
-def evaluate_drift(objective, params, ratio, advantage, progress=0.0):
-    """Evaluate a drift on arrays outside training (for plots and distillation)."""
-    ratio = jnp.asarray(ratio, jnp.float32)
-    advantage = jnp.asarray(advantage, jnp.float32)
-    return objective.drift(params, ratio, advantage, jnp.asarray(progress, jnp.float32))
+    title = "learned (TA-LPO)"

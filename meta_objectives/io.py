@@ -79,7 +79,7 @@ def load_objectives(path) -> tuple[Objectives, dict, dict]:
         params = params_from_json(doc["params"])
     except (KeyError, TypeError, ValueError) as e:
         raise ObjectiveFileError(f"{path}: invalid spec or parameters ({e})") from e
-    template = objectives.init(jax.random.key(0), plugs=tuple(params))
+    template = objectives.default_params(plugs=tuple(params))
     want = jax.tree.map(lambda x: jnp.shape(x), template)
     got = jax.tree.map(lambda x: jnp.shape(x), params)
     if jax.tree.structure(template) != jax.tree.structure(params) or want != got:

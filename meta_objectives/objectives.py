@@ -38,6 +38,30 @@ class Objectives:
         keys = dict(zip(PLUGS, jax.random.split(key, len(PLUGS))))
         return {plug: getattr(self, plug).init(keys[plug]) for plug in plugs}
 
+    def default_params(self, plugs=PLUGS) -> dict:
+        """`init(jax.random.key(0), plugs)`: the one set of baseline parameters that analysis uses
+        for objectives given without parameters (a run starts evolution from init(its seed))."""
+        return self.init(jax.random.key(0), plugs)
+
+    def items(self) -> list[tuple[str, MetaObjective]]:
+        """[(plug, objective)] in PLUGS order."""
+        return [(plug, getattr(self, plug)) for plug in PLUGS]
+
+    @property
+    def reads_observations(self) -> bool:
+        """Whether some plug is sized for one observation shape (see `for_env`)."""
+        return any(obj.reads_observations for _, obj in self.items())
+
+    def for_env(self, obs_shape: tuple[int, ...]) -> Objectives:
+        """Every plug sized for an environment with observations of `obs_shape`."""
+        return Objectives(**{plug: obj.for_env(obs_shape) for plug, obj in self.items()})
+
+    def incompatibility(self, obs_shape: tuple[int, ...], env_name: str = "the environment") -> str | None:
+        """Why these objectives cannot run on an environment with observations of `obs_shape`
+        (the first plug's reason), or None."""
+        reasons = (obj.incompatibility(obs_shape, env_name) for _, obj in self.items())
+        return next((r for r in reasons if r), None)
+
     def merge(self, meta_params: dict, defaults: dict) -> dict:
         """Full params dict: evolved entries from `meta_params`, the rest from `defaults`."""
         unknown = set(meta_params) - set(PLUGS)

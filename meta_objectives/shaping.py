@@ -9,12 +9,12 @@ critic bootstraps from it too).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import jax.numpy as jnp
 
 from meta_objectives._nets import apply_mlp, init_mlp
-from meta_objectives.base import MetaObjective, register
+from meta_objectives.base import FROM_ENV, MetaObjective, register
 
 
 @register
@@ -22,6 +22,7 @@ from meta_objectives.base import MetaObjective, register
 class NoShaping(MetaObjective):
     plug = "shaping"
     name = "none"
+    title = "no shaping"
 
     def init(self, key):
         return {}
@@ -45,19 +46,35 @@ def monotone_transform(params, reward):
 class PotentialShaping(MetaObjective):
     """Learned potential Phi(s) = MLP(obs) (zero output layer: no shaping at init).
 
-    obs_shape: one observation's shape (the engine fills it in from the environment).
+    obs_shape: one observation's shape (set from the environment through `for_env`).
     transform: also learn the monotone reward transform g (identity at init).
     """
 
-    obs_shape: tuple[int, ...] = ()
+    obs_shape: tuple[int, ...] = field(default=(), metadata={FROM_ENV: True})
     hidden: int = 32
     transform: bool = False
     plug = "shaping"
     name = "potential"
+    title = "learned potential"
     learned = True
+    reads_observations = True
 
     def __post_init__(self):
         object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
+
+    def for_env(self, obs_shape):
+        return replace(self, obs_shape=tuple(obs_shape))
+
+    def incompatibility(self, obs_shape, env_name="the environment"):
+        mine, theirs = tuple(self.obs_shape), tuple(int(d) for d in obs_shape)
+        if mine == theirs:
+            return None
+        return (
+            f"its learned shaping potential Phi(s) was built for observations of shape {mine}, "
+            f"but {env_name} has observations of shape {theirs}; a potential reads the observation, "
+            f"so it cannot be evaluated there. Choose environments with observation shape "
+            f"{mine} (e.g. the meta-training ones), or a target without learned shaping."
+        )
 
     @property
     def obs_dim(self) -> int:

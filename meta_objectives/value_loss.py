@@ -25,6 +25,7 @@ def clipped_l2(value, target, old_value, clip_eps):
 class L2(MetaObjective):
     plug = "value_loss"
     name = "l2"
+    title = "L2"
 
     def init(self, key):
         return {}
@@ -41,6 +42,7 @@ class ClippedL2(MetaObjective):
     clip_eps: float = 0.2
     plug = "value_loss"
     name = "clipped_l2"
+    title = "clipped L2"
 
     def init(self, key):
         return {}
@@ -63,6 +65,7 @@ class LearnedValueLoss(MetaObjective):
     use_target: bool = False
     plug = "value_loss"
     name = "learned"
+    title = "learned"
     learned = True
 
     def init(self, key):

@@ -1,0 +1,58 @@
+"""The plug points of the inner PPO and the config section that picks an objective for each.
+
+jax-free (the command line reads configs and run directories before jax starts). The section
+has one form, nested per plug point, in an experiment file and in a run's config.json:
+
+    [objectives]
+    evolve = ["drift"]
+    [objectives.drift]
+    name = "lpo"        # a registered objective (meta_objectives.names("drift"))
+    hidden = 64         # its options: the objective's dataclass fields
+
+`upgrade_section` reads the legacy form too (run directories written before options were
+nested): plug names as strings and the flat fields drift_hidden, value_loss_hidden,
+shaping_hidden, shaping_transform.
+"""
+
+from __future__ import annotations
+
+PLUGS = ("drift", "value_loss", "shaping")
+# The method each plug point calls (see base.py for the signatures); `register` checks it.
+PLUG_METHODS = {"drift": "drift", "value_loss": "value_loss", "shaping": "shape_reward"}
+
+# Legacy flat field -> (plug, option, the objectives that took it, the default it had then).
+# The old engine passed each option only to the objectives that had it, so the table records
+# which those were; a value equal to the old default is dropped (it is the objective's default).
+LEGACY_OPTIONS = {
+    "drift_hidden": ("drift", "hidden", ("lpo", "talpo"), 128),
+    "value_loss_hidden": ("value_loss", "hidden", ("learned",), 16),
+    "shaping_hidden": ("shaping", "hidden", ("potential",), 32),
+    "shaping_transform": ("shaping", "transform", ("potential",), False),
+}
+
+
+def upgrade_section(section: dict) -> dict:
+    """An objectives section in any form it has had -> the nested form (a new dict).
+
+    A plug given as a string is its name ({"name": s}); legacy flat options move into the section
+    of the plug they configured, where that objective takes them. Other keys are left as they
+    are (the config reader reports unknown ones).
+    """
+    out = {k: ({"name": v} if k in PLUGS and isinstance(v, str) else v) for k, v in section.items()
+           if k not in LEGACY_OPTIONS}
+    for key, (plug, option, takers, default) in LEGACY_OPTIONS.items():
+        if key not in section:
+            continue
+        choice = out.get(plug)
+        if isinstance(choice, dict) and choice.get("name") in takers and section[key] != default:
+            out[plug] = {**choice, option: section[key]}
+    return out
+
+
+def choice_name(value) -> str | None:
+    """The objective's name in a plug's section, in either form ("lpo" or {"name": "lpo", ...})."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        return value["name"]
+    return None
