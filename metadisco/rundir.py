@@ -1,150 +1,157 @@
-"""The run directory: the source of truth for a meta-training run.
+"""The writing side of a run directory (the layout and every read: analysis.runs.Run).
 
-    RUN_DIR/config.json          resolved RunConfig (re-creates and resumes the run)
-    RUN_DIR/metrics.jsonl        one JSON line per generation
-    RUN_DIR/baseline.json        PPO's returns used to normalise fitness
-    RUN_DIR/checkpoints/*.msgpack  strategy state, key, generation, best and mean (flax msgpack:
-                                   plain arrays, nothing executes on load), written atomically
-    RUN_DIR/objectives/{best,mean}.json   meta_objectives files, loadable anywhere
+    run = RunDir(path)
+    with run.lock():                 one writer per run directory (an OS lock; see `lock`)
+        run.create(config)           config.json (refuses a non-empty directory unless overwrite)
+        run.write_json(name, obj)    RUN_DIR/name, atomically
+        run.append_metrics(row)      one line of metrics.jsonl (never a partial line left behind)
+        run.truncate_metrics(gen)    keep the rows a checkpoint covers (on resume)
+        run.save_checkpoint(gen, tree) / run.load_checkpoint(template)
+
+Every file is written whole or not at all (temporary file + fsync + rename, through
+meta_objectives.fileio) with the umask's mode; a failed write raises RunWriteError naming the file
+and the cause, and leaves the previous files as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
-import math
 import os
-import re
+import socket
 from pathlib import Path
 
-import numpy as np
-from flax import serialization
+from analysis.runs import Run, RunDirError
+from meta_objectives.fileio import atomic_write_bytes, atomic_write_text, to_jsonable
 
-from meta_objectives.fileio import atomic_write_text
+__all__ = ["KEEP_CHECKPOINTS", "RunDir", "RunDirError", "RunLockedError", "RunWriteError"]
 
-CKPT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
 KEEP_CHECKPOINTS = 3
 
 
-class RunDirError(ValueError):
-    """A run directory that is missing, incomplete or corrupt (message says what to do)."""
+class RunWriteError(RunDirError):
+    """A file of the run could not be written (no space, read-only, permission, a removed folder)."""
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, float)):
-        return None if not math.isfinite(float(x)) else float(x)
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    return x
+class RunLockedError(RunDirError):
+    """Another process is writing the run directory."""
 
 
-class RunDir:
-    def __init__(self, path):
-        self.path = Path(path)
+def _cause(e: OSError) -> str:
+    return f"[Errno {e.errno}] {e.strerror}" if e.errno else str(e)
 
-    # layout
-    @property
-    def config_path(self):
-        return self.path / "config.json"
 
-    @property
-    def metrics_path(self):
-        return self.path / "metrics.jsonl"
+@contextlib.contextmanager
+def _writing(path: Path):
+    """Turn an OSError while writing `path` into a RunWriteError that names it."""
+    try:
+        yield
+    except OSError as e:
+        raise RunWriteError(f"could not write {path}: {_cause(e)}") from e
 
-    @property
-    def checkpoint_dir(self):
-        return self.path / "checkpoints"
 
-    @property
-    def objectives_dir(self):
-        return self.path / "objectives"
+class RunDir(Run):
+    """A run directory that this process writes (hold `lock()` while writing)."""
 
-    @property
-    def figures_dir(self):
-        return self.path / "figures"
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold the run's one-writer lock (flock on RUN_DIR/.lock) for the duration of the block.
+
+        The kernel releases it when the process ends, however it ends (kill -9 included), so a
+        stale lock never needs cleaning. The file names the holder (pid and host) for the
+        message a second writer gets: RunLockedError, at once.
+        """
+        with _writing(self.lock_path):
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                    raise RunWriteError(f"could not lock {self.lock_path}: {_cause(e)}") from e
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+                raise RunLockedError(
+                    f"{self.path} is being written by {holder}; one run directory has one writer. Wait for it "
+                    f"to finish (or stop it: it checkpoints on Ctrl-C or SIGTERM), then `metadisco train "
+                    f"--resume {self.path}`; or train into another --run-dir.") from None
+            with contextlib.suppress(OSError):  # the holder's name is a courtesy, not a condition
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            yield self
+        finally:
+            os.close(fd)  # releases the lock
 
     def create(self, config: dict, overwrite: bool = False) -> RunDir:
-        if self.path.exists() and any(self.path.iterdir()):
-            if not overwrite:
-                raise RunDirError(
-                    f"run directory {self.path} already exists and is not empty. Resume it with "
-                    f"`metadisco train --resume {self.path}`, choose another --run-dir, or pass --overwrite."
-                )
-            for child in ("metrics.jsonl", "baseline.json", "config.json"):
-                (self.path / child).unlink(missing_ok=True)
-            for ckpt in self.checkpoints():
-                ckpt.unlink()
-        self.path.mkdir(parents=True, exist_ok=True)
+        """Write config.json into an empty (or, with overwrite, a cleared) directory."""
+        self.refuse_existing(overwrite)
+        with _writing(self.path):
+            for child in (self.metrics_path, self.baseline_path, self.config_path, *self.checkpoints()):
+                child.unlink(missing_ok=True)
+            self.path.mkdir(parents=True, exist_ok=True)
         self.write_json("config.json", config)
         return self
 
-    def write_json(self, name: str, obj) -> None:
-        atomic_write_text(self.path / name, json.dumps(_jsonable(obj), indent=2))
+    def refuse_existing(self, overwrite: bool = False) -> None:
+        """RunDirError for a directory with files in it (the lock file aside), unless overwrite."""
+        if overwrite or not self.path.is_dir():
+            return
+        if any(p.name != self.lock_path.name for p in self.path.iterdir()):
+            raise RunDirError(
+                f"run directory {self.path} already exists and is not empty. Resume it with "
+                f"`metadisco train --resume {self.path}`, choose another --run-dir, or pass --overwrite.")
 
-    def read_json(self, name: str):
-        p = self.path / name
-        if not p.is_file():
-            raise RunDirError(f"{p} is missing: {self.path} is not a complete metadisco run directory")
-        try:
-            return json.loads(p.read_text())
-        except json.JSONDecodeError as e:
-            raise RunDirError(f"{p} is corrupt ({e})") from e
+    def write_json(self, name: str, obj) -> Path:
+        """RUN_DIR/name as strict JSON, atomically."""
+        path = self.path / name
+        with _writing(path):
+            return atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2))
 
-    def read_config(self) -> dict:
-        if not self.path.is_dir():
-            raise RunDirError(f"no run directory at {self.path}; `metadisco train` creates one")
-        return self.read_json("config.json")
+    def write_file(self, path: Path, write, *args) -> Path:
+        """`write(path, *args)` (a meta_objectives writer) with its OSError reported as RunWriteError."""
+        with _writing(path):
+            return write(path, *args)
 
     # metrics
     def append_metrics(self, row: dict) -> None:
-        with open(self.metrics_path, "a") as f:
-            f.write(json.dumps(_jsonable(row)) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    def read_metrics(self) -> list[dict]:
-        if not self.metrics_path.is_file():
-            return []
-        rows = []
-        for line in self.metrics_path.read_text().splitlines():
+        """Append one line; on failure the file is cut back to its previous complete lines."""
+        line = (json.dumps(to_jsonable(row)) + "\n").encode()
+        with _writing(self.metrics_path):
+            fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut by a crash: everything after it is dropped on resume
-        return rows
+                size = os.fstat(fd).st_size
+                try:
+                    os.write(fd, line)
+                    os.fsync(fd)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, size)
+                    raise
+            finally:
+                os.close(fd)
 
     def truncate_metrics(self, generation: int) -> None:
         """Keep only rows of generations < `generation` (those covered by the checkpoint)."""
-        rows = [r for r in self.read_metrics() if r["generation"] < generation]
-        atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+        rows = [r for r in self.metrics() if r["generation"] < generation]
+        with _writing(self.metrics_path):
+            atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
 
     # checkpoints
-    def checkpoints(self) -> list[Path]:
-        if not self.checkpoint_dir.is_dir():
-            return []
-        return sorted(p for p in self.checkpoint_dir.iterdir() if CKPT_RE.match(p.name))
-
     def save_checkpoint(self, generation: int, tree: dict) -> Path:
         """Atomically write `tree` (a pytree of arrays and numbers) for `generation` completed
-        generations, and keep the newest KEEP_CHECKPOINTS files."""
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        generations (flax msgpack: plain arrays, nothing executes on load); keep the newest
+        KEEP_CHECKPOINTS files."""
+        from flax import serialization
+
         path = self.checkpoint_dir / f"gen_{generation:06d}.msgpack"
         data = serialization.msgpack_serialize(serialization.to_state_dict(tree))
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with _writing(path):
+            atomic_write_bytes(path, data)
         for old in self.checkpoints()[:-KEEP_CHECKPOINTS]:
-            old.unlink()
+            with contextlib.suppress(OSError):  # an old file left behind costs space, not correctness
+                old.unlink()
         return path
 
     def load_checkpoint(self, template: dict) -> tuple[dict, Path, list[str]]:
@@ -152,6 +159,8 @@ class RunDir:
 
         Returns (tree, path, warnings); a corrupt newest file is reported and the previous one used.
         """
+        from flax import serialization
+
         warnings = []
         for path in reversed(self.checkpoints()):
             try:

@@ -1,12 +1,20 @@
-"""The host loop of a meta-training run: generations, metrics, checkpoints, resume, Ctrl-C.
+"""The host loop of a meta-training run: generations, metrics, checkpoints, resume, Ctrl-C, SIGTERM.
 
     run(cfg, run_dir)                 # a new run
     run(None, run_dir, resume=True)   # continue; equals the uninterrupted run bit for bit
+
+A run holds its directory's one-writer lock (RunDir.lock) while it runs. Ctrl-C and SIGTERM (a
+scheduler's preemption) write a checkpoint of the last completed generation and raise
+RunInterrupted, whose message says how to resume; a failed write raises RunWriteError naming the
+file, the cause and the next step. Either way the directory is left resumable.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,10 +22,11 @@ import jax
 import numpy as np
 
 from meta_objectives import save_objectives
+from meta_objectives.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, RunInterrupted
 from metadisco import config as config_lib
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.mirrors import Mirrors
-from metadisco.rundir import RunDir, RunDirError
+from metadisco.rundir import RunDir, RunDirError, RunWriteError
 
 
 def _checkpoint_tree(state: RunState, baseline: Baseline) -> dict:
@@ -25,18 +34,21 @@ def _checkpoint_tree(state: RunState, baseline: Baseline) -> dict:
 
 
 def save_state(run: RunDir, trainer: MetaTrainer, state: RunState, baseline: Baseline) -> None:
-    """Checkpoint + the best and mean objectives as loadable files (process 0 only)."""
+    """The best and mean objectives as loadable files, then the checkpoint (process 0 only).
+
+    The checkpoint is written last: one on disk means everything it covers is written too, so a
+    failed write leaves the previous checkpoint as the point to resume from.
+    """
     host_state, host_baseline = fetch((state, baseline))  # local copies: no collective op
     if jax.process_index() != 0:
         return
     gen = int(host_state.generation)
-    run.save_checkpoint(gen, _checkpoint_tree(host_state, host_baseline))
     extra = {"generation": gen, "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve)}
-    save_objectives(run.objectives_dir / "best.json", trainer.objectives,
-                    trainer.full_params(host_state.best_params),
-                    extra | {"fitness": float(host_state.best_fitness)})
-    save_objectives(run.objectives_dir / "mean.json", trainer.objectives,
-                    trainer.full_params(fetch(trainer.mean_params(host_state))), extra)
+    run.write_file(run.objectives_path("best"), save_objectives, trainer.objectives,
+                   trainer.full_params(host_state.best_params), extra | {"fitness": float(host_state.best_fitness)})
+    run.write_file(run.objectives_path("mean"), save_objectives, trainer.objectives,
+                   trainer.full_params(fetch(trainer.mean_params(host_state))), extra)
+    run.save_checkpoint(gen, _checkpoint_tree(host_state, host_baseline))
 
 
 def load_state(run: RunDir, trainer: MetaTrainer) -> tuple[RunState, Baseline, list[str]]:
@@ -50,6 +62,28 @@ def default_run_dir(cfg: config_lib.RunConfig) -> Path:
     return Path("runs") / f"{cfg.name}-{stamp}"
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread by the handler `run` installs: handled as Ctrl-C is."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM raises _Terminated while the block runs; the previous handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the final checkpoint
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwrite: bool = False,
         progress: bool = True, stop_after: int | None = None, log=print, trainer: MetaTrainer | None = None) -> Path:
     """Run (or resume) a meta-training run in `run_dir`; returns the run directory.
@@ -57,19 +91,56 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
     stop_after: stop (with a checkpoint) once this many generations are complete; for tests and
     for splitting a run over jobs with a wall-time limit.
     trainer: a prebuilt MetaTrainer for `cfg` (custom inner loops); built from the config if None.
+    Raises RunDirError (missing, busy or non-empty directory, changed config), RunWriteError (a
+    file could not be written) and RunInterrupted (Ctrl-C, SIGTERM), each saying what to do.
     """
     run = RunDir(run_dir)
-    is_main = jax.process_index() == 0
+    is_main = jax.process_index() == 0  # in a multi-host job only process 0 writes (and locks)
     if resume:
-        stored = config_lib.RunConfig.from_dict(run.read_config())
-        if cfg is not None and cfg != stored:
-            changes = config_lib.diff(stored.to_dict(), cfg.to_dict())
-            raise RunDirError(
-                f"refusing to resume {run.path} with a different config:\n  " + "\n  ".join(changes)
-                + "\nResume with the stored config (`metadisco train --resume DIR` and no overrides), or start a new run."
-            )
-        cfg = config_lib.validate(stored)
-    trainer = trainer or MetaTrainer(cfg)
+        cfg = _stored_config(run, cfg)
+    elif is_main:
+        run.refuse_existing(overwrite)
+    with run.lock() if is_main else contextlib.nullcontext(), _sigterm_interrupts():
+        try:
+            _run(run, cfg, resume, overwrite, progress, stop_after, log, trainer or MetaTrainer(cfg))
+        except KeyboardInterrupt as e:
+            raise _interrupted(run, cfg, e) from None
+        except RunWriteError as e:
+            raise RunWriteError(f"{e}. {_resume_hint(run, 'Fix that, then')}") from None
+    return run.path
+
+
+def _stored_config(run: RunDir, cfg: config_lib.RunConfig | None) -> config_lib.RunConfig:
+    """The run's own config; a different `cfg` is refused with the differences listed."""
+    stored = config_lib.RunConfig.from_dict(run.config())
+    if cfg is not None and cfg != stored:
+        changes = config_lib.diff(stored.to_dict(), cfg.to_dict())
+        raise RunDirError(
+            f"refusing to resume {run.path} with a different config:\n  " + "\n  ".join(changes)
+            + "\nResume with the stored config (`metadisco train --resume DIR` and no overrides), or start a new run."
+        )
+    return config_lib.validate(stored)
+
+
+def _resume_hint(run: RunDir, lead: str) -> str:
+    if run.checkpoints():
+        return f"{lead} resume with:\n  metadisco train --resume {run.path}"
+    return f"{lead} start the run again (it had no checkpoint yet; --overwrite reuses {run.path})"
+
+
+def _interrupted(run: RunDir, cfg: config_lib.RunConfig, e: KeyboardInterrupt) -> RunInterrupted:
+    code = EXIT_TERMINATED if isinstance(e, _Terminated) else EXIT_INTERRUPTED
+    checkpoints = run.checkpoints()
+    if not checkpoints:
+        return RunInterrupted(f"interrupted before the first checkpoint: nothing to resume. {_resume_hint(run, 'Instead,')}",
+                              exit_code=code)
+    done = run.checkpoint_generation(checkpoints[-1])
+    return RunInterrupted(f"interrupted: checkpoint written at generation {done}/{cfg.generations}. "
+                          f"Resume with:\n  metadisco train --resume {run.path}", exit_code=code)
+
+
+def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer: MetaTrainer) -> None:
+    is_main = jax.process_index() == 0
     if resume:
         state, baseline, warnings = load_state(run, trainer)
         for w in warnings:
@@ -96,46 +167,42 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
     end = cfg.generations if stop_after is None else min(cfg.generations, stop_after)
     mirrors = Mirrors(cfg, run.path, start) if is_main else None
     bar = _progress_bar(progress and is_main, start, cfg.generations)
-    completed = state
+    logged = state  # the newest state whose metrics row is written
     try:
         for gen in range(start, end):
             t = time.perf_counter()
             state, metrics = trainer.generation(state, baseline_dev, gen)
             metrics = {k: v.item() for k, v in fetch(metrics).items()}
             wall = time.perf_counter() - t
-            completed = state
             row = {"generation": gen, **metrics, "wall_time_s": wall,
                    "env_steps_per_s": trainer.steps_per_generation / wall}
             if cfg.eval_every and ((gen + 1) % cfg.eval_every == 0 or gen + 1 == cfg.generations):
                 row |= trainer.evaluate(state, baseline_dev, gen + 1)
             if is_main:
                 run.append_metrics(row)
+            logged = state
+            if is_main:
                 mirrors.log(row, gen)
             if (gen + 1) % cfg.checkpoint_every == 0 or gen + 1 == end:
                 save_state(run, trainer, state, baseline_dev)
             if is_main:
                 _update_bar(bar, row, log, cfg.generations)
     except KeyboardInterrupt:
-        save_state(run, trainer, completed, baseline_dev)
-        done = int(fetch(completed.generation))
-        log(f"\ninterrupted: checkpoint written at generation {done}/{cfg.generations}. "
-            f"Resume with:\n  metadisco train --resume {run.path}")
+        save_state(run, trainer, logged, baseline_dev)
+        if is_main:  # a row written after `logged` (a signal inside the append) is dropped, as resume would
+            run.truncate_metrics(int(fetch(logged.generation)))
+        raise
+    finally:
         if bar is not None:
             bar.close()
         if mirrors is not None:
             mirrors.close()
-        raise SystemExit(130) from None
-    if bar is not None:
-        bar.close()
-    if mirrors is not None:
-        mirrors.close()
     done = int(fetch(state.generation))
     if is_main and done == cfg.generations:
         _summary(run, log)
     elif is_main:
         log(f"stopped at generation {done}/{cfg.generations} (--stop-after {stop_after}); checkpoint written. "
             f"Continue with:\n  metadisco train --resume {run.path}")
-    return run.path
 
 
 def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
@@ -179,7 +246,7 @@ def _update_bar(bar, row: dict, log, total: int | None = None) -> None:
 
 
 def _summary(run: RunDir, log) -> None:
-    rows = run.read_metrics()
+    rows = run.metrics()
     if not rows:
         return
     k = min(5, len(rows))
