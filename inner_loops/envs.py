@@ -3,12 +3,18 @@
     env = make_env("CartPole-v1")            # any gymnax id
     env = make_env("brax/ant")               # brax, default backend "spring" (fastest on CPU)
     env = make_env("brax/hopper:positional") # brax with a chosen backend
-    obs, state = env.reset(key)
-    step = env.step(key, state, action)      # -> Step (auto-resets, tracks episode returns)
+    params = env.default_params              # the library's parameter pytree (brax: {})
+    obs, state = env.reset(key, params)
+    step = env.step(key, state, action, params)  # -> Step (auto-resets, tracks episode returns)
+
+Bring your own environment: `from_gymnax(my_env)` wraps any object with gymnax 1.0's API (a
+subclass of `gymnax.environments.environment.Environment`, say), `from_brax(brax_env, name)` a
+brax `Env`. Both keep termination and truncation apart.
 
 `Step.final_obs` is the observation the transition reached before any auto-reset: with
 `terminated` it is terminal (no bootstrap), with `truncated` it is not (bootstrap from it).
-Everything is a pure function of (key, state, action), so it vmaps over environments.
+Everything is a pure function of (key, state, action, params): it vmaps over environments and
+over environment parameters (`params=None` means `env.default_params`).
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,29 +64,43 @@ class Step:
 
 @dataclass(frozen=True, eq=False)
 class Env:
-    """A vmappable environment: static description plus pure reset/step functions."""
+    """A vmappable environment: a static description around a gymnax-style core.
+
+    `core` follows gymnax 1.0's functional API (build an Env with `from_gymnax` / `from_brax`):
+        core.reset(key, params) -> (obs, state)
+        core.step(key, state, action, params) -> (obs, state, reward, terminated, truncated, info)
+    auto-resetting, with info["final_observation"] the observation reached before the reset.
+    `default_params` is the core's parameter pytree; pass another (or a stacked batch under vmap)
+    as `params` to vary the environment without recompiling.
+    """
 
     name: str
+    core: Any
+    default_params: Any
     obs_shape: tuple[int, ...]
     discrete: bool
     num_actions: int  # discrete: number of actions; continuous: action dimension
     action_low: float | None
     action_high: float | None
-    _reset: Callable  # key -> (obs, inner_state)
-    _step: Callable  # key, inner_state, action -> (obs, inner, reward, terminated, truncated, final_obs)
+    scalar_action: bool = False  # the core takes a scalar continuous action (a Box of shape ())
 
     @property
     def library(self) -> str:
         return "brax" if self.name.startswith(BRAX_PREFIX) else "gymnax"
 
-    def reset(self, key: jax.Array) -> tuple[jax.Array, EnvState]:
-        obs, inner = self._reset(key)
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, EnvState]:
+        params = self.default_params if params is None else params
+        obs, inner = self.core.reset(key, params)
         return obs, EnvState(inner, jnp.float32(0.0), jnp.int32(0))
 
-    def step(self, key: jax.Array, state: EnvState, action: jax.Array) -> Step:
+    def step(self, key: jax.Array, state: EnvState, action: jax.Array, params: Any = None) -> Step:
+        """action: [] int (discrete) or [num_actions] float (continuous; clipped to the bounds)."""
+        params = self.default_params if params is None else params
         if not self.discrete:
             action = jnp.clip(action, self.action_low, self.action_high)
-        obs, inner, reward, terminated, truncated, final_obs = self._step(key, state.inner, action)
+        if self.scalar_action:
+            action = action[..., 0]
+        obs, inner, reward, terminated, truncated, info = self.core.step(key, state.inner, action, params)
         reward = jnp.asarray(reward, jnp.float32)
         ep_return = state.episode_return + reward
         ep_length = state.episode_length + 1
@@ -92,10 +111,102 @@ class Env:
             reward=reward,
             terminated=terminated,
             truncated=jnp.logical_and(truncated, jnp.logical_not(terminated)),
-            final_obs=final_obs,
+            final_obs=info["final_observation"],
             episode_return=ep_return,
             episode_length=ep_length,
         )
+
+
+def make_env(name: str) -> Env:
+    """Build an environment by name (see module docstring)."""
+    check_env_name(name)
+    if name.startswith(BRAX_PREFIX):
+        base, _, backend = name.partition(":")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "brax is not actively maintained" on every env
+            env = _import_brax().get_environment(base[len(BRAX_PREFIX):], backend=backend or DEFAULT_BRAX_BACKEND)
+        return from_brax(env, name)
+    import gymnax
+
+    try:
+        env, params = gymnax.make(name)
+    except OSError as e:  # MNISTBandit-bsuite downloads MNIST when it is built
+        raise ValueError(
+            f"{name} could not be built: gymnax fetches its data on first use and that failed ({e}). "
+            "Run once on a machine with internet access, or choose another environment (`metadisco envs`)."
+        ) from e
+    return from_gymnax(env, params, name)
+
+
+def from_gymnax(env, params: Any = None, name: str | None = None) -> Env:
+    """Wrap an environment that follows gymnax 1.0's API (terminated and truncated apart, auto-reset,
+    info["final_observation"]); `params`: its default parameters (None: `env.default_params`).
+
+    The spaces are read from `env.action_space(params)` (a `Discrete` with `.n`, or a `Box` with
+    `.shape`, `.low`, `.high`) and `env.observation_space(params).shape`.
+    """
+    params = env.default_params if params is None else params
+    action_space = env.action_space(params)
+    discrete = hasattr(action_space, "n") or type(action_space).__name__ == "Discrete"
+    if discrete:
+        num_actions, low, high = int(action_space.n), None, None
+    else:
+        num_actions = int(action_space.shape[0]) if action_space.shape else 1
+        low, high = float(jnp.min(action_space.low)), float(jnp.max(action_space.high))
+    return Env(
+        name=name or env.name,
+        core=env,
+        default_params=params,
+        obs_shape=tuple(env.observation_space(params).shape),
+        discrete=discrete,
+        num_actions=num_actions,
+        action_low=low,
+        action_high=high,
+        scalar_action=not discrete and not action_space.shape,
+    )
+
+
+def from_brax(env, name: str, episode_length: int = BRAX_EPISODE_LENGTH) -> Env:
+    """Wrap a brax `Env` (actions in [-1, 1]): `done` is termination, `episode_length` truncation."""
+    return Env(
+        name=name,
+        core=BraxCore(env, episode_length),
+        default_params={},
+        obs_shape=(int(env.observation_size),),
+        discrete=False,
+        num_actions=int(env.action_size),
+        action_low=-1.0,
+        action_high=1.0,
+    )
+
+
+@struct.dataclass
+class BraxState:
+    inner: Any  # brax.envs.State
+    time: jax.Array  # [] int32 steps into the episode
+
+
+@dataclass(frozen=True, eq=False)
+class BraxCore:
+    """A brax `Env` behind gymnax's API: auto-reset, a time limit as truncation, no parameters."""
+
+    env: Any
+    episode_length: int
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, BraxState]:
+        state = self.env.reset(key)
+        return state.obs, BraxState(state, jnp.int32(0))
+
+    def step(self, key: jax.Array, state: BraxState, action: jax.Array, params: Any = None):
+        nxt = self.env.step(state.inner, action)
+        time = state.time + 1
+        terminated = nxt.done > 0.5
+        truncated = time >= self.episode_length
+        done = jnp.logical_or(terminated, truncated)
+        obs_reset, state_reset = self.reset(key, params)
+        new_state = jax.tree.map(lambda r, s: jnp.where(done, r, s), state_reset, BraxState(nxt, time))
+        obs = jnp.where(done, obs_reset, nxt.obs)
+        return obs, new_state, nxt.reward, terminated, truncated, {"final_observation": nxt.obs}
 
 
 def _import_brax():
@@ -109,94 +220,3 @@ def _import_brax():
 def registered_brax_names() -> list[str]:
     """brax's own registry (it keeps no public list); `catalog.BRAX_ENVS` is checked against it."""
     return list(_import_brax()._envs)
-
-
-def make_env(name: str) -> Env:
-    """Build an environment by name (see module docstring)."""
-    check_env_name(name)
-    if name.startswith(BRAX_PREFIX):
-        return _make_brax(name)
-    return _make_gymnax(name)
-
-
-def _make_gymnax(name: str) -> Env:
-    import gymnax
-
-    try:
-        env, params = gymnax.make(name)
-    except OSError as e:  # MNISTBandit-bsuite downloads MNIST when it is built
-        raise ValueError(
-            f"{name} could not be built: gymnax fetches its data on first use and that failed ({e}). "
-            "Run once on a machine with internet access, or choose another environment (`metadisco envs`)."
-        ) from e
-    action_space = env.action_space(params)
-    discrete = hasattr(action_space, "n") or type(action_space).__name__ == "Discrete"
-
-    def reset(key):
-        return env.reset(key, params)
-
-    def step(key, inner, action):
-        obs, inner, reward, terminated, truncated, info = env.step(key, inner, action, params)
-        return obs, inner, reward, terminated, truncated, info["final_observation"]
-
-    if discrete:
-        num_actions, low, high = int(action_space.n), None, None
-    else:
-        num_actions = int(action_space.shape[0]) if action_space.shape else 1
-        low, high = float(jnp.min(action_space.low)), float(jnp.max(action_space.high))
-    return Env(
-        name=name,
-        obs_shape=tuple(env.observation_space(params).shape),
-        discrete=discrete,
-        num_actions=num_actions,
-        action_low=low,
-        action_high=high,
-        _reset=reset,
-        _step=step if discrete or action_space.shape else _scalar_action(step),
-    )
-
-
-def _scalar_action(step):
-    def wrapped(key, inner, action):
-        return step(key, inner, action[..., 0])
-
-    return wrapped
-
-
-@struct.dataclass
-class _BraxState:
-    inner: Any
-    time: jax.Array
-
-
-def _make_brax(name: str) -> Env:
-    base, _, backend = name.partition(":")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "brax is not actively maintained" on every env
-        env = _import_brax().get_environment(base[len(BRAX_PREFIX):], backend=backend or DEFAULT_BRAX_BACKEND)
-
-    def reset(key):
-        state = env.reset(key)
-        return state.obs, _BraxState(state, jnp.int32(0))
-
-    def step(key, inner, action):
-        nxt = env.step(inner.inner, action)
-        time = inner.time + 1
-        terminated = nxt.done > 0.5
-        truncated = time >= BRAX_EPISODE_LENGTH
-        done = jnp.logical_or(terminated, truncated)
-        obs_reset, state_reset = reset(key)
-        new_state = jax.tree.map(lambda r, s: jnp.where(done, r, s), state_reset, _BraxState(nxt, time))
-        obs = jnp.where(done, obs_reset, nxt.obs)
-        return obs, new_state, nxt.reward, terminated, truncated, nxt.obs
-
-    return Env(
-        name=name,
-        obs_shape=(int(env.observation_size),),
-        discrete=False,
-        num_actions=int(env.action_size),
-        action_low=-1.0,
-        action_high=1.0,
-        _reset=reset,
-        _step=step,
-    )

@@ -1,23 +1,27 @@
-"""PPO as one pure function, open at three plug points (drift, value loss, reward shaping).
+"""PPO as pure top-level functions, open at three plug points (drift, value loss, reward shaping).
 
     train = make_train(env, config, objectives)      # static: shapes, env, objectives
-    result = train(key, meta_params)                 # jit-able; vmap over key and meta_params
+    result = train(key, meta_params)                 # jit-able; vmap over key, meta_params,
+                                                     # hparams= and env_params=
     result.returns                                   # [num_updates] learning curve
 
-The run reads top to bottom: `collect` a rollout, `gae`, then `update_epoch` x epochs of
-minibatch steps on `ppo_loss`, scanned over updates. With the default `Objectives()` this is
-PPO-clip with PPO's clipped value loss (PureJaxRL), to the number.
+`make_train` binds `train` to a `PPO` record (env, config, objectives, network: all static).
+The file reads top to bottom as the run does: `init_runner`; then per update (`update`),
+`collect` a rollout, `gae`, and `update_epoch` x epochs of minibatch steps on `ppo_loss`;
+`train` scans the updates. With the default `Objectives()` this is PPO-clip with PPO's clipped
+value loss (PureJaxRL), to the number.
 
 `meta_params` is a dict keyed by plug point ("drift", "value_loss", "shaping") holding the
 parameters of the plugs being evolved; the others use their objective's initial parameters.
-The numbers in `PPOHyperparams` are traced too (vmap over learning rates works); everything in
-`PPOConfig` outside `hparams` fixes shapes and is static.
+The numbers in `PPOHyperparams` and the environment's parameters are traced (vmap over learning
+rates or episode lengths works); everything in `PPOConfig` outside `hparams` fixes shapes and
+is static.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -28,7 +32,7 @@ from flax import struct
 
 from inner_loops import networks
 from inner_loops.catalog import preset_name
-from inner_loops.envs import Env
+from inner_loops.envs import Env, EnvState
 from meta_objectives import Objectives
 
 
@@ -131,25 +135,45 @@ class Transition(NamedTuple):
     the bootstrap value of the final observation and the shaped reward are computed in the step.
     """
 
-    obs: jax.Array  # the (normalised) observation the policy saw
+    obs: jax.Array  # [..., *obs_shape] the (normalised) observation the policy saw
     raw_obs: jax.Array | None  # unnormalised, kept only for the running normaliser
-    action: jax.Array
-    log_prob: jax.Array
-    value: jax.Array
-    next_value: jax.Array  # V(final_obs): the state reached before any auto-reset
-    reward: jax.Array  # shaped reward (the plug point); episode returns stay unshaped
-    terminated: jax.Array
-    episode_return: jax.Array
-    episode_done: jax.Array
+    action: jax.Array  # [...] int, or [..., num_actions] float
+    log_prob: jax.Array  # [...] log pi_old(action | obs)
+    value: jax.Array  # [...] V(obs)
+    next_value: jax.Array  # [...] V(final_obs): the state reached before any auto-reset
+    reward: jax.Array  # [...] shaped reward (the plug point); episode returns stay unshaped
+    terminated: jax.Array  # [...] bool
+    episode_return: jax.Array  # [...] return of the episode that just ended (valid where episode_done)
+    episode_done: jax.Array  # [...] bool: terminated or truncated
+
+
+class Batch(NamedTuple):
+    """What a gradient step sees, flattened over (step, env): leaves [batch_size, ...]."""
+
+    obs: jax.Array  # [B, *obs_shape]
+    action: jax.Array  # [B] or [B, num_actions]
+    log_prob: jax.Array  # [B] of the acting (old) policy
+    value: jax.Array  # [B] of the acting critic (for value clipping)
+    advantage: jax.Array  # [B] GAE, not yet normalised
+    target: jax.Array  # [B] value targets (advantage + value)
+
+
+class LossAux(NamedTuple):
+    """The terms of `ppo_loss` (each a mean over the minibatch) and the visited samples."""
+
+    policy_loss: jax.Array  # [] -mean(r * A_norm - D(r, A_norm))
+    value_loss: jax.Array  # [] mean value loss (before vf_coef)
+    entropy: jax.Array  # [] mean policy entropy (before ent_coef)
+    samples: jax.Array  # [record_samples, 4] (ratio, normalised advantage, value, target)
 
 
 @struct.dataclass
 class ObsNorm:
     """Running mean and variance of observations (parallel Welford update per rollout)."""
 
-    mean: jax.Array
-    var: jax.Array
-    count: jax.Array
+    mean: jax.Array  # [*obs_shape]
+    var: jax.Array  # [*obs_shape]
+    count: jax.Array  # []
 
     @classmethod
     def create(cls, shape):
@@ -159,10 +183,31 @@ class ObsNorm:
         return jnp.clip((obs - self.mean) / jnp.sqrt(self.var + 1e-8), -10.0, 10.0)
 
     def update(self, batch):
+        """Fold in a batch [n, *obs_shape]."""
         b_mean, b_var, b_count = jnp.mean(batch, 0), jnp.var(batch, 0), batch.shape[0]
         delta, total = b_mean - self.mean, self.count + b_count
         m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
         return ObsNorm(self.mean + delta * b_count / total, m2 / total, total)
+
+
+class Runner(NamedTuple):
+    """The carry of the update scan (PureJaxRL's runner_state)."""
+
+    params: dict  # network parameters
+    opt_state: optax.OptState
+    env_state: EnvState  # leaves [num_envs, ...]
+    obs: jax.Array  # [num_envs, *obs_shape] raw observations
+    obs_norm: ObsNorm
+    key: jax.Array
+
+
+class UpdateInfo(NamedTuple):
+    """Per-update outputs of `update` (stacked to [num_updates, ...] by the scan in `train`)."""
+
+    mean_return: jax.Array  # [] mean return of episodes that ended in this rollout (NaN if none)
+    running_return: jax.Array  # [] mean return so far of the episodes running at its start
+    finite: jax.Array  # [] bool: every loss and parameter finite
+    samples: jax.Array  # [record_samples, 4] from the last minibatch step
 
 
 @struct.dataclass
@@ -175,13 +220,75 @@ class TrainResult:
     visited: jax.Array  # [num_updates, record_samples, 4] visited (ratio, advantage, value, target)
 
 
-class _Runner(NamedTuple):
-    params: dict
-    opt_state: optax.OptState
-    env_state: object
-    obs: jax.Array
-    obs_norm: ObsNorm
-    key: jax.Array
+@dataclass(frozen=True, eq=False)
+class PPO:
+    """The static half of a run: what fixes the compiled program (hashed by identity).
+
+    Build it with `PPO.create`; every function below takes it first.
+    """
+
+    env: Env
+    config: PPOConfig
+    objectives: Objectives
+    network: networks.ActorCritic
+    default_meta_params: dict  # `objectives.init(key(0))`: the parameters of plugs not evolved
+
+    @classmethod
+    def create(cls, env: Env, config: PPOConfig, objectives: Objectives = Objectives()) -> PPO:
+        """Validate `config` (ValueError before anything compiles) and build the network."""
+        config.validate()
+        network = networks.ActorCritic(
+            num_actions=env.num_actions, discrete=env.discrete, hidden=config.hidden,
+            activation=config.activation, obs_ndim=len(env.obs_shape),
+        )
+        return cls(env, config, objectives, network, objectives.init(jax.random.key(0)))
+
+
+def make_optimizer(config: PPOConfig, hp: PPOHyperparams) -> optax.GradientTransformation:
+    """Global-norm clipping, then Adam (eps 1e-5) at hp.lr, annealed linearly to 0 over the updates
+    if `config.anneal_lr`."""
+    steps_per_update = config.update_epochs * config.num_minibatches
+
+    def lr_schedule(count):
+        frac = 1.0 - (count // steps_per_update) / config.num_updates
+        return hp.lr * frac if config.anneal_lr else hp.lr
+
+    return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(lr_schedule, eps=1e-5))
+
+
+def init_runner(ppo: PPO, key: jax.Array, optimizer: optax.GradientTransformation, env_params) -> Runner:
+    """Initial network and optimiser state, and `num_envs` freshly reset environments."""
+    env, num_envs = ppo.env, ppo.config.num_envs
+    key, k_net, k_env = jax.random.split(key, 3)
+    obs, env_state = jax.vmap(lambda k: env.reset(k, env_params))(jax.random.split(k_env, num_envs))
+    params = ppo.network.init(k_net, obs)
+    return Runner(params, optimizer.init(params), env_state, obs, ObsNorm.create(env.obs_shape), key)
+
+
+def collect(ppo: PPO, runner: Runner, obj_params: dict, hp: PPOHyperparams, env_params) -> tuple[Runner, Transition]:
+    """Roll the policy for num_steps in num_envs environments -> (runner, Transition [T, N, ...])."""
+    env, network, config = ppo.env, ppo.network, ppo.config
+    norm = runner.obs_norm if config.normalize_obs else (lambda o: o)  # fixed during a rollout
+
+    def one_step(runner: Runner, _):
+        key, k_act, k_env = jax.random.split(runner.key, 3)
+        obs = norm(runner.obs)
+        pi, value = network.apply(runner.params, obs)
+        action, logp = networks.sample(env.discrete, pi, k_act)
+        step = jax.vmap(lambda k, s, a: env.step(k, s, a, env_params))(
+            jax.random.split(k_env, config.num_envs), runner.env_state, action
+        )
+        next_value = network.apply(runner.params, norm(step.final_obs), method=network.value)
+        reward = ppo.objectives.shaping.shape_reward(
+            obj_params["shaping"], runner.obs, step.reward, step.final_obs, step.terminated, hp.gamma
+        )
+        transition = Transition(
+            obs, runner.obs if config.normalize_obs else None, action, logp, value, next_value, reward,
+            step.terminated, step.episode_return, step.done,
+        )
+        return runner._replace(env_state=step.state, obs=step.obs, key=key), transition
+
+    return jax.lax.scan(one_step, runner, None, config.num_steps)
 
 
 def gae(values, next_values, rewards, terminated, done, gamma, gae_lambda):
@@ -203,119 +310,113 @@ def gae(values, next_values, rewards, terminated, done, gamma, gae_lambda):
     return adv, adv + values
 
 
-def make_train(env: Env, config: PPOConfig, objectives: Objectives = Objectives()):
-    """Build `train(key, meta_params, hparams=None) -> TrainResult` (see module docstring)."""
-    config.validate()
-    network = networks.ActorCritic(
-        num_actions=env.num_actions, discrete=env.discrete, hidden=config.hidden,
-        activation=config.activation, obs_ndim=len(env.obs_shape),
+def ppo_loss(ppo: PPO, params, batch: Batch, obj_params: dict, progress, hp: PPOHyperparams) -> tuple[jax.Array, LossAux]:
+    """PPO's loss on a minibatch, the policy term in drift form (LPO, Lu et al. 2022, eq. 4):
+
+        policy_loss = -mean(r A - D(r, A)),   r = pi(a|s) / pi_old(a|s),  A normalised per minibatch
+        total = policy_loss + vf_coef * mean(value_loss) - ent_coef * mean(entropy)
+
+    PPO-clip is the drift D = relu((r - clip(r, 1 - eps, 1 + eps)) A). Returns (total [], LossAux).
+    """
+    pi, value = ppo.network.apply(params, batch.obs)
+    ratio = jnp.exp(networks.log_prob(ppo.env.discrete, pi, batch.action) - batch.log_prob)
+    adv = (batch.advantage - batch.advantage.mean()) / (batch.advantage.std() + 1e-8)
+    drift = ppo.objectives.drift.drift(obj_params["drift"], ratio, adv, progress)
+    policy_loss = -jnp.mean(ratio * adv - drift)
+    value_loss = jnp.mean(
+        ppo.objectives.value_loss.value_loss(obj_params["value_loss"], value, batch.target, batch.value)
     )
-    default_meta_params = objectives.init(jax.random.key(0))
-    num_updates, mb_size = config.num_updates, config.minibatch_size
+    entropy = jnp.mean(networks.entropy(ppo.env.discrete, pi))
+    total = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * entropy
+    samples = jnp.stack([ratio, adv, value, batch.target], -1)[: ppo.config.record_samples]
+    return total, LossAux(policy_loss, value_loss, entropy, samples)
 
-    def policy(params, obs):
-        return network.apply(params, obs)
 
-    def collect(runner: _Runner, obj_params, hp):
-        """Roll the policy for num_steps in num_envs environments -> (runner, Transition)."""
-        norm = runner.obs_norm if config.normalize_obs else (lambda o: o)  # fixed during a rollout
+def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, obj_params: dict, progress,
+                 hp: PPOHyperparams, optimizer: optax.GradientTransformation):
+    """One epoch: shuffle the batch, one gradient step on `ppo_loss` per minibatch.
 
-        def one_step(runner: _Runner, _):
-            key, k_act, k_env = jax.random.split(runner.key, 3)
-            obs = norm(runner.obs)
-            pi, value = policy(runner.params, obs)
-            action, logp = networks.sample(env.discrete, pi, k_act)
-            step = jax.vmap(env.step)(jax.random.split(k_env, config.num_envs), runner.env_state, action)
-            next_value = network.apply(runner.params, norm(step.final_obs), method=network.value)
-            reward = objectives.shaping.shape_reward(
-                obj_params["shaping"], runner.obs, step.reward, step.final_obs, step.terminated, hp.gamma
-            )
-            transition = Transition(
-                obs, runner.obs if config.normalize_obs else None, action, logp, value, next_value, reward,
-                step.terminated, step.episode_return, step.done,
-            )
-            return runner._replace(env_state=step.state, obs=step.obs, key=key), transition
+    train_state: (params, opt_state). Returns (train_state, (losses [M], samples [M, record_samples, 4]))
+    with M = num_minibatches.
+    """
+    config = ppo.config
+    perm = jax.random.permutation(key, config.batch_size)
+    minibatches = jax.tree.map(
+        lambda x: x[perm].reshape((config.num_minibatches, config.minibatch_size) + x.shape[1:]), batch
+    )
 
-        return jax.lax.scan(one_step, runner, None, config.num_steps)
-
-    def ppo_loss(params, batch, obj_params, progress, hp):
-        """PPO loss with the drift form of the policy objective: -(r A - D(r, A))."""
-        obs, action, old_logp, old_value, adv, target = batch
-        pi, value = policy(params, obs)
-        ratio = jnp.exp(networks.log_prob(env.discrete, pi, action) - old_logp)
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        drift = objectives.drift.drift(obj_params["drift"], ratio, adv, progress)
-        policy_loss = -jnp.mean(ratio * adv - drift)
-        value_loss = jnp.mean(objectives.value_loss.value_loss(obj_params["value_loss"], value, target, old_value))
-        ent = jnp.mean(networks.entropy(env.discrete, pi))
-        total = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * ent
-        return total, jnp.stack([ratio, adv, value, target], -1)[: config.record_samples]
-
-    def update_epoch(carry, key, batch, obj_params, progress, hp, optimizer):
-        """One epoch: shuffle the batch, one gradient step per minibatch."""
-        params, opt_state = carry
-        perm = jax.random.permutation(key, config.batch_size)
-        minibatches = jax.tree.map(
-            lambda x: x[perm].reshape((config.num_minibatches, mb_size) + x.shape[1:]), batch
+    def minibatch_step(train_state, minibatch):
+        params, opt_state = train_state
+        (loss, aux), grads = jax.value_and_grad(ppo_loss, argnums=1, has_aux=True)(
+            ppo, params, minibatch, obj_params, progress, hp
         )
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), (loss, aux.samples)
 
-        def minibatch_step(carry, mb):
-            params, opt_state = carry
-            (loss, samples), grads = jax.value_and_grad(ppo_loss, has_aux=True)(params, mb, obj_params, progress, hp)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), (loss, samples)
+    return jax.lax.scan(minibatch_step, train_state, minibatches)
 
-        return jax.lax.scan(minibatch_step, (params, opt_state), minibatches)
 
-    def train(key: jax.Array, meta_params: dict, hparams: PPOHyperparams | None = None) -> TrainResult:
-        hp = config.hparams if hparams is None else hparams
-        obj_params = objectives.merge(meta_params, default_meta_params)
-        steps_per_update = config.update_epochs * config.num_minibatches
+def update(ppo: PPO, runner: Runner, update_idx, obj_params: dict, hp: PPOHyperparams,
+           optimizer: optax.GradientTransformation, env_params) -> tuple[Runner, UpdateInfo]:
+    """One PPO update: collect a rollout, GAE, `update_epochs` epochs, then the normaliser."""
+    config = ppo.config
+    progress = update_idx / config.num_updates
+    runner, traj = collect(ppo, runner, obj_params, hp, env_params)
+    terminated = traj.terminated.astype(jnp.float32)
+    done = traj.episode_done.astype(jnp.float32)
+    adv, targets = gae(traj.value, traj.next_value, traj.reward, terminated, done, hp.gamma, hp.gae_lambda)
 
-        def lr_schedule(count):
-            frac = 1.0 - (count // steps_per_update) / num_updates
-            return hp.lr * frac if config.anneal_lr else hp.lr
+    def flat(x):
+        return x.reshape((config.batch_size,) + x.shape[2:])
 
-        optimizer = optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(lr_schedule, eps=1e-5))
-        key, k_net, k_env = jax.random.split(key, 3)
-        obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, config.num_envs))
-        params = network.init(k_net, obs)
-        runner = _Runner(params, optimizer.init(params), env_state, obs, ObsNorm.create(env.obs_shape), key)
+    batch = Batch(*map(flat, (traj.obs, traj.action, traj.log_prob, traj.value, adv, targets)))
+    key, k_epochs = jax.random.split(runner.key)
+    (params, opt_state), (losses, samples) = jax.lax.scan(
+        lambda train_state, k: update_epoch(ppo, k, train_state, batch, obj_params, progress, hp, optimizer),
+        (runner.params, runner.opt_state), jax.random.split(k_epochs, config.update_epochs),
+    )
+    obs_norm = runner.obs_norm.update(flat(traj.raw_obs)) if config.normalize_obs else runner.obs_norm
+    n_done = done.sum()
+    mean_return = jnp.where(n_done > 0, (traj.episode_return * done).sum() / jnp.maximum(n_done, 1), jnp.nan)
+    running = runner.env_state.episode_return.mean()
+    finite = jnp.all(jnp.isfinite(losses)) & jnp.all(
+        jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)])
+    )
+    runner = runner._replace(params=params, opt_state=opt_state, obs_norm=obs_norm, key=key)
+    return runner, UpdateInfo(mean_return, running, finite, samples[-1, -1])
 
-        def update(runner: _Runner, update_idx):
-            progress = update_idx / num_updates
-            runner, traj = collect(runner, obj_params, hp)
-            terminated = traj.terminated.astype(jnp.float32)
-            done = traj.episode_done.astype(jnp.float32)
-            adv, targets = gae(traj.value, traj.next_value, traj.reward, terminated, done, hp.gamma, hp.gae_lambda)
-            flat = lambda x: x.reshape((config.batch_size,) + x.shape[2:])
-            batch = tuple(map(flat, (traj.obs, traj.action, traj.log_prob, traj.value, adv, targets)))
-            key, k_epochs = jax.random.split(runner.key)
-            (params, opt_state), (losses, samples) = jax.lax.scan(
-                lambda carry, k: update_epoch(carry, k, batch, obj_params, progress, hp, optimizer),
-                (runner.params, runner.opt_state), jax.random.split(k_epochs, config.update_epochs),
-            )
-            obs_norm = runner.obs_norm.update(flat(traj.raw_obs)) if config.normalize_obs else runner.obs_norm
-            n_done = done.sum()
-            mean_return = jnp.where(n_done > 0, (traj.episode_return * done).sum() / jnp.maximum(n_done, 1), jnp.nan)
-            partial = runner.env_state.episode_return.mean()
-            finite = jnp.all(jnp.isfinite(losses)) & jnp.all(
-                jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)])
-            )
-            runner = runner._replace(params=params, opt_state=opt_state, obs_norm=obs_norm, key=key)
-            return runner, (mean_return, partial, finite, samples[-1, -1])
 
-        runner, (returns, partial, finite, samples) = jax.lax.scan(update, runner, jnp.arange(num_updates))
-        returns = _fill_missing(returns, partial[-1])
-        tail = max(1, num_updates // 10)
-        return TrainResult(
-            returns=returns,
-            final_return=returns[-tail:].mean(),
-            diverged=~jnp.all(finite),
-            visited=samples,
-        )
+def train(ppo: PPO, key: jax.Array, meta_params: dict, hparams: PPOHyperparams | None = None,
+          env_params=None) -> TrainResult:
+    """Train PPO from scratch: `num_updates` updates, scanned; pure, jit-able, vmap-able.
 
-    return train
+    meta_params: {plug: params} of the evolved plugs (the others take their initial parameters).
+    hparams: traced numbers (None: `ppo.config.hparams`). env_params: the environment's parameter
+    pytree (None: `ppo.env.default_params`).
+    """
+    hp = ppo.config.hparams if hparams is None else hparams
+    env_params = ppo.env.default_params if env_params is None else env_params
+    obj_params = ppo.objectives.merge(meta_params, ppo.default_meta_params)
+    optimizer = make_optimizer(ppo.config, hp)
+    runner = init_runner(ppo, key, optimizer, env_params)
+    num_updates = ppo.config.num_updates
+    runner, info = jax.lax.scan(
+        lambda runner, i: update(ppo, runner, i, obj_params, hp, optimizer, env_params),
+        runner, jnp.arange(num_updates),
+    )
+    returns = _fill_missing(info.mean_return, info.running_return[-1])
+    tail = max(1, num_updates // 10)
+    return TrainResult(
+        returns=returns,
+        final_return=returns[-tail:].mean(),
+        diverged=~jnp.all(info.finite),
+        visited=info.samples,
+    )
+
+
+def make_train(env: Env, config: PPOConfig, objectives: Objectives = Objectives()):
+    """`train` bound to one (env, config, objectives): -> train(key, meta_params, hparams=None, env_params=None)."""
+    return functools.partial(train, PPO.create(env, config, objectives))
 
 
 def _fill_missing(returns, fallback):
@@ -327,12 +428,3 @@ def _fill_missing(returns, fallback):
     first = jnp.argmax(valid)
     filled = returns[jnp.where(last >= 0, last, first)]
     return jnp.where(valid.any(), filled, fallback)
-
-
-def evaluate_config(env: Env, config: PPOConfig) -> dict:
-    """Numbers a user wants to see before launching (steps, updates, batch)."""
-    return {
-        "env": env.name, "num_updates": config.num_updates, "batch_size": config.batch_size,
-        "minibatch_size": config.minibatch_size, "steps_per_run": config.steps_per_run,
-        "log10_steps": round(math.log10(max(config.steps_per_run, 1)), 2),
-    }

@@ -10,8 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
+from gymnax.environments import environment, spaces
 
 from inner_loops import Env, PPOConfig, PPOHyperparams, gae, make_env, make_train
+from inner_loops.envs import from_gymnax
 from inner_loops.ppo import ObsNorm
 from meta_objectives import LPO, Objectives, PPOClip
 from meta_objectives.value_loss import ClippedL2
@@ -164,25 +167,44 @@ def test_gae_constant_reward_with_truncation_targets_true_value():
     assert float(wrong.min()) < 1.5  # what the bug would look like
 
 
+@struct.dataclass
+class _ProbeState(environment.EnvState):
+    pass
+
+
+class _Probe(environment.Environment):
+    """A gymnax-style probe: constant observation, reward 1 every step, one action; the episode
+    ends every `max_steps_in_episode` steps, by truncation (gymnax's time limit) or, with
+    `terminate`, by termination."""
+
+    def __init__(self, terminate: bool):
+        self.terminate = terminate
+
+    @property
+    def default_params(self):
+        return environment.EnvParams(max_steps_in_episode=1)
+
+    def reset_env(self, key, params):
+        return jnp.ones((1,)), _ProbeState(time=jnp.int32(0))
+
+    def step_env(self, key, state, action, params):
+        state = _ProbeState(time=state.time + 1)
+        terminated = (state.time >= params.max_steps_in_episode) & self.terminate
+        return jnp.ones((1,)), state, jnp.float32(1.0), terminated, {}
+
+    def is_truncated(self, state, params):
+        return (state.time >= params.max_steps_in_episode) & (not self.terminate)
+
+    def action_space(self, params):
+        return spaces.Discrete(1)
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 1.0, (1,))
+
+
 def _probe_env(mode: str, period: int) -> Env:
-    """Constant observation, reward 1 every step, one action; the episode ends every `period`
-    steps by `mode` ("truncated" or "terminated")."""
-
-    def reset(key):
-        return jnp.ones((1,)), jnp.int32(0)
-
-    def step(key, t, action):
-        t = t + 1
-        end = t >= period
-        obs = jnp.ones((1,))
-        terminated = end if mode == "terminated" else jnp.bool_(False)
-        truncated = end if mode == "truncated" else jnp.bool_(False)
-        return obs, jnp.where(end, 0, t), jnp.float32(1.0), terminated, truncated, obs
-
-    return Env(
-        name=f"probe-{mode}", obs_shape=(1,), discrete=True, num_actions=1, action_low=None,
-        action_high=None, _reset=reset, _step=step,
-    )
+    """The probe through the public wrapper; the episode ends every `period` steps by `mode`."""
+    return from_gymnax(_Probe(mode == "terminated"), environment.EnvParams(max_steps_in_episode=period), f"probe-{mode}")
 
 
 _RECORDED: list = []
