@@ -3,7 +3,8 @@
 Device layout is decided here, before jax is imported: on a CPU-only machine the population is
 split over one host device per core (XLA reads --xla_force_host_platform_device_count only at
 start-up). `--coordinator/--num-processes/--process-id` (or METADISCO_COORDINATOR, ...) make this
-process one host of a `jax.distributed` job.
+process one host of a `jax.distributed` job. Compiled programs are cached on disk between runs
+(metadisco.compile_cache; METADISCO_CACHE_DIR=off turns it off).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import os
 import sys
 
 from meta_objectives.errors import ConfigError, MetadiscoError, RunInterrupted
+from metadisco import compile_cache
 
 
-def _setup_devices(args) -> None:
-    """Must run before `import jax`."""
+def _setup_jax(args) -> None:
+    """Device layout, compilation cache and multi-host set-up. Must run before `import jax`."""
+    compile_cache.configure()
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_force_host_platform_device_count" not in flags:
         count = getattr(args, "host_devices", None) or os.cpu_count() or 1
@@ -56,7 +59,7 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     try:
-        _setup_devices(args)
+        _setup_jax(args)
         args.func(args)
     except RunInterrupted as e:  # a checkpoint is written; the message says how to resume
         print(str(e), file=sys.stderr)
