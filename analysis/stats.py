@@ -25,7 +25,9 @@ __all__ = [
     "probability_of_improvement_ci",
     "performance_profile",
     "performance_profile_ci",
+    "t_interval",
     "mean_ci",
+    "normalize_score",
     "summarize",
 ]
 
@@ -216,19 +218,29 @@ def performance_profile_ci(
 # ------------------------------------------------------------------------------- summaries
 
 
+def t_interval(x, confidence: float = 0.95, axis: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean of ``x`` along ``axis`` (the seeds) with its Student-t interval: ``(mean, low, high)``,
+    each shaped like ``x`` without ``axis`` (e.g. a learning-curve band from [seeds, updates]).
+    NaN entries propagate; with a single sample the interval is NaN."""
+    a = np.asarray(x, dtype=float)
+    n = a.shape[axis]
+    m = a.mean(axis=axis)
+    if n < 2:
+        nan = np.full_like(m, np.nan)
+        return m, nan, nan
+    half = _st.t.ppf(0.5 + confidence / 2, df=n - 1) * a.std(axis=axis, ddof=1) / np.sqrt(n)
+    return m, m - half, m + half
+
+
 def mean_ci(x, confidence: float = 0.95) -> tuple[float, float, float]:
-    """Mean of a 1-D array of per-seed values with a Student-t interval:
+    """Mean of a 1-D array of per-seed values with a Student-t interval (``t_interval``):
     ``(mean, low, high)``; with a single value the interval is ``(nan, nan)``."""
     a = np.asarray(x, dtype=float)
     if a.ndim != 1 or a.size == 0:
         raise ValueError(f"x must be a non-empty 1-D array, got shape {a.shape}")
     _check_finite(a, "x")
     _check_ci_args(1, confidence)
-    m = float(a.mean())
-    if a.size == 1:
-        return m, float("nan"), float("nan")
-    half = _st.t.ppf(0.5 + confidence / 2, df=a.size - 1) * a.std(ddof=1) / np.sqrt(a.size)
-    return m, float(m - half), float(m + half)
+    return tuple(float(v) for v in t_interval(a, confidence))
 
 
 def summarize(

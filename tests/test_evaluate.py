@@ -1,9 +1,8 @@
 """`metadisco evaluate`: held-out evaluation against PPO and DPO (analysis.evaluate).
 
-Every evaluation here uses the same tiny settings (2 seeds, 4096 steps), so the compiled PPO
-programs, cached per environment x objectives structure, are shared between the tests: the
-whole file compiles PPO, DPO and LPO on CartPole-v1 and Acrobot-v1 once each (plus the tiny
-meta-training run). The statistics themselves are tested in tests/test_stats.py.
+Every evaluation here uses the same tiny settings (2 seeds, 4096 steps); the tests that call
+`evaluate` directly share one compiled-program cache (`programs`). The statistics themselves
+are tested in tests/test_stats.py.
 """
 
 import csv
@@ -41,6 +40,12 @@ def cli(argv, capsys):
 
 
 @pytest.fixture(scope="module")
+def programs():
+    """One compiled-program cache for the direct `evaluate` calls of this file."""
+    return ev.Programs()
+
+
+@pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A finished one-generation meta-training run (LPO drift, meta-trained on CartPole-v1)."""
     from metadisco.train import run
@@ -57,10 +62,10 @@ def tiny_run(tmp_path_factory):
 # --------------------------------------------------------------------------------------------
 
 
-def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvement_one_half(tmp_path):
+def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvement_one_half(tmp_path, programs):
     copy = tmp_path / "ppo_copy.json"  # PPO's objectives as a file target: a second label, same program
     save_objectives(copy, Objectives(), Objectives().init(jax.random.key(0)))
-    results = ev.evaluate([str(copy)], envs=["CartPole-v1"], seeds=2, budget=4096, progress=False)
+    results = ev.evaluate([str(copy)], envs=["CartPole-v1"], seeds=2, budget=4096, progress=False, programs=programs)
 
     assert [m["label"] for m in results["methods"]] == ["ppo_copy", "ppo", "dpo"]
     env = results["envs"]["CartPole-v1"]
@@ -81,8 +86,9 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
     json.dumps(results, allow_nan=False)  # plain JSON throughout
 
 
-def test_tune_lr_reports_ppo_at_the_best_learning_rate_of_the_grid():
-    results = ev.evaluate(["dpo"], envs=["CartPole-v1"], seeds=2, budget=4096, tune_lr=True, progress=False)
+def test_tune_lr_reports_ppo_at_the_best_learning_rate_of_the_grid(programs):
+    results = ev.evaluate(["dpo"], envs=["CartPole-v1"], seeds=2, budget=4096, tune_lr=True, progress=False,
+                          programs=programs)
     assert [m["label"] for m in results["methods"]] == ["dpo", "ppo", "ppo_tuned"]
     env = results["envs"]["CartPole-v1"]
     tuning = env["tuning"]
@@ -97,7 +103,7 @@ def test_tune_lr_reports_ppo_at_the_best_learning_rate_of_the_grid():
     assert {"poi_vs_ppo", "poi_vs_dpo", "poi_vs_ppo_tuned"} <= set(agg["dpo"])
     # the learning rate is a traced argument: ppo and ppo_tuned share one compiled program
     config = preset_for("CartPole-v1").replace(total_timesteps=4096)
-    assert ev._program(ev._env("CartPole-v1"), config, Objectives(), 2)._cache_size() == 1
+    assert programs.get(programs.env("CartPole-v1"), config, Objectives(), 2)._cache_size() == 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,7 +192,7 @@ def _shaping_file(root):
 BAD_INPUTS = {
     "unknown env": (lambda root: ["dpo", "--envs", "CartPol-v1"], ["unknown environment", "CartPole-v1"]),
     "missing run dir": (lambda root: [str(root / "no-such-run")], ["no run directory or objectives file"]),
-    "half-written run dir": (lambda root: [str(_half_written_run(root))], ["no objectives/mean.json yet", "--resume"]),
+    "half-written run dir": (lambda root: [str(_half_written_run(root))], ["has not written its objectives yet", "--resume"]),
     "not a run dir": (lambda root: [str(root)], ["not a metadisco run directory"]),
     "corrupt objectives file": (lambda root: [str(_corrupt_file(root))], ["not valid JSON"]),
     "shaping for another observation shape": (

@@ -192,6 +192,18 @@ def test_mean_ci_single_value():
     assert m == 4.0 and math.isnan(low) and math.isnan(high)
 
 
+def test_t_interval_over_seeds_is_mean_ci_per_column():
+    """A learning-curve band ([seeds, updates] -> per update) is the same interval as mean_ci."""
+    curves = np.array([[1.0, 10.0, 0.0], [2.0, 30.0, 0.0], [4.0, 20.0, 0.0]])
+    mean, low, high = stats.t_interval(curves)
+    assert mean.shape == low.shape == high.shape == (3,)
+    for u in range(3):
+        assert (mean[u], low[u], high[u]) == pytest.approx(stats.mean_ci(curves[:, u]))
+    assert low[2] == high[2] == 0.0  # no spread, no width
+    one = stats.t_interval(curves[:1])
+    assert np.all(np.isnan(one[1])) and np.all(np.isnan(one[2])) and np.array_equal(one[0], curves[0])
+
+
 # --------------------------------------------------------------------------- summarize
 
 

@@ -1,0 +1,151 @@
+"""Planning an evaluation: every check that can fail, before anything compiles.
+
+    plan(targets, envs, ...) -> Plan(methods, jobs, suite, scale)
+
+A method is a target or a reference (PPO and DPO are always evaluated beside the targets); a job
+is one environment with its PPO config and budget. Every input error raises EvaluationError.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from analysis import suites
+from analysis.evaluation.programs import Programs
+from analysis.suites import EvaluationError
+from analysis.targets import REFERENCES, Target, builtin, full_params, resolve_target
+from inner_loops import Env, PPOConfig, check_env_name, preset_for
+from meta_objectives import Objectives, PotentialShaping
+
+__all__ = ["LR_FACTORS", "TUNED", "Method", "EnvJob", "Plan", "plan", "incompatibility"]
+
+LR_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+TUNED = "ppo_tuned"  # PPO at the best learning rate of the grid (tune_lr)
+
+
+@dataclass
+class Method:
+    label: str
+    objectives: Objectives
+    params: dict
+    role: str  # "target" | "reference" | "target+reference"
+    meta_train_envs: tuple[str, ...] = ()
+
+
+@dataclass
+class EnvJob:
+    name: str
+    env: Env
+    config: PPOConfig
+    budget: int
+    meta_train_for: list[str] = field(default_factory=list)  # labels of methods meta-trained on it
+
+
+class Plan(NamedTuple):
+    methods: list[Method]
+    jobs: list[EnvJob]
+    suite: str | None
+    scale: str
+
+
+def _as_targets(targets) -> list[Target]:
+    if isinstance(targets, (str, os.PathLike, Target)):
+        targets = [targets]
+    out = [t if isinstance(t, Target) else resolve_target(t) for t in targets]
+    if not out:
+        raise EvaluationError("no targets: name at least one (ppo, dpo, an objectives file or a run directory)")
+    return out
+
+
+def _methods(targets: list[Target]) -> list[Method]:
+    """The targets under unique labels, then whichever references they did not name."""
+    methods: list[Method] = []
+    taken: set[str] = set()
+    for t in targets:
+        if t.source == "builtin":
+            if t.label not in taken:
+                methods.append(Method(t.label, t.objectives, t.params, "target+reference"))
+                taken.add(t.label)
+            continue
+        label = t.label
+        if label in taken or label in REFERENCES or label == TUNED:
+            label = t.spec
+        n, base = 2, label
+        while label in taken or label in REFERENCES or label == TUNED:
+            label, n = f"{base}#{n}", n + 1
+        methods.append(Method(label, t.objectives, t.params, "target", tuple(t.meta_train_envs)))
+        taken.add(label)
+    for ref in REFERENCES:
+        if ref not in taken:
+            objectives = builtin(ref)
+            methods.append(Method(ref, objectives, full_params(objectives), "reference"))
+            taken.add(ref)
+    return methods
+
+
+def _task(env_name: str) -> str:
+    """The task an environment name stands for (a brax backend does not make another task)."""
+    return env_name.partition(":")[0]
+
+
+def incompatibility(objectives: Objectives, env: Env) -> str | None:
+    """What cannot work for these objectives on this environment (None if nothing).
+
+    A drift or a value loss sees only ratios, advantages and values, so it runs on any action
+    space; a learned shaping potential Phi(s) reads the observation and was sized for one shape.
+    """
+    shaping = objectives.shaping
+    if isinstance(shaping, PotentialShaping) and tuple(shaping.obs_shape) != tuple(env.obs_shape):
+        return (
+            f"its learned shaping potential Phi(s) was built for observations of shape {tuple(shaping.obs_shape)}, "
+            f"but {env.name} has observations of shape {tuple(env.obs_shape)}; a potential reads the observation, "
+            f"so it cannot be evaluated there. Choose environments with observation shape "
+            f"{tuple(shaping.obs_shape)} (e.g. the meta-training ones), or a target without learned shaping."
+        )
+    return None
+
+
+def plan(targets, programs: Programs, envs=None, seeds: int = suites.DEFAULT_SEEDS, budget=None,
+         tune_lr: bool = False, quick: bool = False, suite: str | None = None, lr_factors=LR_FACTORS,
+         lr: float | None = None, inner: dict | None = None) -> Plan:
+    """Resolve targets, environments, budgets and PPO configs; check that each target fits each
+    environment. Builds the environments (through `programs`), compiles nothing."""
+    targets = _as_targets(targets)
+    if int(seeds) != seeds or seeds < 1:
+        raise EvaluationError(f"seeds must be a positive integer, got {seeds!r}")
+    if budget is not None and not isinstance(budget, dict) and (int(budget) != budget or budget < 1):
+        raise EvaluationError(f"the budget (total timesteps per run) must be a positive integer, got {budget!r}")
+    if lr is not None and not lr > 0:
+        raise EvaluationError(f"the learning rate must be > 0, got {lr!r}")
+    if tune_lr and (not lr_factors or min(lr_factors) <= 0):
+        raise EvaluationError(f"lr_factors must be positive numbers, got {lr_factors!r}")
+    names, suite = suites.environments(envs, suite, quick)
+    for name in names:
+        try:
+            check_env_name(name)
+        except ValueError as e:
+            raise EvaluationError(str(e)) from None
+    scale = suites.scale_of(quick, suite)
+    methods = _methods(targets)
+    jobs = []
+    for name in names:
+        steps = suites.budget_for(name, scale, budget)
+        try:
+            config = preset_for(name).replace(**(inner or {}))
+            config = config.replace(total_timesteps=steps, **({"lr": float(lr)} if lr else {}))
+            config.validate()
+        except ValueError as e:
+            raise EvaluationError(
+                f"{name} with a budget of {steps} steps: {e} "
+                + ("(check --inner and --timesteps)" if inner else "(set the budget with --timesteps)")
+            ) from None
+        env = programs.env(name)
+        for m in methods:
+            problem = incompatibility(m.objectives, env)
+            if problem:
+                raise EvaluationError(f"target {m.label!r} cannot be evaluated on {name}: {problem}")
+        meta = [m.label for m in methods if _task(name) in {_task(e) for e in m.meta_train_envs}]
+        jobs.append(EnvJob(name, env, config, steps, meta))
+    return Plan(methods, jobs, suite, scale)

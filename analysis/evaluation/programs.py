@@ -1,0 +1,67 @@
+"""The compiled training programs of one evaluation, cached by what fixes their shapes.
+
+One program per environment x PPO config x objectives structure x number of seeds x grid size x
+device layout: jit(train vmapped over seeds [and over a grid of hyperparameter settings]), the
+seeds split over the local devices. Hyperparameters are traced arguments, so PPO at any learning
+rate reuses one compile. A `Programs` belongs to the evaluation that made it (pass one to
+`evaluate` to share compiles between evaluations in one process).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from inner_loops import Env, PPOConfig, make_env
+from inner_loops.ppo import make_train
+from meta_objectives import Objectives
+
+__all__ = ["Programs", "mesh", "hparams"]
+
+
+def mesh(num_seeds: int) -> Mesh:
+    """The local devices, as many as divide the number of seeds (seeds are split over them)."""
+    devices = jax.local_devices()
+    n = max(d for d in range(1, min(len(devices), num_seeds) + 1) if num_seeds % d == 0)
+    return Mesh(np.array(devices[:n]), ("seed",))
+
+
+def hparams(config: PPOConfig, **changes):
+    """The preset's traced numbers as float32 arrays (a fixed signature: no retracing)."""
+    hp = config.hparams.replace(**changes) if changes else config.hparams
+    return jax.tree.map(lambda x: np.asarray(x, np.float32), hp)
+
+
+class Programs:
+    """Environments and compiled programs, built on first use and kept for this object's life."""
+
+    def __init__(self):
+        self._envs: dict[str, Env] = {}
+        self._programs: dict = {}
+
+    def env(self, name: str) -> Env:
+        if name not in self._envs:
+            self._envs[name] = make_env(name)
+        return self._envs[name]
+
+    def get(self, env: Env, config: PPOConfig, objectives: Objectives, num_seeds: int, grid: int = 0):
+        """program(keys [S], params, hparams) -> TrainResult with leaves [S, ...]; with grid > 0
+        program(keys [S], params, hparams with leaves [G]) -> leaves [G, S, ...]."""
+        layout = mesh(num_seeds)
+        key = (env.name, config, objectives, num_seeds, grid, tuple(d.id for d in layout.devices.flat))
+        try:
+            if key in self._programs:
+                return self._programs[key]
+        except TypeError:  # unhashable objectives: no caching
+            key = None
+        train = make_train(env, config, objectives)
+        over_seeds = jax.vmap(train, in_axes=(0, None, None))
+        fn = jax.vmap(over_seeds, in_axes=(None, None, 0)) if grid else over_seeds
+        out_spec = P(None, "seed") if grid else P("seed")
+        program = jax.jit(jax.shard_map(fn, mesh=layout, in_specs=(P("seed"), P(), P()), out_specs=out_spec,
+                                        check_vma=False))
+        if key is not None:
+            self._programs[key] = program
+        return program

@@ -1,0 +1,221 @@
+"""Rendering an evaluation: markdown, CSV, the learning-curves figure, and the output folder.
+
+    to_markdown(results)   a table per environment and the aggregate tables
+    to_csv(results)        one row per method x environment
+    curves_figure(results) learning curves (mean over seeds, 95% t-band), one panel per environment
+    save(results, out_dir) all of them (and results.json) into a new folder, moved into place at once
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from analysis.suites import EvaluationError
+from analysis.targets import Target
+from meta_objectives.fileio import save_figure, to_jsonable
+
+__all__ = ["CSV_COLUMNS", "OUTPUTS", "default_out_dir", "check_out_dir", "to_markdown", "to_csv", "curves_figure",
+           "save"]
+
+OUTPUTS = ("results.json", "results.csv", "results.md", "curves.png", "curves.pdf")
+
+
+def default_out_dir(targets=(), root: str | os.PathLike = "evaluations") -> Path:
+    """RUN_DIR/evaluation/<timestamp> for the first run-directory target, else ./evaluations/<timestamp>."""
+    run_dirs = [t.run_dir for t in targets if isinstance(t, Target) and t.run_dir]
+    parent = Path(run_dirs[0]) / "evaluation" if run_dirs else Path(root)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path, n = parent / stamp, 2
+    while path.exists():
+        path, n = parent / f"{stamp}-{n}", n + 1
+    return path
+
+
+def check_out_dir(out_dir) -> Path:
+    """Raise EvaluationError if `out_dir` exists and is not an empty directory."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise EvaluationError(f"output folder {out} already exists and is not empty; choose another --out")
+    return out
+
+
+def _fmt(x, digits: int = 4) -> str:
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}g}"
+
+
+def _ci(point, low, high) -> str:
+    if point is None:
+        return "–"
+    if low is None or high is None:
+        return _fmt(point)
+    return f"{_fmt(point)} [{_fmt(low)}, {_fmt(high)}]"
+
+
+def to_markdown(results: dict) -> str:
+    """A table per environment and the aggregate tables (held-out and meta-train apart)."""
+    s = results["settings"]
+    lines = [
+        "# Held-out evaluation",
+        "",
+        f"{s['seeds']} seeds per method and environment; budgets (environment steps per run): "
+        + ", ".join(f"{e} {s['budgets'][e]:,}" for e in s["envs"]) + ". "
+        "Normalised score: (return - init) / (PPO - init), 0 = the initial policy, 1 = PPO. "
+        "Intervals are 95%: Student-t per environment, stratified bootstrap in the aggregates.",
+        "",
+    ]
+    for name, r in results["envs"].items():
+        flags = f" ({', '.join(r['flags'])})" if r["flags"] else ""
+        lines += [f"## {name}{flags}", ""]
+        if r["tuning"]:
+            t = r["tuning"]
+            lines += [f"PPO learning-rate grid {', '.join(_fmt(x, 3) for x in t['lrs'])} on separate tuning seeds: "
+                      f"best {_fmt(t['best_lr'], 3)} (x{_fmt(t['best_factor'], 3)} the preset).", ""]
+        lines += ["| method | final return [95% CI] | normalised [95% CI] | diverged |", "|---|---|---|---|"]
+        for m, e in r["methods"].items():
+            lines.append(f"| {m} | {_ci(e['mean'], e['ci_low'], e['ci_high'])} | "
+                         f"{_ci(e['norm_mean'], e['norm_ci_low'], e['norm_ci_high'])} | "
+                         f"{e['diverged']}/{len(e['final_returns'])} |")
+        lines.append("")
+    titles = {"held_out": "Aggregate over held-out environments",
+              "meta_train": "Aggregate over meta-training environments"}
+    for group, agg in results["aggregate"].items():
+        if group == "meta_train" and not agg["envs"]:
+            continue
+        lines += [f"## {titles[group]}", ""]
+        if not agg["methods"]:
+            lines += ["No environment in this group has a usable normaliser (see the notes).", ""]
+            continue
+        refs = [k[len("poi_vs_"):] for k in next(iter(agg["methods"].values())) if k.startswith("poi_vs_")]
+        lines += [f"Environments: {', '.join(agg['envs'])}.", "",
+                  "| method | IQM [95% CI] | mean [95% CI] | " + " | ".join(f"P(> {r}) [95% CI]" for r in refs) + " |",
+                  "|---|---|---|" + "---|" * len(refs)]
+        for m, e in agg["methods"].items():
+            cells = [_ci(e["iqm"]["point"], e["iqm"]["low"], e["iqm"]["high"]),
+                     _ci(e["mean"]["point"], e["mean"]["low"], e["mean"]["high"])]
+            cells += [_ci(e[f"poi_vs_{r}"]["point"], e[f"poi_vs_{r}"]["low"], e[f"poi_vs_{r}"]["high"]) for r in refs]
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append("")
+        if len(agg.get("pairwise") or {}) > len(refs) + 1:  # more methods than the reference columns show
+            labels = list(agg["pairwise"])
+            lines += ["Probability of improvement of each row over each column [95% CI]:", "",
+                      "| P(row > column) | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+            for m in labels:
+                cells = ["–" if m == n else _ci(agg["pairwise"][m][n]["point"], agg["pairwise"][m][n]["low"],
+                                                  agg["pairwise"][m][n]["high"]) for n in labels]
+                lines.append(f"| {m} | " + " | ".join(cells) + " |")
+            lines.append("")
+    if results["notes"]:
+        lines += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
+    return "\n".join(lines)
+
+
+CSV_COLUMNS = [
+    "method", "role", "env", "group", "flags", "seeds", "budget", "mean", "ci_low", "ci_high",
+    "normalized", "norm_ci_low", "norm_ci_high", "diverged",
+]
+
+
+def to_csv(results: dict) -> str:
+    """One row per method x environment."""
+    roles = {m["label"]: m["role"] for m in results["methods"]}
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for name, r in results["envs"].items():
+        group = ("excluded" if r["excluded_from_aggregate"]
+                 else "meta_train" if "meta-train" in r["flags"] else "held_out")
+        for m, e in r["methods"].items():
+            flags = list(r["flags"]) + ([f"diverged:{e['diverged']}"] if e["diverged"] else [])
+            writer.writerow({
+                "method": m, "role": roles.get(m, ""), "env": name, "group": group, "flags": ";".join(flags),
+                "seeds": len(e["final_returns"]), "budget": r["budget"], "mean": e["mean"],
+                "ci_low": e["ci_low"], "ci_high": e["ci_high"], "normalized": e["norm_mean"],
+                "norm_ci_low": e["norm_ci_low"], "norm_ci_high": e["norm_ci_high"], "diverged": e["diverged"],
+            })
+    return buf.getvalue()
+
+
+def _floats(values) -> np.ndarray:
+    """A JSON list (None for nan) or an array -> float array."""
+    return np.asarray([np.nan if v is None else v for v in np.asarray(values, object).ravel()], float)
+
+
+def curves_figure(results: dict):
+    """Learning curves (mean over seeds, 95% t-band), one panel per environment -> Figure."""
+    import seaborn as sns
+    from matplotlib.figure import Figure
+
+    envs = list(results["envs"])
+    labels = [m["label"] for m in results["methods"]]
+    roles = {m["label"]: m["role"] for m in results["methods"]}
+    colors = dict(zip(labels, sns.color_palette("colorblind", max(len(labels), 3))))
+    ncols = min(len(envs), 4)
+    nrows = math.ceil(len(envs) / ncols)
+    fig = Figure(figsize=(4.2 * ncols, 3.2 * nrows + 0.6), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for ax, name in zip(axes.flat, envs):
+        r = results["envs"][name]
+        x = (np.arange(r["num_updates"]) + 1) * r["steps_per_update"]
+        for m in labels:
+            c = r["methods"][m]["curve"]
+            mean, low, high = (_floats(c[k]) for k in ("mean", "low", "high"))
+            ax.plot(x, mean, color=colors[m], lw=1.6, ls="--" if roles[m] == "reference" else "-", label=m)
+            if np.isfinite(low).any():
+                ax.fill_between(x, low, high, color=colors[m], alpha=0.2, lw=0)
+        seeds = np.concatenate([_floats(r["methods"][m]["curve"]["seeds"]) for m in labels])
+        if np.isfinite(seeds).any():  # the band may reach far past the seeds themselves (few seeds)
+            lo, hi = np.nanmin(seeds), np.nanmax(seeds)
+            pad = 0.05 * (hi - lo) if hi > lo else max(1.0, 0.05 * abs(hi))
+            ax.set_ylim(lo - pad, hi + pad)
+        tags = [f for f in r["flags"] if f in ("meta-train", "ppo-flat")]
+        ax.set_title(name + (f" ({', '.join(tags)})" if tags else ""), fontsize=10)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("episode return")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(envs):]:
+        ax.set_visible(False)
+    handles, names = axes.flat[0].get_legend_handles_labels()
+    fig.suptitle(f"Learning curves: mean over {results['settings']['seeds']} seeds, 95% confidence band "
+                 "(dashed: references)", fontsize=11)
+    fig.legend(handles, names, loc="outside lower center", ncols=min(len(labels), 6), frameon=False)
+    return fig
+
+
+def save(results: dict, out_dir) -> Path:
+    """Write results.json, results.csv, results.md, curves.png and curves.pdf into `out_dir`.
+
+    Everything is written into a temporary folder beside it (modes as the umask gives them) and
+    moved into place at the end, so a failure leaves nothing half-written. Returns the folder.
+    """
+    out = check_out_dir(out_dir)
+    created = [p for p in reversed(out.parents) if not p.exists()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        tmp.mkdir()
+        (tmp / "results.json").write_text(json.dumps(to_jsonable(results), indent=1, allow_nan=False))
+        (tmp / "results.csv").write_text(to_csv(results))
+        (tmp / "results.md").write_text(to_markdown(results))
+        save_figure(curves_figure(results), tmp / "curves", ("png", "pdf"), dpi=150)
+        if out.exists():
+            out.rmdir()  # empty (check_out_dir)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for p in reversed(created):  # folders made only for this output
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+        raise
+    return out

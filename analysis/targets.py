@@ -1,0 +1,124 @@
+"""What an evaluation compares: a TARGET spec -> objectives with their full parameters.
+
+A TARGET is "ppo" or "dpo" (built-in baselines), an objectives JSON file (an exported closed
+form, a run's objectives/best.json), or a run directory (its objectives/mean.json; RUN_DIR:best
+picks best.json, RUN_DIR:init the objectives at their initial parameters). Only files are read
+here, nothing is compiled; run directories are read through `analysis.runs`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+
+from analysis.runs import Run, RunDirError, run_containing
+from analysis.suites import EvaluationError
+from meta_objectives import DPO, ObjectiveFileError, Objectives, load_objectives
+
+__all__ = ["REFERENCES", "Target", "builtin", "full_params", "resolve_target"]
+
+REFERENCES = ("ppo", "dpo")
+
+
+class Target(NamedTuple):
+    """A method to evaluate: objectives (structure) with their full parameters."""
+
+    label: str
+    objectives: Objectives
+    params: dict  # full meta-params, keyed by plug point
+    meta_train_envs: tuple[str, ...]  # environments it was meta-trained on (flagged, never held out)
+    source: str  # "builtin" | "file" | "run"
+    spec: str  # as given
+    run_dir: str | None = None  # the run it came from: a run-directory target, or a file inside one
+
+
+def builtin(name: str) -> Objectives:
+    """The objectives of a built-in reference: "ppo" (PPO-clip, L2, no shaping) or "dpo"."""
+    return {"ppo": Objectives, "dpo": lambda: Objectives(drift=DPO())}[name]()
+
+
+def full_params(objectives: Objectives, params: dict | None = None) -> dict:
+    """`params` completed with the objectives' initial parameters for every plug point it lacks."""
+    defaults = objectives.init(jax.random.key(0))
+    return objectives.merge(params or {}, defaults)
+
+
+def _envs_from(value) -> tuple[str, ...]:
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return ()
+
+
+def resolve_target(spec: str) -> Target:
+    """"ppo" | "dpo" | an objectives JSON file | RUN_DIR | RUN_DIR:best | RUN_DIR:mean |
+    RUN_DIR:init -> Target. RUN_DIR:init is the run's objectives at their initial parameters, the
+    point evolution started from: the control that separates what evolution found from what the
+    parameterisation gives before any search (e.g. a learned value loss starts at L2, not at
+    PPO's clipped L2).
+
+    Raises EvaluationError (reading files only, no compute) for a missing path, a directory that
+    is not a run directory, a run that has not written its objectives yet, or a corrupt file.
+    """
+    spec = str(spec)
+    if spec in REFERENCES:
+        objectives = builtin(spec)
+        return Target(spec, objectives, full_params(objectives), (), "builtin", spec)
+    path, which = Path(spec), None
+    if not path.exists() and ":" in spec:
+        base, _, suffix = spec.rpartition(":")
+        if suffix in ("best", "mean", "init"):
+            path, which = Path(base), suffix
+    if path.is_dir():
+        return _run_target(spec, Run(path), which or "mean")
+    if path.is_file():
+        if which:
+            raise EvaluationError(f"target {spec!r}: ':{which}' picks a file of a run directory, but {path} is a file")
+        return _file_target(spec, path)
+    raise EvaluationError(
+        f"target {spec!r}: no run directory or objectives file at {path}. A TARGET is ppo, dpo, an objectives "
+        "JSON file (an exported closed form or RUN_DIR/objectives/best.json), or a run directory "
+        "(RUN_DIR evaluates objectives/mean.json, RUN_DIR:best objectives/best.json, RUN_DIR:init the "
+        "objectives at their initial parameters)."
+    )
+
+
+def _usable(spec: str, path: Path, load):
+    """load() -> (objectives, full params, extra), its errors as EvaluationError naming the target."""
+    try:
+        objectives, params, extra = load()
+    except (ObjectiveFileError, RunDirError) as e:
+        raise EvaluationError(f"target {spec!r}: {e}") from None
+    except ValueError as e:  # e.g. a learned shaping without an observation shape
+        raise EvaluationError(f"target {spec!r}: {path} does not describe usable objectives ({e})") from None
+    return objectives, full_params(objectives, params), extra
+
+
+def _file_target(spec: str, path: Path) -> Target:
+    objectives, params, extra = _usable(spec, path, lambda: load_objectives(path))
+    run = run_containing(path)  # RUN_DIR/objectives/*.json or RUN_DIR/export/*.json
+    label = path.stem
+    if run is not None and path.parent == run.objectives_dir:
+        label = f"{run.path.name}:{path.stem}"  # RUN_DIR/objectives/best.json -> RUN:best
+    return Target(label, objectives, params, _envs_from(extra.get("envs")), "file", spec,
+                  str(run.path) if run is not None else None)
+
+
+def _run_target(spec: str, run: Run, which: str) -> Target:
+    if not run.is_run():
+        raise EvaluationError(
+            f"target {spec!r}: {run.path} is a directory but not a metadisco run directory (no config.json). "
+            "Give a run directory made by `metadisco train`, or an objectives JSON file."
+        )
+    try:
+        config = run.config()
+    except RunDirError as e:
+        raise EvaluationError(f"target {spec!r}: {e}") from None
+    stored = "mean" if which == "init" else which
+    objectives, params, extra = _usable(spec, run.objectives_path(stored), lambda: run.objectives(stored))
+    if which == "init":
+        params = full_params(objectives)
+    label = run.path.resolve().name + ("" if which == "mean" else f":{which}")
+    envs = _envs_from(config.get("envs")) or _envs_from(extra.get("envs"))
+    return Target(label, objectives, params, envs, "run", spec, str(run.path))
