@@ -14,8 +14,10 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from meta_objectives.errors import ConfigError
+from meta_objectives.plugs import PLUGS, upgrade_section
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
 FITNESS_KINDS = ("auc", "final", "auc_norm", "final_norm")
@@ -61,17 +63,103 @@ class InnerConfig:
 
 
 @dataclass(frozen=True)
-class ObjectivesConfig:
-    """Which objective fills each plug point, and which plug points evolve."""
+class PlugChoice:
+    """The objective at one plug point: a registered name and the options it is built with (the
+    objective's own dataclass fields, e.g. hidden for lpo, use_target for learned, expression for
+    closed_form). In an experiment file a section per plug point:
 
-    drift: str = "lpo"
-    value_loss: str = "clipped_l2"
-    shaping: str = "none"
+        [objectives.drift]
+        name = "lpo"
+        hidden = 64
+
+    on the command line objectives.drift=lpo (a string for the section is its name) and
+    objectives.drift.hidden=64. Options not given keep the objective's defaults.
+    """
+
+    name: str
+    options: tuple[tuple[str, Any], ...] = ()  # (option, value) pairs, sorted by option
+
+    @classmethod
+    def read(cls, value, path: str) -> PlugChoice:
+        """A name, a section dict {"name": ..., OPTION: VALUE} or a PlugChoice -> PlugChoice."""
+        if isinstance(value, PlugChoice):
+            return value
+        if isinstance(value, str):
+            value = {"name": value}
+        if not isinstance(value, dict):
+            raise ConfigError(f"config field {path} picks an objective: set {path}=NAME, or a section with "
+                              f"name = NAME and its options ({path}.OPTION=VALUE)")
+        name = value.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"config field {path} has no objective name: set {path}.name=NAME (or {path}=NAME)")
+
+        def frozen(v):  # TOML and JSON arrays -> tuples, so that configs compare and hash
+            return tuple(frozen(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+        return cls(name, tuple(sorted((k, frozen(v)) for k, v in value.items() if k != "name")))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, **dict(self.options)}
+
+    def typed(self, plug: str, path: str) -> PlugChoice:
+        """The same choice with each option read as the type the objective declares; ConfigError
+        for an unknown objective or option (with close matches) or a value of the wrong type."""
+        from meta_objectives import check_options, objective_class
+
+        try:
+            declared = objective_class(plug, self.name).options()
+            for key, value in self.options:
+                if key not in declared:
+                    check_options(plug, self.name, {key: value}, settable=True)  # raises: says what there is
+            options = tuple((k, _coerce(v, declared[k][0], f"{path}.{k}")) for k, v in self.options)
+            check_options(plug, self.name, dict(options), settable=True)
+        except ConfigError:
+            raise
+        except ValueError as e:
+            raise ConfigError(f"{path}: {e}") from None
+        return PlugChoice(self.name, options)
+
+    def build(self, plug: str, path: str):
+        """The objective this choice names, built with its options (ConfigError if it cannot be)."""
+        from meta_objectives import make_objective
+
+        choice = self.typed(plug, path)
+        try:
+            return make_objective(plug, choice.name, **dict(choice.options))
+        except ValueError as e:  # e.g. an option the objective itself refuses (an invalid expression)
+            raise ConfigError(f"{path}: {e}") from None
+
+
+@dataclass(frozen=True)
+class ObjectivesConfig:
+    """Which objective fills each plug point (with its options), and which plug points evolve.
+
+    Each plug accepts a PlugChoice, a name or a section dict: ObjectivesConfig(drift="dpo"),
+    ObjectivesConfig(drift={"name": "lpo", "hidden": 8}).
+    """
+
+    drift: PlugChoice = PlugChoice("lpo")
+    value_loss: PlugChoice = PlugChoice("clipped_l2")
+    shaping: PlugChoice = PlugChoice("none")
     evolve: tuple[str, ...] = ("drift",)
-    drift_hidden: int = 128
-    value_loss_hidden: int = 16
-    shaping_hidden: int = 32
-    shaping_transform: bool = False
+
+    def __post_init__(self):
+        for plug in PLUGS:
+            object.__setattr__(self, plug, PlugChoice.read(getattr(self, plug), f"objectives.{plug}"))
+
+    def to_dict(self) -> dict:
+        return {**{plug: getattr(self, plug).to_dict() for plug in PLUGS}, "evolve": self.evolve}
+
+    def typed(self) -> ObjectivesConfig:
+        """Every option read as its declared type (ConfigError for an unknown name or option)."""
+        return dataclasses.replace(self, **{p: getattr(self, p).typed(p, f"objectives.{p}") for p in PLUGS})
+
+    def build(self):
+        """The meta_objectives.Objectives these sections describe, not yet sized for an environment
+        (`Objectives.for_env`). Raises ConfigError for anything that cannot be built."""
+        from meta_objectives import Objectives
+
+        return Objectives(**{p: getattr(self, p).build(p, f"objectives.{p}") for p in PLUGS})
 
 
 @dataclass(frozen=True)
@@ -112,10 +200,14 @@ class RunConfig:
     mlflow_uri: str = ""  # empty: a local SQLite store, RUN_DIR/mlflow.db
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "objectives": self.objectives.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
+        """From a config dict (config.json, an experiment merged with overrides); the objectives
+        section of run directories written before options were nested is read too."""
+        if isinstance(d.get("objectives"), dict):
+            d = {**d, "objectives": upgrade_section(d["objectives"])}
         return _build(cls, d, "")
 
 
@@ -147,9 +239,10 @@ def _coerce(value, tp, path: str):
                 raise ValueError
             return bool(value)
         if hints_tp is int:
-            if isinstance(value, float) and not value.is_integer():
+            number = float(value) if isinstance(value, str) else value
+            if isinstance(number, float) and not number.is_integer():
                 raise ValueError
-            return int(float(value)) if isinstance(value, str) else int(value)
+            return int(number)
         if hints_tp is float:
             return float(value)
         if hints_tp is str:
@@ -173,7 +266,9 @@ def _build(cls, d: dict, prefix: str):
     kwargs = {}
     for k, v in d.items():
         tp = hints[k]
-        if dataclasses.is_dataclass(tp):
+        if tp is PlugChoice:
+            kwargs[k] = PlugChoice.read(v, prefix + k)
+        elif dataclasses.is_dataclass(tp):
             if not isinstance(v, dict):
                 raise ConfigError(f"config field {prefix + k} is a section; set its fields as {prefix + k}.FIELD=VALUE")
             kwargs[k] = _build(tp, v, f"{prefix}{k}.")
@@ -183,9 +278,13 @@ def _build(cls, d: dict, prefix: str):
 
 
 def _merge(base: dict, update: dict) -> dict:
+    """`update` over `base`, section by section. A section that names another objective replaces
+    the old one: the options given for one objective do not carry over to the next."""
     out = dict(base)
     for k, v in update.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        old = out.get(k)
+        renamed = isinstance(v, dict) and isinstance(old, dict) and "name" in v and v["name"] != old.get("name")
+        out[k] = _merge(old, v) if isinstance(v, dict) and isinstance(old, dict) and not renamed else v
     return out
 
 
@@ -219,8 +318,13 @@ def parse_overrides(items: list[str]) -> dict:
         node = out
         *parents, leaf = key.strip().split(".")
         for p in parents:
+            if isinstance(node.get(p), str):  # objectives.drift=dpo objectives.drift.alpha=1: the string was a name
+                node[p] = {"name": node[p]}
             node = node.setdefault(p, {})
-        node[leaf] = value.strip()
+        if isinstance(node.get(leaf), dict):  # objectives.drift.alpha=1 objectives.drift=dpo: the same
+            node[leaf]["name"] = value.strip()
+        else:
+            node[leaf] = value.strip()
     return out
 
 
@@ -246,8 +350,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     The jax-free checks (`check_static`) run first, so a typo is reported before jax starts.
     """
     check_static(cfg)
-    _check_objectives_and_shapes(cfg)
-    return cfg
+    return _check_objectives_and_shapes(cfg)
 
 
 def check_static(cfg: RunConfig) -> None:
@@ -317,17 +420,11 @@ def check_static(cfg: RunConfig) -> None:
         raise ConfigError("eval_every and devices must be >= 0")
 
 
-def _check_objectives_and_shapes(cfg: RunConfig) -> None:
-    """The checks that import the objectives and environments (jax): names, options, shapes."""
-    from meta_objectives import PLUGS, names
-
-    o = cfg.objectives
-    for plug in PLUGS:
-        name = getattr(o, plug)
-        if name not in names(plug):
-            close = difflib.get_close_matches(name, names(plug), n=3, cutoff=0.4)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise ConfigError(f"unknown {plug} objective {name!r}.{hint} Available: {', '.join(names(plug))}")
+def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
+    """The checks that import the objectives and environments (jax): names, options, shapes.
+    Returns `cfg` with each objective option read as the type its objective declares."""
+    o = cfg.objectives.typed()  # an unknown objective or option, a value of the wrong type
+    objectives = o.build()  # an option the objective refuses (e.g. an invalid closed-form expression)
     if not o.evolve:
         raise ConfigError("objectives.evolve is empty: name the plug points to evolve, e.g. objectives.evolve=drift")
     for plug in o.evolve:
@@ -335,12 +432,15 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> None:
             raise ConfigError(f"objectives.evolve: unknown plug point {plug!r}; choose from {', '.join(PLUGS)}")
     if len(set(o.evolve)) != len(o.evolve):
         raise ConfigError(f"objectives.evolve lists a plug point twice: {o.evolve}")
-    if "shaping" in o.evolve or o.shaping == "potential":
+    if objectives.reads_observations:  # sized for one observation shape (Objectives.for_env)
         shapes = {_obs_shape(e) for e in cfg.envs}
         if len(shapes) > 1:
-            raise ConfigError(f"a learned shaping potential needs one observation shape, but envs have {sorted(shapes)}")
+            readers = " and ".join(obj.title for _, obj in objectives.items() if obj.reads_observations)
+            raise ConfigError(f"the {readers} reads observations and needs one observation shape, "
+                              f"but envs have {sorted(shapes)}")
     for env in cfg.envs:  # PPO shapes: fails here, not inside jit
         ppo_config(cfg, env).validate()
+    return dataclasses.replace(cfg, objectives=o)
 
 
 def _obs_shape(env_name: str):

@@ -8,7 +8,6 @@ metrics (one transfer) and, every few generations, writes a checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -20,26 +19,16 @@ from jax.sharding import PartitionSpec as P
 
 from analysis.stats import normalize_score
 from inner_loops import make_env, make_train
-from meta_objectives import PLUGS, Objectives, make_objective
+from meta_objectives import Objectives
 from meta_objectives import names as objective_names
 from metadisco import strategy as strategies
 from metadisco.config import ObjectivesConfig, RunConfig, ppo_config
 
 
 def build_objectives(cfg: ObjectivesConfig, obs_shape) -> Objectives:
-    """The Objectives a run trains with (learned ones sized from the config and environment)."""
-    options = {
-        "drift": {"hidden": cfg.drift_hidden},
-        "value_loss": {"hidden": cfg.value_loss_hidden},
-        "shaping": {"hidden": cfg.shaping_hidden, "transform": cfg.shaping_transform, "obs_shape": obs_shape},
-    }
-    built = {}
-    for plug in PLUGS:
-        name = getattr(cfg, plug)
-        probe = make_objective(plug, name)
-        fields = {f.name for f in dataclasses.fields(probe)}
-        built[plug] = make_objective(plug, name, **{k: v for k, v in options[plug].items() if k in fields})
-    return Objectives(**built)
+    """The Objectives a run trains with: each plug's objective built with the options its config
+    section gives, then sized for an environment with observations of `obs_shape`."""
+    return cfg.build().for_env(obs_shape)
 
 
 @struct.dataclass
@@ -92,7 +81,7 @@ class MetaTrainer:
                 for name in objective_names(plug, learned=True)
             )
             raise ValueError(
-                f"nothing to evolve: the objectives {[getattr(cfg.objectives, p) for p in self.evolve]} chosen for "
+                f"nothing to evolve: the objectives {[getattr(cfg.objectives, p).name for p in self.evolve]} chosen for "
                 f"{list(self.evolve)} have no parameters; pick a learned one ({learned})"
             )
         self.trains = trains or [make_train(env, pc, self.objectives) for env, pc in zip(self.envs, self.ppo_configs)]

@@ -13,7 +13,7 @@ from metadisco.config import list_experiments, resolve
 pytestmark = pytest.mark.timeout(400)
 
 TINY = ["generations=3", "inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64",
-        "inner.hidden=16,16", "objectives.drift_hidden=8", "es.population_size=4", "eval_every=0",
+        "inner.hidden=16,16", "objectives.drift.hidden=8", "es.population_size=4", "eval_every=0",
         "checkpoint_every=1"]
 
 
@@ -118,7 +118,7 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
     from metadisco.train import run
 
     cfg = validate(RunConfig(generations=1, inner=InnerConfig(total_timesteps=2048, hidden=(16, 16)),
-                             objectives=ObjectivesConfig(drift_hidden=8, value_loss="learned",
+                             objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}, value_loss="learned",
                                                          evolve=("drift", "value_loss")),
                              es=ESConfig(population_size=4), eval_every=0))
     path = tmp_path / "run"

@@ -47,7 +47,7 @@ def diverging_train(key, meta_params):
 
 def tiny_config(**changes) -> RunConfig:
     base = dict(generations=4, inner=InnerConfig(total_timesteps=2048, num_envs=4, num_steps=64, hidden=(16, 16)),
-                objectives=ObjectivesConfig(drift_hidden=8), es=ESConfig(population_size=4),
+                objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}), es=ESConfig(population_size=4),
                 eval_every=2, eval_seeds=2, baseline_seeds=2, checkpoint_every=1)
     base.update(changes)
     return validate(RunConfig(**base))
