@@ -13,10 +13,21 @@ import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from inner_loops import Env, PPOConfig, PPOHyperparams, gae, make_env, make_train
+from inner_loops import (
+    PRESETS,
+    Env,
+    PPOConfig,
+    PPOHyperparams,
+    available_envs,
+    gae,
+    make_env,
+    make_train,
+    preset_for,
+    preset_name,
+)
 from inner_loops.envs import from_gymnax
-from inner_loops.ppo import ObsNorm
-from meta_objectives import LPO, Objectives, PPOClip
+from inner_loops.ppo import PPO, Batch, ObsNorm, ppo_loss
+from meta_objectives import LPO, Objectives
 from meta_objectives.value_loss import ClippedL2
 
 pytestmark = pytest.mark.timeout(240)
@@ -51,33 +62,71 @@ def test_default_ppo_solves_cartpole(cartpole):
 # --------------------------------------------------------------------------------------------
 
 
-def test_ppo_clip_drift_form_equals_clipped_surrogate():
+def _uniform_policy(ppo: PPO, value: float):
+    """Network parameters whose policy is uniform (zero actor head) and whose critic says `value`."""
+    params = ppo.network.init(jax.random.key(0), jnp.zeros((1,) + ppo.env.obs_shape))
+    inner = dict(params["params"])
+    head = f"Dense_{len(ppo.config.hidden)}"
+    for part, bias in (("actor", 0.0), ("critic", value)):
+        layer = inner[part][head]
+        fixed = {"kernel": jnp.zeros_like(layer["kernel"]), "bias": jnp.full_like(layer["bias"], bias)}
+        inner[part] = {**inner[part], head: fixed}
+    return {"params": inner}
+
+
+def test_ppo_loss_hand_computed(cartpole):
+    # Uniform policy over CartPole's 2 actions (log pi = log 1/2, entropy log 2) and V = 0.5, so the
+    # ratios are set by old log-probs; advantages with mean 0 and std 1 stay as they are.
+    ppo = PPO.create(cartpole, TINY.replace(record_samples=4))
+    params = _uniform_policy(ppo, 0.5)
+    ratio = np.array([0.5, 1.0, 1.5, 1.1], np.float32)
+    adv = np.array([-1.0, 1.0, 1.0, -1.0], np.float32)
+    batch = Batch(
+        obs=jnp.zeros((4, 4)), action=jnp.array([0, 1, 0, 1]), log_prob=jnp.log(0.5 / ratio),
+        value=jnp.array([0.5, 0.0, 1.0, 0.5]), advantage=jnp.asarray(adv), target=jnp.array([1.5, 0.5, 0.5, -0.5]),
+    )
+    hp = PPOHyperparams(vf_coef=0.5, ent_coef=0.1)
+    total, aux = ppo_loss(ppo, params, batch, ppo.default_meta_params, 0.0, hp)
+    # PPO-clip drift relu((r - clip(r, 0.8, 1.2)) A) = [0.3, 0, 0.3, 0]; r A = [-0.5, 1, 1.5, -1.1]
+    # policy: -mean(r A - D) = -mean([-0.8, 1.0, 1.2, -1.1]) = -0.075
+    np.testing.assert_allclose(aux.policy_loss, -0.075, rtol=1e-5)
+    # clipped value loss, v = 0.5: 0.5 * max((v - t)^2, (v_old + clip(v - v_old, +-0.2) - t)^2)
+    # = [0.5, 0.045, 0.045, 0.5] -> mean 0.2725
+    np.testing.assert_allclose(aux.value_loss, 0.2725, rtol=1e-5)
+    np.testing.assert_allclose(aux.entropy, np.log(2.0), rtol=1e-6)
+    np.testing.assert_allclose(total, -0.075 + 0.5 * 0.2725 - 0.1 * np.log(2.0), rtol=1e-5)
+    np.testing.assert_allclose(aux.samples, np.stack([ratio, adv, np.full(4, 0.5), [1.5, 0.5, 0.5, -0.5]], -1), rtol=1e-5)
+
+
+def test_ppo_loss_with_ppo_clip_is_the_clipped_surrogate(cartpole):
+    # ppo_loss in drift form against PPO's clipped surrogate written independently, in value and
+    # in gradient (the clipped samples get none), with the value and entropy terms switched off.
     eps = 0.2
-    k_lp, k_old, k_a = jax.random.split(jax.random.key(0), 3)
-    new_logp = jax.random.normal(k_lp, (512,)) * 0.3 - 1.0
-    old_logp = jax.random.normal(k_old, (512,)) * 0.3 - 1.0
-    adv = jax.random.normal(k_a, (512,)) * 2.0
+    n = 512
+    ppo = PPO.create(cartpole, TINY.replace(record_samples=n))
+    k_obs, k_act, k_old, k_adv, k_net = jax.random.split(jax.random.key(0), 5)
+    params = ppo.network.init(k_net, jnp.zeros((1, 4)))
+    batch = Batch(
+        obs=jax.random.normal(k_obs, (n, 4)), action=jax.random.bernoulli(k_act, 0.5, (n,)).astype(jnp.int32),
+        log_prob=jnp.log(0.5) + 0.3 * jax.random.normal(k_old, (n,)), value=jnp.zeros(n),
+        advantage=2.0 * jax.random.normal(k_adv, (n,)) + 0.5, target=jnp.zeros(n),
+    )
+    hp = PPOHyperparams(vf_coef=0.0, ent_coef=0.0)
 
-    def drift_form(new_logp):
-        r = jnp.exp(new_logp - old_logp)
-        return -jnp.mean(r * adv - PPOClip(clip_eps=eps).drift({}, r, adv, 0.0))
+    def ours(params):
+        return ppo_loss(ppo, params, batch, ppo.default_meta_params, 0.0, hp)[0]
 
-    def surrogate(new_logp):
-        r = jnp.exp(new_logp - old_logp)
-        return -jnp.mean(jnp.minimum(r * adv, jnp.clip(r, 1 - eps, 1 + eps) * adv))
+    def surrogate(params):
+        logits, _ = ppo.network.apply(params, batch.obs)
+        r = jnp.exp(jax.nn.log_softmax(logits)[jnp.arange(n), batch.action] - batch.log_prob)
+        a = (batch.advantage - batch.advantage.mean()) / (batch.advantage.std() + 1e-8)
+        return -jnp.mean(jnp.minimum(r * a, jnp.clip(r, 1 - eps, 1 + eps) * a))
 
-    ratio = np.exp(np.asarray(new_logp - old_logp))
+    ratio = np.asarray(ppo_loss(ppo, params, batch, ppo.default_meta_params, 0.0, hp)[1].samples[:, 0])
     assert (ratio < 1 - eps).any() and (ratio > 1 + eps).any(), "the sample should cover both clip edges"
-    np.testing.assert_allclose(drift_form(new_logp), surrogate(new_logp), rtol=1e-6)
-    g_drift, g_surr = jax.grad(drift_form)(new_logp), jax.grad(surrogate)(new_logp)
-    assert np.count_nonzero(g_surr) < g_surr.size, "some samples should be clipped (zero gradient)"
-    np.testing.assert_allclose(g_drift, g_surr, rtol=1e-6, atol=1e-9)
-
-    # Per-sample too, as a function of the ratio itself.
-    r = jnp.exp(new_logp - old_logp)
-    per_drift = jax.vmap(jax.grad(lambda r, a: r * a - PPOClip(clip_eps=eps).drift({}, r, a, 0.0)))(r, adv)
-    per_surr = jax.vmap(jax.grad(lambda r, a: jnp.minimum(r * a, jnp.clip(r, 1 - eps, 1 + eps) * a)))(r, adv)
-    np.testing.assert_allclose(per_drift, per_surr, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(ours(params), surrogate(params), rtol=1e-5)
+    g_ours, g_surr = jax.grad(ours)(params), jax.grad(surrogate)(params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7), g_ours, g_surr)
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,19 +326,54 @@ def test_cartpole_time_limit_is_truncation(cartpole):
 
 
 # --------------------------------------------------------------------------------------------
+# Every preset: one table, one test (brax's run doubles as the continuous-action smoke test)
+# --------------------------------------------------------------------------------------------
+
+FAMILY_ENV = {"classic": "CartPole-v1", "minatar": "Breakout-MinAtar", "brax": "brax/inverted_pendulum"}
+
+
+def test_every_environment_has_a_preset():
+    assert {preset_name(name) for name in available_envs()} == set(PRESETS) == set(FAMILY_ENV)
+
+
+@pytest.mark.parametrize("family", sorted(PRESETS))
+def test_preset_validates_and_trains_shrunk(family):
+    preset = PRESETS[family]
+    assert preset.validate() is preset
+    assert preset_for(FAMILY_ENV[family]) is preset
+    # The preset's own numbers and switches (lr, annealing, observation normalisation), tiny shapes.
+    tiny = preset.replace(num_envs=4, num_steps=8, total_timesteps=128, num_minibatches=2, hidden=(8,))
+    env = make_env(FAMILY_ENV[family])
+    result = jax.jit(make_train(env, tiny))(jax.random.key(0), {})
+    assert np.asarray(result.returns).shape == (tiny.num_updates,)
+    assert np.isfinite(np.asarray(result.returns)).all() and not bool(result.diverged)
+
+
+# --------------------------------------------------------------------------------------------
+# Environment parameters are a traced pytree
+# --------------------------------------------------------------------------------------------
+
+
+def test_train_vmaps_over_environment_parameters(cartpole):
+    # Two CartPole time limits in one program: no episode of the 10-step one lasts longer.
+    limits = [cartpole.default_params.replace(max_steps_in_episode=m) for m in (10, 500)]
+    stacked = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *limits)
+    train = make_train(cartpole, TINY)
+    result = jax.jit(jax.vmap(train, in_axes=(None, None, None, 0)))(jax.random.key(0), {}, None, stacked)
+    returns = np.asarray(result.returns)
+    assert returns.shape == (2, TINY.num_updates)
+    assert returns[0].max() <= 10.0
+    assert returns[1].max() > 10.0
+
+
+# --------------------------------------------------------------------------------------------
 # Continuous actions
 # --------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "name, config",
-    [
-        (
-            "brax/inverted_pendulum",
-            PPOConfig(num_envs=4, num_steps=16, total_timesteps=256, hidden=(16,), normalize_obs=True, num_minibatches=2),
-        ),
-        ("Pendulum-v1", PPOConfig(num_envs=4, num_steps=32, total_timesteps=1024, hidden=(16,), num_minibatches=2)),
-    ],
+    [("Pendulum-v1", PPOConfig(num_envs=4, num_steps=32, total_timesteps=1024, hidden=(16,), num_minibatches=2))],
 )
 def test_continuous_smoke(name, config):
     env = make_env(name)
