@@ -16,6 +16,7 @@ from matplotlib.collections import QuadMesh
 import meta_objectives as mo
 from analysis import plots
 from meta_objectives import save_objectives
+from meta_objectives.errors import MetadiscoError
 from meta_objectives.objectives import Objectives
 
 pytestmark = pytest.mark.timeout(300)
@@ -75,8 +76,13 @@ def colorbars(fig):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_backend_is_headless():
-    assert matplotlib.get_backend().lower() == "agg"
+def test_drawing_leaves_the_users_matplotlib_settings_alone(drifts):
+    """The seaborn theme is scoped to each builder: a notebook's own rcParams survive every figure."""
+    before = dict(matplotlib.rcParams)
+    plots.drift_slices_figure(drifts, num=11)
+    plots.training_curves_figure(metrics_rows(2))
+    after = dict(matplotlib.rcParams)
+    assert {k for k in before if str(before[k]) != str(after[k])} == set()
 
 
 def test_drift_comparison_table(lpo):
@@ -334,6 +340,7 @@ def test_plot_run_which_best_out_dir_and_formats(trained_run, tmp_path):
     assert written["report"] == [tmp_path / "figs" / "report.html"]
     assert "learned (LPO) [best]" in (tmp_path / "figs" / "drift_surface.svg").read_text()
     assert len(embedded_images(written["report"][0].read_text())) == 3  # PNGs rendered for the report anyway
+    assert not list((tmp_path / "figs").glob("*.png"))  # ... but not left beside the SVGs asked for
     assert notes == []
     with pytest.raises(plots.PlotError, match="format"):
         plots.plot_run(trained_run, formats=("gif",))
@@ -380,10 +387,10 @@ def test_observation_bounds_cover_cartpole():
 
 
 def test_plot_run_errors(tmp_path, synthetic_run):
-    with pytest.raises(plots.PlotError, match="no run directory"):
+    with pytest.raises(MetadiscoError, match="no run directory"):  # RunDirError, from analysis.runs
         plots.plot_run(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(plots.PlotError, match="config.json is missing"):
+    with pytest.raises(MetadiscoError, match="config.json is missing"):
         plots.plot_run(tmp_path / "empty")
     (tmp_path / "empty" / "config.json").write_text("{}")
     with pytest.raises(plots.PlotError, match="incomplete"):

@@ -1,0 +1,249 @@
+"""Drift figures: D(r, A) surfaces beside PPO-clip and DPO, slices at fixed advantages, and a
+progress-dependent drift (TA-LPO) over training progress.
+
+`drifts` is a dict {column title: (drift objective, params)} (params None: `objective.init`).
+Panel axes carry labels ("surface/<title>", "gradient/<title>", "slice/A=<a>", "progress/<p>",
+"progress_change/<p>") so callers and tests find panels without relying on their order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+
+from analysis.figures.style import (
+    A_LABEL,
+    D_LABEL,
+    DIVERGING,
+    R_LABEL,
+    SEQUENTIAL,
+    cmap,
+    colorbar_extend,
+    contours,
+    heatmap,
+    mark_r1,
+    params_or_init,
+    robust_max,
+    theme,
+)
+from meta_objectives import DPO, PPOClip
+
+__all__ = [
+    "GRAD_LABEL", "SLICE_ADVANTAGES", "default_drift_comparison", "drift_title", "drift_surface_figure",
+    "drift_slices_figure", "progress_surfaces_figure",
+]
+
+GRAD_LABEL = "policy-gradient weight\n∂(rA − D)/∂r"
+SLICE_ADVANTAGES = (-2.0, -1.0, -0.5, 0.5, 1.0, 2.0)
+
+
+def _drift_grid(r_range, a_range, num):
+    r = np.linspace(*r_range, num, dtype=np.float32)
+    if r_range[0] < 1.0 < r_range[1]:  # put r = 1 exactly on the grid
+        r[np.argmin(np.abs(r - 1.0))] = 1.0
+    a = np.linspace(*a_range, num, dtype=np.float32)
+    return r, a
+
+
+def _drift_values(objective, params, R, A, progress):
+    d = objective.drift(params, jnp.asarray(R), jnp.asarray(A), jnp.float32(progress))
+    return np.broadcast_to(np.asarray(d, np.float64), R.shape)
+
+
+def _surrogate_grad(objective, params, R, A, progress):
+    """d(rA - D)/dr at every grid point via jax.grad, vmapped over the flattened grid."""
+    p = jnp.float32(progress)
+
+    def surrogate(r, a):
+        return r * a - objective.drift(params, r, a, p)
+
+    g = jax.jit(jax.vmap(jax.grad(surrogate)))(jnp.asarray(R).ravel(), jnp.asarray(A).ravel())
+    return np.asarray(g, np.float64).reshape(R.shape)
+
+
+def default_drift_comparison(objective=None, params=None, label: str | None = None) -> dict:
+    """{title: (objective, params)}: the given drift (if any), then PPO-clip and DPO (Lu et al. 2022)."""
+    clip_eps = getattr(objective, "clip_eps", 0.2)
+    drifts = {}
+    if objective is not None:
+        drifts[label or drift_title(objective)] = (objective, params_or_init(objective, params))
+    ppo = PPOClip(clip_eps=clip_eps)
+    dpo = DPO()
+    drifts[f"PPO-clip (ε = {clip_eps:g})"] = (ppo, {})
+    drifts[f"DPO (α = {dpo.alpha:g}, β = {dpo.beta:g})"] = (dpo, dpo.init(jax.random.key(0)))
+    return drifts
+
+
+def drift_title(objective) -> str:
+    """A drift's name as a column title."""
+    names = {"lpo": "learned (LPO)", "talpo": "learned (TA-LPO)", "closed_form": "closed form",
+             "dpo": "evolved DPO", "ppo_clip": "PPO-clip"}
+    return names.get(objective.name, objective.name)
+
+
+def drift_surface_figure(
+    drifts: dict,
+    progress: float = 0.0,
+    r_range: tuple[float, float] = (0.5, 2.0),
+    a_range: tuple[float, float] = (-3.0, 3.0),
+    num: int = 121,
+    gradient: bool = True,
+):
+    """Heatmaps of D(r, A), one column per drift, over r in r_range and A in a_range.
+
+    Row 1: D with contours and the r = 1 line, on ONE colour scale shared by the row
+    (0 .. the 99.5th percentile of all panels; the colour bar extends if some cells are above).
+    Row 2 (`gradient`): d(rA - D)/dr, the weight the policy gradient puts on grad log pi
+    (PPO-clip: A inside the trust region, 0 where clipped), via jax.grad and jax.vmap, on one
+    symmetric diverging scale (white = 0). Returns the Figure.
+    """
+    if not drifts:
+        raise ValueError("drift_surface_figure needs at least one drift")
+    r, a = _drift_grid(r_range, a_range, num)
+    R, A = np.meshgrid(r, a)  # [num_a, num_r]: rows are A, columns are r
+    titles = list(drifts)
+    values = {t: _drift_values(o, params_or_init(o, p), R, A, progress) for t, (o, p) in drifts.items()}
+    grads = ({t: _surrogate_grad(o, params_or_init(o, p), R, A, progress) for t, (o, p) in drifts.items()}
+             if gradient else {})
+    nrows, ncols = (2 if gradient else 1), len(titles)
+    with theme():
+        fig, axes = plt.subplots(nrows, ncols, figsize=(1.2 + 2.35 * ncols, 0.4 + 2.3 * nrows),
+                                 sharex=True, sharey=True, squeeze=False, layout="constrained")
+        fig.get_layout_engine().set(wspace=0.06)  # keep edge tick labels of neighbours apart
+        vmax = robust_max(values.values())
+        levels = np.linspace(0.0, vmax, 7)[1:]
+        for col, title in enumerate(titles):
+            ax = axes[0, col]
+            mesh = heatmap(ax, r, a, values[title], cmap(SEQUENTIAL), 0.0, vmax)
+            contours(ax, r, a, values[title], levels, "white")
+            mark_r1(ax, "white")
+            ax.set_title(title)
+            ax.set_label(f"surface/{title}")
+        fig.colorbar(mesh, ax=axes[0, :], label=D_LABEL, extend=colorbar_extend(0.0, vmax, values.values()),
+                     shrink=0.95, pad=0.02)
+        if gradient:
+            gmax = robust_max([np.abs(g) for g in grads.values()], 99.0)
+            for col, title in enumerate(titles):
+                ax = axes[1, col]
+                mesh = heatmap(ax, r, a, grads[title], cmap(DIVERGING), -gmax, gmax)
+                mark_r1(ax, "black")
+                ax.set_label(f"gradient/{title}")
+            fig.colorbar(mesh, ax=axes[1, :], label=GRAD_LABEL,
+                         extend=colorbar_extend(-gmax, gmax, grads.values()), shrink=0.95, pad=0.02)
+        for ax in axes[-1, :]:
+            ax.set_xlabel(R_LABEL)
+        for ax in axes[:, 0]:
+            ax.set_ylabel(A_LABEL)
+        suffix = f" at training progress n/N = {progress:g}" if _any_progress(drifts) else ""
+        fig.suptitle(f"Drift surfaces{suffix}: policy loss = −(rA − D)")
+    return fig
+
+
+def _any_progress(drifts) -> bool:
+    return any(getattr(o, "progress_features", False) or getattr(o, "name", "") == "closed_form"
+               for o, _ in drifts.values())
+
+
+def drift_slices_figure(
+    drifts: dict,
+    advantages=SLICE_ADVANTAGES,
+    progress: float = 0.0,
+    r_range: tuple[float, float] = (0.5, 2.0),
+    num: int = 301,
+):
+    """D(r) at fixed advantages: one panel per A (2 rows), one line per drift, r = 1 marked.
+
+    Each panel holds exactly len(drifts) data lines (label = the drift's title) plus the
+    dashed r = 1 line (gid "r=1"); one legend for the figure. Returns the Figure.
+    """
+    if not drifts:
+        raise ValueError("drift_slices_figure needs at least one drift")
+    advantages = tuple(float(x) for x in advantages)
+    r = np.linspace(*r_range, num, dtype=np.float32)
+    ncols = math.ceil(len(advantages) / 2) if len(advantages) > 3 else len(advantages)
+    nrows = math.ceil(len(advantages) / ncols)
+    styles = ["-", "--", "-.", ":"]
+    with theme():
+        fig, axes = plt.subplots(nrows, ncols, figsize=(1.0 + 2.4 * ncols, 0.6 + 2.0 * nrows),
+                                 sharex=True, squeeze=False, layout="constrained")
+        colors = sns.color_palette("colorblind", len(drifts))
+        R, A = np.meshgrid(r, np.asarray(advantages, np.float32))  # [num_A, num_r]: one call per drift
+        curves = {t: _drift_values(o, params_or_init(o, p), R, A, progress) for t, (o, p) in drifts.items()}
+        for k, ax in enumerate(axes.flat):
+            if k >= len(advantages):
+                ax.set_visible(False)
+                continue
+            adv = advantages[k]
+            for i, title in enumerate(drifts):
+                ax.plot(r, curves[title][k], color=colors[i], linestyle=styles[i % len(styles)], linewidth=1.4,
+                        label=title)
+            mark_r1(ax, "0.4")
+            ax.set_title(f"A = {adv:g}")
+            ax.set_label(f"slice/A={adv:g}")
+            ax.set_ylim(bottom=0.0)
+            if k % ncols == 0:
+                ax.set_ylabel(D_LABEL)
+            if k >= len(advantages) - ncols:
+                ax.set_xlabel(R_LABEL)
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), frameon=False)
+        suffix = f" (training progress n/N = {progress:g})" if _any_progress(drifts) else ""
+        fig.suptitle(f"Drift slices D(r) at fixed advantage{suffix}")
+    return fig
+
+
+def progress_surfaces_figure(
+    objective,
+    params=None,
+    progresses=(0.0, 0.25, 0.5, 0.75, 1.0),
+    r_range: tuple[float, float] = (0.5, 2.0),
+    a_range: tuple[float, float] = (-3.0, 3.0),
+    num: int = 101,
+    difference: bool = True,
+):
+    """A progress-dependent drift (TA-LPO) at several training progresses n/N.
+
+    Row 1: D(r, A; n/N) with one shared sequential scale. Row 2 (`difference`): the change
+    D(r, A; n/N) - D(r, A; first progress) on a shared symmetric diverging scale. Returns the Figure.
+    """
+    params = params_or_init(objective, params)
+    progresses = tuple(float(p) for p in progresses)
+    r, a = _drift_grid(r_range, a_range, num)
+    R, A = np.meshgrid(r, a)
+    values = [_drift_values(objective, params, R, A, p) for p in progresses]
+    nrows, ncols = (2 if difference else 1), len(progresses)
+    with theme():
+        fig, axes = plt.subplots(nrows, ncols, figsize=(1.2 + 2.1 * ncols, 0.4 + 2.1 * nrows),
+                                 sharex=True, sharey=True, squeeze=False, layout="constrained")
+        fig.get_layout_engine().set(wspace=0.06)  # keep edge tick labels of neighbours apart
+        vmax = robust_max(values)
+        levels = np.linspace(0.0, vmax, 7)[1:]
+        for col, (p, v) in enumerate(zip(progresses, values)):
+            ax = axes[0, col]
+            mesh = heatmap(ax, r, a, v, cmap(SEQUENTIAL), 0.0, vmax)
+            contours(ax, r, a, v, levels, "white")
+            mark_r1(ax, "white")
+            ax.set_title(f"n/N = {p:g}")
+            ax.set_label(f"progress/{p:g}")
+        fig.colorbar(mesh, ax=axes[0, :], label=D_LABEL, extend=colorbar_extend(0.0, vmax, values), shrink=0.95, pad=0.02)
+        if difference:
+            diffs = [v - values[0] for v in values]
+            dmax = robust_max([np.abs(d) for d in diffs], 99.0)
+            for col, (p, dv) in enumerate(zip(progresses, diffs)):
+                ax = axes[1, col]
+                mesh = heatmap(ax, r, a, dv, cmap(DIVERGING), -dmax, dmax)
+                mark_r1(ax, "black")
+                ax.set_label(f"progress_change/{p:g}")
+            fig.colorbar(mesh, ax=axes[1, :], label=f"D − D(n/N = {progresses[0]:g})",
+                         extend=colorbar_extend(-dmax, dmax, diffs), shrink=0.95, pad=0.02)
+        for ax in axes[-1, :]:
+            ax.set_xlabel(R_LABEL)
+        for ax in axes[:, 0]:
+            ax.set_ylabel(A_LABEL)
+        fig.suptitle(f"{drift_title(objective)} drift over training progress n/N")
+    return fig

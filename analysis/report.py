@@ -1,0 +1,118 @@
+"""The HTML report of a run: one self-contained page (figures embedded as PNG data URIs, the
+config summary, the last metrics rows, notes), written by `analysis.plots.plot_run`."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import html
+import math
+from pathlib import Path
+
+from meta_objectives.fileio import atomic_write_text
+
+__all__ = ["CAPTIONS", "write_report"]
+
+CAPTIONS = {
+    "training_curves": "Fitness of the ES population per generation (mean, min–max band, best so far) and, "
+                       "where evaluated, the ES mean against PPO on the same fresh seeds; below, the ES step size σ.",
+    "drift_surface": "Drift D(r, A) of the discovered objective beside PPO-clip and DPO on one colour scale "
+                     "(dashed: r = 1, where every drift is 0 and flat). Second row: ∂(rA − D)/∂r, the weight "
+                     "the policy gradient puts on ∇log π at each (r, A); 0 where the update is clipped.",
+    "drift_slices": "D(r) at fixed advantages A.",
+    "progress_surfaces": "TA-LPO drift at several training progresses n/N, and its change from the start.",
+    "value_loss": "Learned value loss and its gradient against the prediction error, beside L2.",
+    "shaping": "Learned potential Φ(s) on 2-D slices of the observation space (other dimensions at the "
+               "midpoint of the range a random policy visits).",
+}
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        return f"{v:.4g}" if (v == 0 or 1e-3 <= abs(v) < 1e6) else f"{v:.3e}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_fmt(x) for x in v)
+    if v is None:
+        return "–"
+    return str(v)
+
+
+def _table(pairs) -> str:
+    body = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>" for k, v in pairs)
+    return f"<table>{body}</table>"
+
+
+def _config_summary(config: dict) -> list[tuple[str, object]]:
+    o = config.get("objectives") or {}
+    es = config.get("es") or {}
+    inner = {k: v for k, v in (config.get("inner") or {}).items() if v is not None}
+    pairs = [
+        ("name", config.get("name")),
+        ("environments", config.get("envs")),
+        ("drift / value loss / shaping", f"{o.get('drift')} / {o.get('value_loss')} / {o.get('shaping')}"),
+        ("evolved plug points", o.get("evolve")),
+        ("strategy", f"{es.get('strategy')}, population {es.get('population_size')}, σ₀ {es.get('sigma_init')}, "
+                     f"lr {es.get('lr')}, {es.get('optimizer')}"),
+        ("generations", config.get("generations")),
+        ("fitness", f"{config.get('fitness')} over {config.get('seeds_per_member')} seed(s) per member"),
+        ("inner PPO overrides", ", ".join(f"{k}={_fmt(v)}" for k, v in inner.items()) or "(preset)"),
+        ("seed", config.get("seed")),
+    ]
+    return [(k, v) for k, v in pairs if v is not None]
+
+
+def write_report(path, run_dir, config: dict, rows: list, images: dict, written: dict, notes, which: str,
+                 extra: dict) -> Path:
+    """One self-contained HTML page: config summary, last metrics row, figures as data URIs.
+
+    images {figure name: PNG file} are embedded in order; written {figure name: [paths]} are linked.
+    """
+    path, run_dir = Path(path), Path(run_dir)
+    last = rows[-1] if rows else {}
+    last_eval = next((r for r in reversed(rows) if r.get("eval_mean_fitness") is not None), None)
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>metadisco report: {html.escape(str(config.get('name', run_dir.name)))}</title>",
+        "<style>body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1100px;margin:2em auto;"
+        "padding:0 1em;color:#222;line-height:1.45}h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.8em;"
+        "border-bottom:1px solid #ddd}table{border-collapse:collapse;font-size:.9em;margin:.5em 0}"
+        "th,td{padding:.25em .8em;border-bottom:1px solid #eee;text-align:left;vertical-align:top}"
+        "th{font-weight:600;color:#444}td{font-variant-numeric:tabular-nums}figure{margin:1.2em 0}"
+        "img{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:.9em;color:#555}"
+        ".notes{background:#fff8e1;padding:.5em 1em;border-left:3px solid #f0b400}</style></head><body>",
+        f"<h1>metadisco run: {html.escape(str(config.get('name', run_dir.name)))}</h1>",
+        f"<p>Run directory <code>{html.escape(str(run_dir.resolve()))}</code>; objectives: <b>{html.escape(which)}</b>"
+        + (f" (saved after {html.escape(_fmt(extra.get('generation')))} generations)"
+           if extra.get("generation") is not None else "")
+        + f"; generated {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}.</p>",
+        "<h2>Configuration</h2>", _table(_config_summary(config)),
+    ]
+    if last:
+        parts += [f"<h2>Last generation ({html.escape(_fmt(last.get('generation')))})</h2>", _table(last.items())]
+    if last_eval is not None and last_eval is not last:
+        parts += [f"<h2>Last evaluation (generation {html.escape(_fmt(last_eval.get('generation')))})</h2>",
+                  _table((k, v) for k, v in last_eval.items() if k.startswith("eval"))]
+    if notes:
+        parts.append("<div class='notes'><b>Notes</b><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+                     + "</ul></div>")
+    parts.append("<h2>Figures</h2>")
+    for name, png in images.items():
+        links = " ".join(
+            f"<a href='{html.escape(_relative(p, path.parent))}'>{html.escape(p.suffix[1:].upper())}</a>"
+            for p in written.get(name, []))
+        data = base64.b64encode(Path(png).read_bytes()).decode("ascii")
+        parts.append(
+            f"<figure id='{html.escape(name)}'><img alt='{html.escape(name)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption><b>{html.escape(name.replace('_', ' '))}.</b> {html.escape(CAPTIONS.get(name, ''))} {links}"
+            "</figcaption></figure>")
+    parts.append("</body></html>")
+    return atomic_write_text(path, "\n".join(parts))
+
+
+def _relative(p: Path, base: Path) -> str:
+    try:
+        return p.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return p.resolve().as_uri()
