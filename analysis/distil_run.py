@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from analysis.runs import Run, RunDirError
+from analysis.runs import Run, RunDirError, writing
 from meta_objectives.errors import MetadiscoError
 from meta_objectives.fileio import atomic_write_text, save_figure, to_jsonable
 
@@ -91,18 +91,14 @@ def distil_run(run: Run, rows, objectives, params, which: str = "mean", symbolic
 
 
 def write_output(path, text: str) -> None:
-    """An analysis output written atomically; a failed write is a MetadiscoError naming the file."""
-    try:
+    """An analysis output written atomically; a failed write is a RunWriteError naming the file."""
+    with writing(path):
         atomic_write_text(path, text)
-    except OSError as e:
-        raise MetadiscoError(f"could not write {path}: {e.strerror or e}") from None
 
 
 def _save_figure(fig, stem) -> None:
-    try:
+    with writing(f"{stem}.png/.pdf"):
         save_figure(fig, stem)
-    except OSError as e:
-        raise MetadiscoError(f"could not write {stem}.png/.pdf: {e.strerror or e}") from None
 
 
 def distil_drift(out, samples, objectives, params, symbolic, progress, seed, prior_fraction) -> dict:

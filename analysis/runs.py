@@ -17,6 +17,7 @@
     run.objectives_path(which) RUN_DIR/objectives/{which}.json ("mean" or "best")
     run.objectives(which)      (objectives, params, extra): imports jax, on demand
     run_containing(file)       the Run a file inside RUN_DIR/objectives or RUN_DIR/export belongs to
+    with writing(path): ...    an OSError while writing `path` -> RunWriteError naming it and the cause
 
 Everything a run writes is written atomically (a reader sees the old file or the new one) except
 metrics.jsonl, which grows a line at a time; `metrics()` keeps complete lines only. The writing side
@@ -25,6 +26,7 @@ is metadisco.rundir.RunDir, a subclass of `Run`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -38,6 +40,21 @@ WHICH = ("mean", "best")
 
 class RunDirError(MetadiscoError):
     """A run directory that is missing, incomplete, corrupt or busy (the message says what to do)."""
+
+
+class RunWriteError(RunDirError):
+    """A file could not be written (no space, read-only, permission, a removed folder)."""
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike):
+    """Turn an OSError while writing `path` (a run's file or an analysis output) into a
+    RunWriteError that names the file and the cause."""
+    try:
+        yield
+    except OSError as e:
+        cause = f"[Errno {e.errno}] {e.strerror}" if e.errno else str(e)
+        raise RunWriteError(f"could not write {path}: {cause}") from e
 
 
 def parse_metrics(text: str) -> list[dict]:

@@ -23,7 +23,7 @@ import os
 import socket
 from pathlib import Path
 
-from analysis.runs import Run, RunDirError
+from analysis.runs import Run, RunDirError, RunWriteError, writing
 from meta_objectives.fileio import atomic_write_bytes, atomic_write_text, to_jsonable
 
 __all__ = ["KEEP_CHECKPOINTS", "RunDir", "RunDirError", "RunLockedError", "RunWriteError"]
@@ -31,25 +31,8 @@ __all__ = ["KEEP_CHECKPOINTS", "RunDir", "RunDirError", "RunLockedError", "RunWr
 KEEP_CHECKPOINTS = 3
 
 
-class RunWriteError(RunDirError):
-    """A file of the run could not be written (no space, read-only, permission, a removed folder)."""
-
-
 class RunLockedError(RunDirError):
     """Another process is writing the run directory."""
-
-
-def _cause(e: OSError) -> str:
-    return f"[Errno {e.errno}] {e.strerror}" if e.errno else str(e)
-
-
-@contextlib.contextmanager
-def _writing(path: Path):
-    """Turn an OSError while writing `path` into a RunWriteError that names it."""
-    try:
-        yield
-    except OSError as e:
-        raise RunWriteError(f"could not write {path}: {_cause(e)}") from e
 
 
 class RunDir(Run):
@@ -63,7 +46,7 @@ class RunDir(Run):
         stale lock never needs cleaning. The file names the holder (pid and host) for the
         message a second writer gets: RunLockedError, at once.
         """
-        with _writing(self.lock_path):
+        with writing(self.lock_path):
             self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -71,7 +54,8 @@ class RunDir(Run):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
                 if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
-                    raise RunWriteError(f"could not lock {self.lock_path}: {_cause(e)}") from e
+                    with writing(self.lock_path):
+                        raise
                 holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
                 raise RunLockedError(
                     f"{self.path} is being written by {holder}; one run directory has one writer. Wait for it "
@@ -87,7 +71,7 @@ class RunDir(Run):
     def create(self, config: dict, overwrite: bool = False) -> RunDir:
         """Write config.json into an empty (or, with overwrite, a cleared) directory."""
         self.refuse_existing(overwrite)
-        with _writing(self.path):
+        with writing(self.path):
             for child in (self.metrics_path, self.baseline_path, self.config_path, *self.checkpoints()):
                 child.unlink(missing_ok=True)
             self.path.mkdir(parents=True, exist_ok=True)
@@ -106,19 +90,19 @@ class RunDir(Run):
     def write_json(self, name: str, obj) -> Path:
         """RUN_DIR/name as strict JSON, atomically."""
         path = self.path / name
-        with _writing(path):
+        with writing(path):
             return atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2))
 
     def write_file(self, path: Path, write, *args) -> Path:
         """`write(path, *args)` (a meta_objectives writer) with its OSError reported as RunWriteError."""
-        with _writing(path):
+        with writing(path):
             return write(path, *args)
 
     # metrics
     def append_metrics(self, row: dict) -> None:
         """Append one line; on failure the file is cut back to its previous complete lines."""
         line = (json.dumps(to_jsonable(row)) + "\n").encode()
-        with _writing(self.metrics_path):
+        with writing(self.metrics_path):
             fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             try:
                 size = os.fstat(fd).st_size
@@ -135,7 +119,7 @@ class RunDir(Run):
     def truncate_metrics(self, generation: int) -> None:
         """Keep only rows of generations < `generation` (those covered by the checkpoint)."""
         rows = [r for r in self.metrics() if r["generation"] < generation]
-        with _writing(self.metrics_path):
+        with writing(self.metrics_path):
             atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
 
     # checkpoints
@@ -147,7 +131,7 @@ class RunDir(Run):
 
         path = self.checkpoint_dir / f"gen_{generation:06d}.msgpack"
         data = serialization.msgpack_serialize(serialization.to_state_dict(tree))
-        with _writing(path):
+        with writing(path):
             atomic_write_bytes(path, data)
         for old in self.checkpoints()[:-KEEP_CHECKPOINTS]:
             with contextlib.suppress(OSError):  # an old file left behind costs space, not correctness

@@ -27,20 +27,24 @@ from tests.test_engine import metric_rows, quadratic_train, tiny_config
 
 pytestmark = pytest.mark.timeout(120)
 
-CFG = tiny_config(generations=4, eval_every=0, checkpoint_every=1)
 QUIET = {"progress": False, "log": lambda *a: None}
 
 
 @pytest.fixture(scope="module")
-def trainer():
-    """The stand-in inner loop of tests/test_engine.py: a run of 4 generations takes a second."""
-    return MetaTrainer(CFG, trains=[quadratic_train])
+def cfg():
+    return tiny_config(generations=4, eval_every=0, checkpoint_every=1)
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, trainer):
+def trainer(cfg):
+    """The stand-in inner loop of tests/test_engine.py: a run of 4 generations takes a second."""
+    return MetaTrainer(cfg, trains=[quadratic_train])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, cfg, trainer):
     path = tmp_path_factory.mktemp("full") / "run"
-    run(CFG, path, trainer=trainer, **QUIET)
+    run(cfg, path, trainer=trainer, **QUIET)
     return path
 
 
@@ -64,9 +68,9 @@ def hold_lock(path) -> subprocess.Popen:
     return proc
 
 
-def test_a_second_writer_is_refused_until_the_first_has_exited(tmp_path, trainer, uninterrupted):
+def test_a_second_writer_is_refused_until_the_first_has_exited(tmp_path, cfg, trainer, uninterrupted):
     path = tmp_path / "run"
-    run(CFG, path, stop_after=2, trainer=trainer, **QUIET)
+    run(cfg, path, stop_after=2, trainer=trainer, **QUIET)
     before = path.joinpath("metrics.jsonl").read_text()
     first = hold_lock(path)
     try:
@@ -105,11 +109,11 @@ def fault_on_fsync(monkeypatch, name: str, nth: int = 1, endswith: bool = False)
     ("objectives", "mean.json", 3, False),
 ])
 def test_a_write_fault_ends_cleanly_and_resumes_to_the_uninterrupted_result(
-        site, name, nth, endswith, tmp_path, monkeypatch, trainer, uninterrupted):
+        site, name, nth, endswith, tmp_path, monkeypatch, cfg, trainer, uninterrupted):
     path = tmp_path / "run"
     fault_on_fsync(monkeypatch, name, nth, endswith)
     with pytest.raises(RunWriteError) as info:
-        run(CFG, path, trainer=trainer, **QUIET)
+        run(cfg, path, trainer=trainer, **QUIET)
     monkeypatch.undo()  # the cause is fixed
     message = str(info.value)
     assert f"could not write {path}" in message and name in message, message
@@ -133,11 +137,11 @@ def test_an_analysis_output_fault_names_the_file(tmp_path, monkeypatch):
     assert out.read_text() == "{}" and os.listdir(out.parent) == ["distil.json"]  # the old file, no temp
 
 
-def test_every_file_written_follows_the_umask(tmp_path, trainer):
+def test_every_file_written_follows_the_umask(tmp_path, cfg, trainer):
     path = tmp_path / "run"
     old = os.umask(0o027)
     try:
-        run(CFG, path, stop_after=1, trainer=trainer, **QUIET)
+        run(cfg, path, stop_after=1, trainer=trainer, **QUIET)
         written = [p for p in path.rglob("*") if p.is_file()]
     finally:
         os.umask(old)
