@@ -31,7 +31,6 @@ from analysis.figures.drift import (
     default_drift_comparison,
     drift_slices_figure,
     drift_surface_figure,
-    drift_title,
     progress_surfaces_figure,
 )
 from analysis.figures.shaping import OBS_NAMES, observation_bounds, shaping_bounds, shaping_figure
@@ -115,19 +114,20 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
     evolve = set((config.get("objectives") or {}).get("evolve") or ())
     if loaded is not None:
         objectives, params, _extra = loaded
-        drift = objectives.drift
-        if drift.learned or drift.name == "closed_form" or "drift" in evolve:
-            title = drift_title(drift) + (f" [{which}]" if drift.learned or "drift" in evolve else "")
+        # Each objective says whether it is worth drawing (learned, or a discovered closed form);
+        # whatever the run evolved is drawn too.
+        drift, vl, shaping = objectives.drift, objectives.value_loss, objectives.shaping
+        if drift.plotted or "drift" in evolve:
+            title = drift.title if drift.learned or "drift" not in evolve else f"evolved {drift.title}"
+            title += f" [{which}]" if drift.learned or "drift" in evolve else ""
             drifts = default_drift_comparison(drift, params.get("drift"), title)
             emit("drift_surface", lambda: drift_surface_figure(drifts))
             emit("drift_slices", lambda: drift_slices_figure(drifts))
-            if getattr(drift, "progress_features", False):
+            if drift.depends_on_progress:
                 emit("progress_surfaces", lambda: progress_surfaces_figure(drift, params.get("drift")))
-        vl = objectives.value_loss
-        if vl.learned or "value_loss" in evolve:
+        if vl.plotted or "value_loss" in evolve:
             emit("value_loss", lambda: value_loss_figure(vl, params.get("value_loss")))
-        shaping = objectives.shaping
-        if shaping.learned:
+        if shaping.plotted or "shaping" in evolve:
             low, high, names = shaping_bounds(shaping, list(config.get("envs") or []), notes)
             emit("shaping", lambda: shaping_figure(shaping, params.get("shaping"), low, high, dim_names=names))
     if report:

@@ -44,6 +44,14 @@ def _table(pairs) -> str:
     return f"<table>{body}</table>"
 
 
+def _choice(value) -> str:
+    """An objectives section entry: "lpo", or {"name": "lpo", "hidden": 64} -> "lpo (hidden=64)"."""
+    if not isinstance(value, dict):
+        return str(value)
+    options = ", ".join(f"{k}={_fmt(v)}" for k, v in value.items() if k != "name")
+    return f"{value.get('name')}" + (f" ({options})" if options else "")
+
+
 def _config_summary(config: dict) -> list[tuple[str, object]]:
     o = config.get("objectives") or {}
     es = config.get("es") or {}
@@ -51,7 +59,7 @@ def _config_summary(config: dict) -> list[tuple[str, object]]:
     pairs = [
         ("name", config.get("name")),
         ("environments", config.get("envs")),
-        ("drift / value loss / shaping", f"{o.get('drift')} / {o.get('value_loss')} / {o.get('shaping')}"),
+        ("drift / value loss / shaping", " / ".join(_choice(o.get(p)) for p in ("drift", "value_loss", "shaping"))),
         ("evolved plug points", o.get("evolve")),
         ("strategy", f"{es.get('strategy')}, population {es.get('population_size')}, σ₀ {es.get('sigma_init')}, "
                      f"lr {es.get('lr')}, {es.get('optimizer')}"),

@@ -11,8 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-import jax
-
 from analysis.runs import Run, RunDirError, run_containing
 from analysis.suites import EvaluationError
 from meta_objectives import DPO, ObjectiveFileError, Objectives, load_objectives
@@ -41,8 +39,7 @@ def builtin(name: str) -> Objectives:
 
 def full_params(objectives: Objectives, params: dict | None = None) -> dict:
     """`params` completed with the objectives' initial parameters for every plug point it lacks."""
-    defaults = objectives.init(jax.random.key(0))
-    return objectives.merge(params or {}, defaults)
+    return objectives.merge(params or {}, objectives.default_params())
 
 
 def _envs_from(value) -> tuple[str, ...]:

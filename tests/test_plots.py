@@ -142,7 +142,7 @@ def test_surrogate_gradient_of_ppo_clip_is_a_or_zero():
 
 def test_closed_form_drift_surface_matches_its_objective():
     """A closed-form drift (the exported representation) draws the same surface as the objective."""
-    from meta_objectives.closed_form import dpo_expression
+    from meta_objectives.formulas import dpo_expression
 
     dpo = mo.DPO()
     fig = plots.drift_surface_figure({"closed form": (mo.ClosedFormDrift(dpo_expression()), None),
@@ -328,6 +328,7 @@ def test_plot_run_on_a_trained_run(trained_run):
     config = json.loads((trained_run / "config.json").read_text())
     last = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()][-1]
     assert config["name"] in text and "CartPole-v1" in text and "Open_ES" in text
+    assert "lpo / " in text and "&#x27;name&#x27;" not in text  # objectives by name, not as raw sections
     assert f"Last generation ({last['generation']})" in text and "fitness_mean" in text and "eval_mean_fitness" in text
     assert "<img" in text and "src='figures/" not in text  # self-contained: no image files referenced
     assert len(plt.get_fignums()) == 0  # every figure closed

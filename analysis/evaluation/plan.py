@@ -17,9 +17,9 @@ from analysis.evaluation.programs import Programs
 from analysis.suites import EvaluationError
 from analysis.targets import REFERENCES, Target, builtin, full_params, resolve_target
 from inner_loops import Env, PPOConfig, check_env_name, preset_for
-from meta_objectives import Objectives, PotentialShaping
+from meta_objectives import Objectives
 
-__all__ = ["LR_FACTORS", "TUNED", "Method", "EnvJob", "Plan", "plan", "incompatibility"]
+__all__ = ["LR_FACTORS", "TUNED", "Method", "EnvJob", "Plan", "plan"]
 
 LR_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 TUNED = "ppo_tuned"  # PPO at the best learning rate of the grid (tune_lr)
@@ -90,23 +90,6 @@ def _task(env_name: str) -> str:
     return env_name.partition(":")[0]
 
 
-def incompatibility(objectives: Objectives, env: Env) -> str | None:
-    """What cannot work for these objectives on this environment (None if nothing).
-
-    A drift or a value loss sees only ratios, advantages and values, so it runs on any action
-    space; a learned shaping potential Phi(s) reads the observation and was sized for one shape.
-    """
-    shaping = objectives.shaping
-    if isinstance(shaping, PotentialShaping) and tuple(shaping.obs_shape) != tuple(env.obs_shape):
-        return (
-            f"its learned shaping potential Phi(s) was built for observations of shape {tuple(shaping.obs_shape)}, "
-            f"but {env.name} has observations of shape {tuple(env.obs_shape)}; a potential reads the observation, "
-            f"so it cannot be evaluated there. Choose environments with observation shape "
-            f"{tuple(shaping.obs_shape)} (e.g. the meta-training ones), or a target without learned shaping."
-        )
-    return None
-
-
 def plan(targets, programs: Programs, envs=None, seeds: int = suites.DEFAULT_SEEDS, budget=None,
          tune_lr: bool = False, quick: bool = False, suite: str | None = None, lr_factors=LR_FACTORS,
          lr: float | None = None, inner: dict | None = None) -> Plan:
@@ -143,7 +126,7 @@ def plan(targets, programs: Programs, envs=None, seeds: int = suites.DEFAULT_SEE
             ) from None
         env = programs.env(name)
         for m in methods:
-            problem = incompatibility(m.objectives, env)
+            problem = m.objectives.incompatibility(env.obs_shape, env.name)  # the objectives' own answer
             if problem:
                 raise EvaluationError(f"target {m.label!r} cannot be evaluated on {name}: {problem}")
         meta = [m.label for m in methods if _task(name) in {_task(e) for e in m.meta_train_envs}]

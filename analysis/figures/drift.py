@@ -34,7 +34,7 @@ from analysis.figures.style import (
 from meta_objectives import DPO, PPOClip
 
 __all__ = [
-    "GRAD_LABEL", "SLICE_ADVANTAGES", "default_drift_comparison", "drift_title", "drift_surface_figure",
+    "GRAD_LABEL", "SLICE_ADVANTAGES", "default_drift_comparison", "drift_surface_figure",
     "drift_slices_figure", "progress_surfaces_figure",
 ]
 
@@ -71,19 +71,12 @@ def default_drift_comparison(objective=None, params=None, label: str | None = No
     clip_eps = getattr(objective, "clip_eps", 0.2)
     drifts = {}
     if objective is not None:
-        drifts[label or drift_title(objective)] = (objective, params_or_init(objective, params))
+        drifts[label or objective.title] = (objective, params_or_init(objective, params))
     ppo = PPOClip(clip_eps=clip_eps)
     dpo = DPO()
     drifts[f"PPO-clip (ε = {clip_eps:g})"] = (ppo, {})
-    drifts[f"DPO (α = {dpo.alpha:g}, β = {dpo.beta:g})"] = (dpo, dpo.init(jax.random.key(0)))
+    drifts[f"DPO (α = {dpo.alpha:g}, β = {dpo.beta:g})"] = (dpo, dpo.default_params())
     return drifts
-
-
-def drift_title(objective) -> str:
-    """A drift's name as a column title."""
-    names = {"lpo": "learned (LPO)", "talpo": "learned (TA-LPO)", "closed_form": "closed form",
-             "dpo": "evolved DPO", "ppo_clip": "PPO-clip"}
-    return names.get(objective.name, objective.name)
 
 
 def drift_surface_figure(
@@ -145,8 +138,7 @@ def drift_surface_figure(
 
 
 def _any_progress(drifts) -> bool:
-    return any(getattr(o, "progress_features", False) or getattr(o, "name", "") == "closed_form"
-               for o, _ in drifts.values())
+    return any(o.depends_on_progress for o, _ in drifts.values())
 
 
 def drift_slices_figure(
@@ -245,5 +237,5 @@ def progress_surfaces_figure(
             ax.set_xlabel(R_LABEL)
         for ax in axes[:, 0]:
             ax.set_ylabel(A_LABEL)
-        fig.suptitle(f"{drift_title(objective)} drift over training progress n/N")
+        fig.suptitle(f"{objective.title} drift over training progress n/N")
     return fig

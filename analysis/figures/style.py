@@ -19,7 +19,6 @@ import matplotlib
 if "matplotlib.pyplot" not in sys.modules:
     matplotlib.use("Agg")
 
-import jax  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
@@ -105,4 +104,4 @@ def heatmap(ax, x, y, z, cmap, vmin, vmax):
 
 def params_or_init(objective, params):
     """`params`, or the objective's initial parameters when None."""
-    return objective.init(jax.random.key(0)) if params is None else params
+    return objective.default_params() if params is None else params

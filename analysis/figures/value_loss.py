@@ -70,5 +70,5 @@ def value_loss_figure(objective, params=None, e_range: tuple[float, float] = (-3
         ax_d.set_label("value_loss/difference")
         ax_g.set_label("value_loss/gradient")
         ax_l.legend(frameon=False)
-        fig.suptitle(f"Value loss ({objective.name}) vs L2 (v, t in return units)")
+        fig.suptitle(f"Value loss ({objective.title}) vs L2 (v, t in return units)")
     return fig
