@@ -11,7 +11,7 @@ import importlib
 
 _EXPORTS = {
     "available_envs": "catalog", "check_env_name": "catalog", "preset_name": "catalog",
-    "Env": "envs", "Step": "envs", "make_env": "envs",
+    "Env": "envs", "Step": "envs", "from_brax": "envs", "from_gymnax": "envs", "make_env": "envs",
     "PRESETS": "ppo", "PPOConfig": "ppo", "PPOHyperparams": "ppo", "TrainResult": "ppo", "gae": "ppo",
     "make_train": "ppo", "preset_for": "ppo",
 }
