@@ -23,7 +23,7 @@ The fit points and scoring live in analysis.distil_data, the fitting methods and
 in analysis.distil_methods; this module is the entry point (names from both are re-exported).
 
 `drift_fn(ratio, advantage, progress) -> D` is a plain callable (jax or numpy); a drift objective
-(with its params, via meta_objectives.closed_form.as_drift_fn) or an expression string also work.
+(with its params, via meta_objectives.constraints.as_drift_fn) or an expression string also work.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from analysis.distil_methods import (  # noqa: F401
     symbolic_fit,
     value_loss_library,
 )
-from meta_objectives.closed_form import check_drift_constraints
+from meta_objectives.constraints import check_drift_constraints
 from meta_objectives.fileio import to_jsonable
 
 

@@ -15,12 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
-from meta_objectives.closed_form import (
+from meta_objectives.constraints import as_drift_fn, check_drift_constraints, check_value_loss_constraints
+from meta_objectives.expressions import (
     DRIFT_VARIABLES,
     VALUE_LOSS_VARIABLES,
-    as_drift_fn,
-    check_drift_constraints,
-    check_value_loss_constraints,
     evaluate_numpy,
     evaluate_value_loss_numpy,
     parse_expression,

@@ -16,13 +16,15 @@ import sympy as sp
 from scipy.optimize import least_squares, nnls
 
 from analysis.distil_data import FitData, candidate, round_sig
-from meta_objectives.closed_form import DPO_TEMPLATE, A_sym, check_drift_constraints, dpo_expression, r_sym
+from meta_objectives.constraints import check_drift_constraints
+from meta_objectives.expressions import A_sym, r_sym
+from meta_objectives.formulas import DPO_FORMULA, dpo_expression
 
 # ---------------------------------------------------------------------------------------------
 # DPO family
 # ---------------------------------------------------------------------------------------------
 
-DPO_FAMILY = DPO_TEMPLATE.format(alpha="alpha", beta="beta")  # symbols alpha, beta > 0
+DPO_FAMILY = DPO_FORMULA.template  # symbols alpha, beta > 0
 DPO_STARTS = ((2.0, 0.6), (1.0, 1.0), (0.5, 0.3), (4.0, 2.0))
 
 

@@ -1,7 +1,8 @@
 """Export discovered closed forms: LaTeX, a metadisco objectives JSON, a standalone JAX module.
 
 A drift D(r, A, p) and/or a value loss L(e, t), each one expression string (see
-meta_objectives.closed_form); all three files are derived from those strings. An expression that
+meta_objectives.expressions); all three files are derived from those strings, the module by the
+printer that the in-process closed forms compile too. An expression that
 breaks its plug's constraints (drift: D >= 0, D = 0 and dD/dr = 0 at r = 1; value loss:
 L(0, t) = 0 and e dL/de >= 0) is refused before anything is written.
 """
@@ -11,15 +12,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from meta_objectives.closed_form import (
-    VALUE_LOSS_VARIABLES,
-    ClosedFormDrift,
-    ClosedFormValueLoss,
-    check_drift_constraints,
-    check_value_loss_constraints,
-    jax_module_source,
-    to_latex,
-)
+from meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
+from meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
+from meta_objectives.expressions import VALUE_LOSS_VARIABLES, jax_module_source, to_latex
 from meta_objectives.fileio import atomic_write_text
 from meta_objectives.io import save_objectives
 from meta_objectives.objectives import Objectives
@@ -43,7 +38,7 @@ def export_closed_form(expression: str | None, out_dir, name: str = "discovered_
         raise ValueError(f"name must be a Python identifier (it names a module), got {name!r}")
     if expression is None and value_loss is None:
         raise ValueError("nothing to export: give a drift expression, a value-loss expression or both")
-    objectives, params = fixed if fixed is not None else (Objectives(), Objectives().init(_key0()))
+    objectives, params = fixed if fixed is not None else (Objectives(), Objectives().default_params())
     params = dict(params)
     pieces = []  # (kind, expression, latex lhs)
     if expression is not None:
@@ -70,12 +65,6 @@ def export_closed_form(expression: str | None, out_dir, name: str = "discovered_
     save_objectives(paths["json"], objectives, params, extra=metadata)
     atomic_write_text(paths["py"], _module_source(pieces))
     return {k: str(v) for k, v in paths.items()}
-
-
-def _key0():
-    import jax
-
-    return jax.random.key(0)
 
 
 def _refuse(expression: str, what: str, violations: list[str]) -> None:

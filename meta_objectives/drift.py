@@ -15,18 +15,13 @@ import jax.numpy as jnp
 
 from meta_objectives._nets import apply_mlp, init_mlp
 from meta_objectives.base import MetaObjective, register
-
-
-def ppo_clip_drift(ratio, advantage, clip_eps):
-    """PPO's clipped surrogate as a drift: min(rA, clip(r)A) = rA - relu((r - clip(r))A)."""
-    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    return jax.nn.relu((ratio - clipped) * advantage)
+from meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA
 
 
 @register
 @dataclass(frozen=True)
 class PPOClip(MetaObjective):
-    """PPO-clip (Schulman et al. 2017) written as a drift; no parameters."""
+    """PPO-clip (Schulman et al. 2017) written as a drift (formulas.PPO_CLIP_FORMULA); no parameters."""
 
     clip_eps: float = 0.2
     plug = "drift"
@@ -37,13 +32,13 @@ class PPOClip(MetaObjective):
         return {}
 
     def drift(self, params, ratio, advantage, progress):
-        return ppo_clip_drift(ratio, advantage, self.clip_eps)
+        return PPO_CLIP_FORMULA(ratio, advantage, progress, eps=self.clip_eps)
 
 
 @register
 @dataclass(frozen=True)
 class DPO(MetaObjective):
-    """Discovered Policy Optimisation (Lu et al. 2022, eq. for DPO; alpha=2, beta=0.6).
+    """Discovered Policy Optimisation (Lu et al. 2022; formulas.DPO_FORMULA, alpha=2, beta=0.6).
 
     A >= 0: relu((r-1)A - alpha*tanh((r-1)A / alpha))
     A <  0: relu(log(r)A - beta*tanh(log(r)A / beta))
@@ -60,14 +55,7 @@ class DPO(MetaObjective):
         return {"alpha": jnp.float32(self.alpha), "beta": jnp.float32(self.beta)}
 
     def drift(self, params, ratio, advantage, progress):
-        alpha, beta = params["alpha"], params["beta"]
-        pos = (ratio - 1.0) * advantage
-        neg = jnp.log(ratio) * advantage
-        return jnp.where(
-            advantage >= 0,
-            jax.nn.relu(pos - alpha * jnp.tanh(pos / alpha)),
-            jax.nn.relu(neg - beta * jnp.tanh(neg / beta)),
-        )
+        return DPO_FORMULA(ratio, advantage, progress, alpha=params["alpha"], beta=params["beta"])
 
 
 def lpo_features(ratio, advantage):
@@ -128,7 +116,7 @@ class LPO(MetaObjective):
         ratio, advantage = jnp.broadcast_arrays(ratio, advantage)
         learned = apply_mlp(params, self.features(ratio, advantage, progress))[..., 0]
         shrunk = jnp.sign(learned) * jax.nn.relu(jnp.abs(learned) - self.offset)
-        return jax.nn.relu(ppo_clip_drift(ratio, advantage, self.clip_eps) + shrunk)
+        return jax.nn.relu(PPO_CLIP_FORMULA(ratio, advantage, progress, eps=self.clip_eps) + shrunk)
 
 
 @register

@@ -9,14 +9,10 @@ import numpy as np
 import pytest
 
 import meta_objectives as mo
-from meta_objectives.closed_form import (
-    ClosedFormDrift,
-    check_drift_constraints,
-    dpo_expression,
-    evaluate_numpy,
-    to_jax_module_source,
-    to_latex,
-)
+from meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
+from meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
+from meta_objectives.expressions import evaluate_numpy, evaluate_value_loss_numpy, to_jax_module_source, to_latex
+from meta_objectives.formulas import dpo_expression
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -169,8 +165,6 @@ def test_constraints_for_a_numpy_callable_use_finite_differences():
 
 
 def test_closed_form_value_loss_equals_the_built_in_l2_and_its_module():
-    from meta_objectives.closed_form import ClosedFormValueLoss, evaluate_value_loss_numpy
-
     rng = np.random.default_rng(0)
     value, target = (jnp.asarray(10 * rng.standard_normal(512), jnp.float32) for _ in range(2))
     np.testing.assert_array_equal(ClosedFormValueLoss().value_loss({}, value, target, value),
@@ -198,8 +192,6 @@ def test_closed_form_value_loss_equals_the_built_in_l2_and_its_module():
     ("log(e)", "not finite"),
 ])
 def test_value_loss_constraints(expr, fragment):
-    from meta_objectives.closed_form import check_value_loss_constraints
-
     problems = check_value_loss_constraints(expr)
     if fragment is None:
         assert problems == []

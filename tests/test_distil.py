@@ -10,7 +10,9 @@ import pytest
 import meta_objectives as mo
 from analysis import distil as D
 from analysis.export import export_closed_form
-from meta_objectives.closed_form import ClosedFormDrift, check_drift_constraints, dpo_expression
+from meta_objectives.closed_form import ClosedFormDrift
+from meta_objectives.constraints import check_drift_constraints
+from meta_objectives.formulas import dpo_expression
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -177,7 +179,8 @@ def test_export_writes_drift_and_value_loss_together(tmp_path):
 def test_a_progress_dependent_drift_is_distilled_at_both_ends_and_interpolated():
     """TA-LPO drifts change over training; one static fit cannot keep that. A drift that moves
     from DPO at the start to PPO-clip at the end is recovered exactly at every progress."""
-    from meta_objectives.closed_form import PPO_CLIP_EXPRESSION, evaluate_numpy
+    from meta_objectives.closed_form import PPO_CLIP_EXPRESSION
+    from meta_objectives.expressions import evaluate_numpy
 
     target = ClosedFormDrift(f"(1 - p)*({dpo_expression(2.0, 0.6)}) + p*({PPO_CLIP_EXPRESSION})")
     report = D.distil_over_progress(target, seed=0, symbolic=False)

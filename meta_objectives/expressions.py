@@ -1,0 +1,429 @@
+"""Closed-form expressions: safe parsing, and one printer from which every form is derived.
+
+A formula is a sympy expression string: a drift D(r, A, p) over `r` (ratio pi_new / pi_old, > 0),
+`A` (advantage, normalised per minibatch) and `p` (progress n / N in [0, 1]); a value loss
+L(e, t) over `e` (prediction error v - target) and `t` (the target). Parsing is restricted: the
+string is checked on its Python syntax tree first (only numbers, the plug's variable names, E,
+pi, True, calls of whitelisted functions, arithmetic and comparisons), then parsed by sympy with
+no builtins and no automatic symbols. Anything else raises ValueError.
+
+One tree walker, `_source`, prints a sympy tree as array code. `function_source` wraps it into
+the function that the standalone module exports (`jax_module_source`), and `compile_function`
+compiles that very text for the in-process objective, so the exported module and the objective
+run the same code. `compile_kernel` compiles the same printed body over the raw variables with
+numpy (float64 fitting in analysis.distil) or jax.numpy. `Formula` is a hand-designed formula
+with named constants (PPO-clip's eps, DPO's alpha and beta; see formulas.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+import re
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+import numpy as np
+import sympy as sp
+from sympy.parsing.sympy_parser import auto_number, convert_xor, parse_expr
+
+# ---------------------------------------------------------------------------------------------
+# Symbols and the whitelist
+# ---------------------------------------------------------------------------------------------
+
+r_sym = sp.Symbol("r", positive=True)  # ratio pi_new / pi_old
+A_sym = sp.Symbol("A", real=True)  # normalised advantage
+p_sym = sp.Symbol("p", real=True)  # training progress n / N
+e_sym = sp.Symbol("e", real=True)  # value prediction error v - target
+t_sym = sp.Symbol("t", real=True)  # value target
+SYMBOLS = {"r": r_sym, "A": A_sym, "p": p_sym, "e": e_sym, "t": t_sym}
+DRIFT_VARIABLES = ("r", "A", "p")
+VALUE_LOSS_VARIABLES = ("e", "t")
+VARIABLES = {"drift": DRIFT_VARIABLES, "value_loss": VALUE_LOSS_VARIABLES}  # per plug point
+
+FUNCTIONS = {
+    "Max": sp.Max, "Min": sp.Min, "Abs": sp.Abs, "tanh": sp.tanh, "exp": sp.exp, "log": sp.log,
+    "sqrt": sp.sqrt, "Piecewise": sp.Piecewise, "sign": sp.sign, "Heaviside": sp.Heaviside,
+}
+CONSTANTS = {"E": sp.E, "pi": sp.pi}
+
+MAX_EXPRESSION_CHARS = 20_000
+MAX_CONSTANT_EXPONENT = 64
+
+_AST_OPS = (
+    ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.BitXor, ast.BitAnd, ast.BitOr,
+    ast.USub, ast.UAdd, ast.Invert, ast.Gt, ast.GtE, ast.Lt, ast.LtE,
+)
+_AST_NODES = (
+    ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Name, ast.Load,
+    ast.Constant, ast.Tuple,
+) + _AST_OPS
+
+
+def _check_syntax(expression: str, allowed_names: set[str]) -> None:
+    """Reject anything but arithmetic over allowed names, numbers and whitelisted calls."""
+    if not isinstance(expression, str):
+        raise ValueError(f"a closed-form expression must be a string, got {type(expression).__name__}")
+    if not expression.strip():
+        raise ValueError("empty closed-form expression")
+    if "\\" in expression:
+        raise ValueError(f"expression {expression!r} contains a backslash")
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise ValueError(f"expression too long ({len(expression)} > {MAX_EXPRESSION_CHARS} characters)")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"expression {expression!r} is not valid syntax: {e.msg}") from None
+    except (RecursionError, MemoryError):
+        raise ValueError("expression is nested too deeply") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _AST_NODES):
+            raise ValueError(
+                f"expression {expression!r} uses unsupported syntax ({type(node).__name__}); only "
+                f"numbers, {', '.join(sorted(allowed_names - set(CONSTANTS)))}, arithmetic, comparisons "
+                "and the functions "
+                f"{', '.join(sorted(FUNCTIONS))} are allowed"
+            )
+        if isinstance(node, ast.Constant) and not (
+            isinstance(node.value, (int, float)) and not isinstance(node.value, complex)
+        ):
+            raise ValueError(f"expression {expression!r} contains a non-numeric constant {node.value!r}")
+        if isinstance(node, ast.Name) and node.id not in allowed_names and node.id not in FUNCTIONS:
+            raise ValueError(
+                f"expression {expression!r} uses unknown name {node.id!r}; allowed symbols are "
+                f"{', '.join(sorted(allowed_names))} and functions {', '.join(sorted(FUNCTIONS))}"
+            )
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+                name = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
+                raise ValueError(
+                    f"expression {expression!r} calls {name!r}, which is not an allowed function "
+                    f"({', '.join(sorted(FUNCTIONS))})"
+                )
+            if node.keywords:
+                raise ValueError(f"expression {expression!r}: keyword arguments are not allowed")
+        if isinstance(node, ast.Compare) and len(node.ops) != 1:
+            raise ValueError(f"expression {expression!r}: chained comparisons are not allowed")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Pow, ast.BitXor)):
+            # Guard sympy's exact arithmetic against huge numbers such as 9**9**9.
+            def symbolic(n):
+                return any(isinstance(m, ast.Name) for m in ast.walk(n))
+
+            if not symbolic(node.right):
+                value = _literal_number(node.right)
+                if value is None or abs(value) > MAX_CONSTANT_EXPONENT:
+                    raise ValueError(
+                        f"expression {expression!r}: a constant exponent must be a plain number "
+                        f"of magnitude <= {MAX_CONSTANT_EXPONENT}"
+                    )
+                if not symbolic(node.left) and _literal_number(node.left) is None:
+                    raise ValueError(
+                        f"expression {expression!r}: the base of a constant power must be a plain number"
+                    )
+
+
+def _literal_number(node) -> float | None:
+    """Value of a literal number, -number, or a/b of literals; None otherwise."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _literal_number(node.operand)
+        return None if v is None else (-v if isinstance(node.op, ast.USub) else v)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        a, b = _literal_number(node.left), _literal_number(node.right)
+        if a is None or b is None or b == 0:
+            return None
+        return a / b
+    return None
+
+
+def _parse(expression: str, variables: tuple[str, ...] = DRIFT_VARIABLES,
+           extra_symbols: tuple[str, ...] = ()) -> sp.Expr:
+    """`expression` over `variables` and the positive constants `extra_symbols` -> sympy tree."""
+    symbols = {name: SYMBOLS[name] for name in variables}
+    symbols.update({name: sp.Symbol(name, positive=True) for name in extra_symbols})
+    _check_syntax(expression, set(symbols) | set(CONSTANTS))
+    local_dict = {**symbols, **FUNCTIONS, **CONSTANTS}
+    global_dict = {
+        "__builtins__": {}, "Integer": sp.Integer, "Float": sp.Float, "Rational": sp.Rational,
+        "Symbol": sp.Symbol, "True": True, "False": False,
+    }
+    try:
+        expr = parse_expr(
+            expression.strip(), local_dict=local_dict, global_dict=global_dict,
+            transformations=(auto_number, convert_xor), evaluate=True,
+        )
+    except Exception as e:  # sympy raises many types for malformed input
+        raise ValueError(f"cannot parse expression {expression!r}: {type(e).__name__}: {e}") from None
+    if not isinstance(expr, sp.Basic) or isinstance(expr, sp.logic.boolalg.Boolean):
+        raise ValueError(f"expression {expression!r} is not a numeric expression")
+    unknown = expr.free_symbols - set(symbols.values())
+    if unknown:
+        raise ValueError(f"expression {expression!r} has unknown symbols {sorted(map(str, unknown))}")
+    # Printing walks the whole tree and rejects unsupported nodes (I, zoo, nan, ...).
+    try:
+        _source(expr, "np")
+    except RecursionError:
+        raise ValueError("expression is nested too deeply") from None
+    return expr
+
+
+@functools.lru_cache(maxsize=512)
+def parse_expression(expression: str, variables: tuple[str, ...] = DRIFT_VARIABLES) -> sp.Expr:
+    """Safely parse an expression over `variables` (a drift's r, A, p by default; a value loss's
+    e, t) -> sympy expression (ValueError if invalid)."""
+    return _parse(expression, variables)
+
+
+# ---------------------------------------------------------------------------------------------
+# The printer: one tree walker for every evaluated form
+# ---------------------------------------------------------------------------------------------
+
+_UNARY = {sp.tanh: "tanh", sp.exp: "exp", sp.log: "log", sp.Abs: "abs", sp.sign: "sign"}
+_RELATIONS = {sp.GreaterThan: ">=", sp.StrictGreaterThan: ">", sp.LessThan: "<=", sp.StrictLessThan: "<"}
+_BACKENDS = {"jnp": jnp, "np": np}
+
+
+def _constant(expr) -> str:
+    if not expr.is_real:
+        raise ValueError(f"non-real constant {expr} in expression")
+    value = float(expr)
+    if not math.isfinite(value):
+        raise ValueError(f"non-finite constant {expr} in expression")
+    return repr(value) if value >= 0 else f"({value!r})"
+
+
+def _source(expr, xp: str) -> str:
+    """Python source of a sympy tree with `xp` ("jnp" or "np") as the array module. Sums and
+    products are printed flat, `(a + b + c)`, which Python evaluates left to right."""
+    if expr.is_Symbol:
+        return expr.name
+    if expr is sp.true or expr is sp.false:
+        return str(bool(expr))
+    if expr.is_Number or expr.is_NumberSymbol:
+        return _constant(expr)
+    if isinstance(expr, sp.Piecewise):
+        out = f"{xp}.nan"
+        for e, c in reversed(expr.args):
+            out = _source(e, xp) if c is sp.true else f"{xp}.where({_source(c, xp)}, {_source(e, xp)}, {out})"
+        return out
+    args = [_source(a, xp) for a in expr.args]
+    if isinstance(expr, (sp.Add, sp.Mul)):
+        return "(" + (" + " if isinstance(expr, sp.Add) else " * ").join(args) + ")"
+    if isinstance(expr, sp.Pow):
+        exp_expr = expr.args[1]
+        if exp_expr.is_Integer:
+            return f"({args[0]} ** {int(exp_expr)})"
+        if exp_expr == sp.Rational(1, 2):
+            return f"{xp}.sqrt({args[0]})"
+        if exp_expr == sp.Rational(-1, 2):
+            return f"(1.0 / {xp}.sqrt({args[0]}))"
+        return f"{xp}.power({args[0]}, {args[1]})"
+    if isinstance(expr, sp.Max) and len(expr.args) == 2 and sp.S.Zero in expr.args:
+        # relu, printed so that its gradient at 0 is 0 as jax.nn.relu's (maximum splits a tie):
+        # PPO-clip from its formula then trains exactly as the hand-written relu did
+        x = args[1 - expr.args.index(sp.S.Zero)]
+        return f"{xp}.where({x} > 0, {x}, 0.0)"
+    if isinstance(expr, (sp.Max, sp.Min)):
+        fn = f"{xp}.maximum" if isinstance(expr, sp.Max) else f"{xp}.minimum"
+        return functools.reduce(lambda a, b: f"{fn}({a}, {b})", args)
+    for cls, name in _UNARY.items():
+        if isinstance(expr, cls):
+            if len(args) != 1:
+                raise ValueError(f"{name} takes one argument")
+            return f"{xp}.{name}({args[0]})"
+    if isinstance(expr, sp.Heaviside):
+        return f"{xp}.heaviside({args[0]}, {args[1]})"
+    for cls, symbol in _RELATIONS.items():
+        if isinstance(expr, cls):
+            return f"({args[0]} {symbol} {args[1]})"
+    if isinstance(expr, (sp.And, sp.Or)):
+        fn = f"{xp}.logical_and" if isinstance(expr, sp.And) else f"{xp}.logical_or"
+        return functools.reduce(lambda a, b: f"{fn}({a}, {b})", args)
+    if isinstance(expr, sp.Not):
+        return f"{xp}.logical_not({args[0]})"
+    raise ValueError(
+        f"unsupported operation {type(expr).__name__} in expression (allowed: + - * / **, "
+        f"{', '.join(sorted(FUNCTIONS))}, comparisons inside Piecewise)"
+    )
+
+
+_FUNCTION_TEMPLATES = {
+    "drift": '''def {name}(ratio, advantage, progress=0.0{constants}):
+    """D(r, A, p) for arrays that broadcast together; returns the broadcast shape."""
+    r = jnp.asarray(ratio)
+    A = jnp.asarray(advantage)
+    p = jnp.asarray(progress)
+    out = {code}
+    shape = jnp.broadcast_shapes(jnp.shape(r), jnp.shape(A), jnp.shape(p))
+    return jnp.broadcast_to(jnp.asarray(out, dtype=jnp.result_type(r, A, float)), shape)
+''',
+    "value_loss": '''def {name}(value, target{constants}):
+    """L(value - target, target) for arrays that broadcast together; returns the broadcast shape."""
+    t = jnp.asarray(target)
+    e = jnp.asarray(value) - t
+    out = {code}
+    return jnp.broadcast_to(jnp.asarray(out, dtype=jnp.result_type(e, float)), jnp.shape(e))
+''',
+}
+
+
+def function_source(kind: str, name: str, expr: sp.Expr, constants: tuple[str, ...] = ()) -> str:
+    """Source of the jax.numpy function `name` evaluating `expr` for plug `kind` ("drift":
+    name(ratio, advantage, progress=0.0), "value_loss": name(value, target)); each of
+    `constants` becomes a keyword-only argument."""
+    if kind not in _FUNCTION_TEMPLATES:
+        raise ValueError(f"kind must be one of {sorted(_FUNCTION_TEMPLATES)}, got {kind!r}")
+    if not name.isidentifier() or name in {"jnp", *VARIABLES[kind], *constants}:
+        raise ValueError(f"function_name must be a Python identifier, got {name!r}")
+    extra = (", *, " + ", ".join(constants)) if constants else ""
+    return _FUNCTION_TEMPLATES[kind].format(name=name, constants=extra, code=_source(expr, "jnp"))
+
+
+def _exec(source: str, namespace: dict, label: str) -> dict:
+    try:
+        exec(compile(source, label, "exec"), namespace)  # printed by _source from a checked tree
+    except (SyntaxError, RecursionError, MemoryError):
+        raise ValueError("expression is nested too deeply") from None
+    return namespace
+
+
+@functools.lru_cache(maxsize=512)
+def compile_function(expression: str, kind: str = "drift", constants: tuple[str, ...] = ()):
+    """The function `function_source` prints (the exported module's), compiled in-process."""
+    expr = _parse(expression, VARIABLES[kind], constants)
+    return _exec(function_source(kind, "f", expr, constants), {"jnp": jnp}, f"<{kind}>")["f"]
+
+
+@functools.lru_cache(maxsize=512)
+def compile_kernel(expression: str, kind: str = "drift", constants: tuple[str, ...] = (), xp: str = "jnp"):
+    """The printed body as f(*variables, **constants) with `xp` ("jnp" or "np") arrays, no
+    broadcasting or casting (for the constraint checks and for fitting)."""
+    variables = VARIABLES[kind]
+    expr = _parse(expression, variables, constants)
+    extra = (", *, " + ", ".join(constants)) if constants else ""
+    source = f"def f({', '.join(variables)}{extra}):\n    return {_source(expr, xp)}\n"
+    return _exec(source, {xp: _BACKENDS[xp]}, f"<{kind} kernel>")["f"]
+
+
+def evaluate_numpy(expression: str, ratio, advantage, progress=0.0, **constants) -> np.ndarray:
+    """Evaluate a drift expression in float64 numpy (for fitting); `constants` binds extra symbols.
+
+    ratio, advantage, progress broadcast together -> D of the broadcast shape.
+    """
+    fn = compile_kernel(expression, "drift", tuple(sorted(constants)), "np")
+    r = np.asarray(ratio, np.float64)
+    a = np.asarray(advantage, np.float64)
+    p = np.asarray(progress, np.float64)
+    with np.errstate(all="ignore"):
+        out = fn(r, a, p, **{k: np.float64(v) for k, v in constants.items()})
+    shape = np.broadcast_shapes(r.shape, a.shape, p.shape)
+    return np.broadcast_to(np.asarray(out, np.float64), shape)
+
+
+def evaluate_value_loss_numpy(expression: str, error, target=0.0) -> np.ndarray:
+    """Evaluate a value-loss expression L(e, t) in float64 numpy; arrays broadcast together."""
+    fn = compile_kernel(expression, "value_loss", (), "np")
+    e = np.asarray(error, np.float64)
+    t = np.asarray(target, np.float64)
+    with np.errstate(all="ignore"):
+        out = fn(e, t)
+    return np.broadcast_to(np.asarray(out, np.float64), np.broadcast_shapes(e.shape, t.shape))
+
+
+def to_latex(expression: str, digits: int | None = None, variables: tuple[str, ...] = DRIFT_VARIABLES) -> str:
+    """LaTeX of the expression (its variables as symbols); `digits` rounds floats for display."""
+    expr = parse_expression(expression, variables)
+    if digits is not None:
+        expr = expr.xreplace({f: sp.Float(f, digits) for f in expr.atoms(sp.Float)})
+    return sp.latex(expr)
+
+
+# ---------------------------------------------------------------------------------------------
+# The standalone module
+# ---------------------------------------------------------------------------------------------
+
+_MODULE_DOCS = {
+    "drift": ("Closed-form drift D(r, A, p)", """\
+Mirror-learning drift (Lu et al. 2022, "Discovered Policy Optimisation"): the policy loss is
+-(r*A - D), with r = pi_new / pi_old, A the advantage normalised per minibatch and p = n / N the
+training progress. D >= 0, and D = 0 with dD/dr = 0 at r = 1."""),
+    "value_loss": ("Closed-form value loss L(e, t)", """\
+Per-sample critic loss with e = v - target (the prediction error) and t = target; PPO
+averages it over the minibatch. L(0, t) = 0, and L decreases toward e = 0 from either side."""),
+}
+
+
+def to_jax_module_source(expression: str, function_name: str = "drift", kind: str = "drift") -> str:
+    """Text of a standalone Python module (imports only jax.numpy) defining the objective.
+
+    kind "drift": `<function_name>(ratio, advantage, progress=0.0) -> D`; kind "value_loss":
+    `<function_name>(value, target) -> L`. Arrays broadcast; the module also defines
+    `EXPRESSION`, the sympy string it was generated from.
+    """
+    return jax_module_source({kind: expression}, {kind: function_name})
+
+
+def jax_module_source(expressions: dict[str, str], function_names: dict[str, str] | None = None) -> str:
+    """A standalone module defining one function per entry of {kind: expression} (kinds "drift"
+    and "value_loss", functions named after the kind unless `function_names` says otherwise).
+    With one entry the module's source string is `EXPRESSION`; with several, `<KIND>_EXPRESSION`."""
+    if not expressions:
+        raise ValueError("no expression to write")
+    unknown = set(expressions) - set(_MODULE_DOCS)
+    if unknown:
+        raise ValueError(f"kind must be one of {sorted(_MODULE_DOCS)}, got {sorted(unknown)}")
+    function_names = {**{k: k for k in expressions}, **(function_names or {})}
+    docs, constants, functions = [], [], []
+    for kind, expression in expressions.items():
+        source = function_source(kind, function_names[kind], parse_expression(expression, VARIABLES[kind]))
+        title, doc = _MODULE_DOCS[kind]
+        constant = "EXPRESSION" if len(expressions) == 1 else f"{kind.upper()}_EXPRESSION"
+        docs.append(f"{title}:\n{doc}\n\nExpression: {' '.join(expression.split())}")
+        constants.append(f"{constant} = {expression!r}")
+        functions.append(source)
+    header = "Generated by metadisco from sympy expressions.\n\n" + "\n\n".join(docs)
+    return (f'"""{header}\n"""\n\nimport jax.numpy as jnp\n\n' + "\n".join(constants) + "\n\n\n"
+            + "\n\n".join(functions))
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-designed formulas with named constants
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Formula:
+    """A formula written once: an expression over a plug's variables and named positive constants.
+
+    template: the expression with each constant as a bare symbol, e.g. "Max(0, (r - 1)*A - a*r)"
+    with constants ("a",). From it come the array function (`__call__`, constants may be traced),
+    the expression string with numbers (`expression`, for closed forms and export) and its LaTeX.
+    """
+
+    template: str
+    constants: tuple[str, ...]
+    kind: str = "drift"
+
+    def __post_init__(self):
+        _parse(self.template, VARIABLES[self.kind], self.constants)  # ValueError if invalid
+
+    def __call__(self, *args, **constants):
+        """The plug function (drift: ratio, advantage, progress; value_loss: value, target) with
+        the constants as keywords (floats or traced arrays)."""
+        return compile_function(self.template, self.kind, self.constants)(*args, **constants)
+
+    def expression(self, **values: float) -> str:
+        """The template with each constant replaced by its value (finite, > 0)."""
+        if set(values) != set(self.constants):
+            raise ValueError(f"give the constants {self.constants}, got {sorted(values)}")
+        numbers = {k: float(v) for k, v in values.items()}
+        bad = {k: v for k, v in numbers.items() if not (math.isfinite(v) and v > 0)}
+        if bad:
+            raise ValueError(f"the constants must be finite and > 0, got {bad}")
+        pattern = r"\b(" + "|".join(map(re.escape, self.constants)) + r")\b"
+        return re.sub(pattern, lambda m: repr(numbers[m.group(1)]), self.template)
+
+    def latex(self) -> str:
+        return sp.latex(_parse(self.template, VARIABLES[self.kind], self.constants))
