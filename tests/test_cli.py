@@ -80,7 +80,7 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130, err[-2000:]
-    assert f"metadisco train --resume {run_dir}" in out
+    assert f"metadisco train --resume {run_dir}" in err  # main prints RunInterrupted to stderr
     done = len((run_dir / "metrics.jsonl").read_text().splitlines())
     checkpoints = sorted((run_dir / "checkpoints").glob("gen_*.msgpack"))
     # the checkpoint covers every generation logged (the line of a generation that completed just
