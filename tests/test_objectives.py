@@ -453,3 +453,210 @@ def test_make_objective_unknown_name_lists_close_matches():
     with pytest.raises(ValueError, match="no option"):
         make_objective("drift", "dpo", gamma=1.0)
     assert make_objective("drift", "dpo", alpha=1.0) == DPO(alpha=1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Registry tables: every value loss, every shaping
+# --------------------------------------------------------------------------------------------
+
+VALUE_LOSSES = meta_objectives.names("value_loss")
+SHAPINGS = meta_objectives.names("shaping")
+
+
+@pytest.mark.parametrize("name", VALUE_LOSSES)
+def test_every_value_loss_is_zero_at_the_target_and_pulls_toward_it(name):
+    objective = make_objective("value_loss", name)
+    k_t, k_e, k_p = jax.random.split(jax.random.key(0), 3)
+    target = 10 * jax.random.normal(k_t, (512,))
+    error = 5 * jax.random.normal(k_e, (512,))
+    # L(v = t) = 0 for any parameters (old_value = value, as in the first epoch)
+    for params in (objective.default_params(), random_params(objective, k_p, 1.0)):
+        at_target = objective.value_loss(params, target, target, target)
+        np.testing.assert_array_equal(at_target, 0.0)
+    # at its baseline parameters the gradient step moves v toward t (dL/dv has the sign of v - t)
+    params = objective.default_params()
+    grad = jax.vmap(jax.grad(lambda v, t: objective.value_loss(params, v, t, v)))(target + error, target)
+    assert (np.sign(np.asarray(grad)) == np.sign(np.asarray(error))).all(), name
+
+
+@pytest.mark.parametrize("name", SHAPINGS)
+def test_every_shaping_is_identity_at_init_and_potential_based(name):
+    shaping = make_objective("shaping", name).for_env((3,))
+    k_s, k_m, k_r, k_p = jax.random.split(jax.random.key(1), 4)
+    gamma, steps = 0.9, 6
+    reward = jax.random.normal(k_r, (steps,))
+    start_end = jax.random.normal(k_s, (2, 3))
+    not_done = jnp.zeros(steps, bool)
+    # two trajectories from the same start to the same end through different states and rewards
+    paths = [jnp.concatenate([start_end[:1], jax.random.normal(k, (steps - 1, 3)), start_end[1:]]) for k in
+             jax.random.split(k_m, 2)]
+    rewards = [reward, reward[::-1] * 3.0]
+    discount = gamma ** jnp.arange(steps)
+
+    init = shaping.default_params()
+    shaped = shaping.shape_reward(init, paths[0][:-1], reward, paths[0][1:], not_done, gamma)
+    np.testing.assert_array_equal(shaped, reward)  # zero output layer: no shaping at all
+
+    # potential-based: the shaped return differs from the return by gamma^T Phi(s_T) - Phi(s_0),
+    # which depends on the endpoints only, so returns keep their order between policies
+    params = random_params(shaping, k_p, 1.0)
+    gaps = []
+    for path, r in zip(paths, rewards):
+        shaped = shaping.shape_reward(params, path[:-1], r, path[1:], not_done, gamma)
+        gaps.append(float(jnp.sum(discount * (shaped - r))))
+    assert gaps[0] == pytest.approx(gaps[1], rel=1e-5, abs=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# The contract: register, options, hooks
+# --------------------------------------------------------------------------------------------
+
+
+def test_register_refuses_a_misspelled_plug_method_and_a_reused_name():
+    from dataclasses import dataclass
+
+    from meta_objectives import MetaObjective, register
+
+    with pytest.raises(TypeError, match="no method 'drift'.*'drfit'"):
+        @register
+        @dataclass(frozen=True)
+        class Typo(MetaObjective):
+            plug = "drift"
+            name = "typo"
+            title = "typo"
+
+            def init(self, key):
+                return {}
+
+            def drfit(self, params, ratio, advantage, progress):
+                return ratio * 0
+
+    with pytest.raises(TypeError, match="own `name`"):
+        @register
+        @dataclass(frozen=True)
+        class Copy(LPO):
+            title = "copy"
+
+    with pytest.raises(TypeError, match="option"):
+        @register
+        @dataclass(frozen=True)
+        class BadOption(MetaObjective):
+            sizes: list = None
+            plug = "value_loss"
+            name = "bad_option"
+            title = "bad"
+
+            def init(self, key):
+                return {}
+
+            def value_loss(self, params, value, target, old_value):
+                return value
+    assert "typo" not in meta_objectives.names("drift")
+
+
+def test_options_are_checked_with_close_matches_and_types():
+    with pytest.raises(ValueError, match="no option 'hiden'. Did you mean hidden"):
+        make_objective("drift", "lpo", hiden=8)
+    with pytest.raises(ValueError, match="option hidden must be int"):
+        make_objective("drift", "lpo", hidden="8")
+    with pytest.raises(ValueError, match="environment sets it"):
+        meta_objectives.check_options("shaping", "potential", {"obs_shape": (4,)}, settable=True)
+    assert set(LPO.options()) == {"hidden", "clip_eps", "offset", "progress_features"}
+    assert "obs_shape" not in PotentialShaping.options()
+    assert make_objective("drift", "dpo", alpha=1) == DPO(alpha=1.0)
+
+
+def test_hooks_answer_for_the_objective():
+    from meta_objectives import ClosedFormDrift
+
+    assert TALPO().depends_on_progress and not LPO().depends_on_progress
+    assert ClosedFormDrift("p*(r - 1)**2").depends_on_progress and not ClosedFormDrift().depends_on_progress
+    assert LPO().plotted and ClosedFormDrift().plotted and not PPOClip().plotted and not DPO().plotted
+    assert (LPO().title, TALPO().title, ClosedFormDrift().title) == ("learned (LPO)", "learned (TA-LPO)", "closed form")
+    objectives = Objectives(shaping=PotentialShaping()).for_env((4,))
+    assert objectives.shaping.obs_shape == (4,) and objectives.reads_observations
+    assert objectives.incompatibility((4,), "CartPole-v1") is None
+    assert "shape (4,)" in objectives.incompatibility((6,), "Acrobot-v1")
+    assert Objectives().incompatibility((6,)) is None
+
+
+def test_formulas_are_written_once():
+    """PPO-clip and DPO: the objective, its closed form and its exported module are one formula."""
+    from meta_objectives import ClosedFormDrift
+    from meta_objectives.expressions import to_jax_module_source
+    from meta_objectives.formulas import dpo_expression, ppo_clip_expression
+
+    k_r, k_a = jax.random.split(jax.random.key(2))
+    ratio = jnp.exp(0.5 * jax.random.normal(k_r, (2048,)))
+    adv = 2 * jax.random.normal(k_a, (2048,))
+    for objective, expression in ((PPOClip(clip_eps=0.3), ppo_clip_expression(0.3)),
+                                  (DPO(alpha=1.5, beta=0.4), dpo_expression(1.5, 0.4))):
+        want = np.asarray(objective.drift(objective.default_params(), ratio, adv, 0.0))
+        np.testing.assert_allclose(ClosedFormDrift(expression).drift({}, ratio, adv, 0.0), want, rtol=1e-6, atol=1e-7)
+        namespace: dict = {}
+        exec(to_jax_module_source(expression), namespace)
+        np.testing.assert_array_equal(namespace["drift"](ratio, adv), ClosedFormDrift(expression).drift({}, ratio, adv, 0.0))
+
+
+# --------------------------------------------------------------------------------------------
+# Options from an experiment file and the command line; old run directories
+# --------------------------------------------------------------------------------------------
+
+
+def test_options_from_an_experiment_file_reach_the_objective(tmp_path):
+    from metadisco.config import resolve
+    from metadisco.engine import MetaTrainer, build_objectives
+
+    path = tmp_path / "exp.toml"
+    path.write_text('[inner]\ntotal_timesteps = 2048\n[objectives]\nevolve = ["value_loss"]\n'
+                    '[objectives.value_loss]\nname = "learned"\nuse_target = true\nhidden = 4\n')
+    cfg = resolve(str(path))
+    assert build_objectives(cfg.objectives, (4,)).value_loss == LearnedValueLoss(hidden=4, use_target=True)
+    trainer = MetaTrainer(cfg)
+    assert trainer.objectives.value_loss == LearnedValueLoss(hidden=4, use_target=True)
+    assert trainer.initial_solution["value_loss"]["w1"].shape == (4, 4)  # 4 features with use_target
+
+    # the command line: a string for a section is the name; options in either order
+    for overrides in (["objectives.drift=dpo", "objectives.drift.alpha=1.5"],
+                      ["objectives.drift.alpha=1.5", "objectives.drift=dpo"]):
+        assert build_objectives(resolve(None, overrides).objectives, (4,)).drift == DPO(alpha=1.5)
+    # naming another objective drops the options given for the previous one
+    assert resolve(str(path), ["objectives.value_loss=l2"]).objectives.value_loss.options == ()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("objectives.drift.hiden=8", "no option 'hiden'. Did you mean hidden"),
+    ("objectives.drift.hidden=abc", "objectives.drift.hidden: cannot read 'abc' as int"),
+    ("objectives.drift=lpoo", "Did you mean lpo"),
+    ("objectives.shaping=potential objectives.shaping.obs_shape=4", "environment sets it"),
+    ("objectives.drift=closed_form objectives.drift.expression=os(r)", "not an allowed function"),
+])
+def test_bad_objective_options_fail_before_compute(override, message):
+    from meta_objectives.errors import ConfigError
+    from metadisco.config import resolve
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        resolve(None, override.split())
+
+
+def test_a_legacy_config_json_still_loads():
+    """Run directories written before options were nested: plug names as strings, flat options."""
+    from metadisco.config import ObjectivesConfig, RunConfig
+    from metadisco.engine import build_objectives
+
+    legacy = json.loads(json.dumps(RunConfig().to_dict()))
+    legacy["objectives"] = {"drift": "talpo", "value_loss": "learned", "shaping": "potential",
+                            "evolve": ["drift", "shaping"], "drift_hidden": 8, "value_loss_hidden": 16,
+                            "shaping_hidden": 32, "shaping_transform": True}
+    cfg = RunConfig.from_dict(legacy)
+    assert cfg.objectives == ObjectivesConfig(drift={"name": "talpo", "hidden": 8}, value_loss="learned",
+                                              shaping={"name": "potential", "transform": True},
+                                              evolve=("drift", "shaping"))
+    built = build_objectives(cfg.objectives, (4,))
+    assert built == Objectives(TALPO(hidden=8), LearnedValueLoss(), PotentialShaping(obs_shape=(4,), transform=True))
+    # options a legacy objective did not take were dropped by the old engine too
+    legacy["objectives"].update(drift="dpo", shaping="none")
+    assert build_objectives(RunConfig.from_dict(legacy).objectives, (4,)).drift == DPO()
+    # the nested form round-trips through config.json
+    again = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again == cfg and again.to_dict()["objectives"]["drift"] == {"name": "talpo", "hidden": 8}
