@@ -241,7 +241,7 @@ class PPO:
             num_actions=env.num_actions, discrete=env.discrete, hidden=config.hidden,
             activation=config.activation, obs_ndim=len(env.obs_shape),
         )
-        return cls(env, config, objectives, network, objectives.init(jax.random.key(0)))
+        return cls(env, config, objectives, network, objectives.default_params())
 
 
 def make_optimizer(config: PPOConfig, hp: PPOHyperparams) -> optax.GradientTransformation:
