@@ -2,6 +2,7 @@
 
     run = RunDir(path)
     with run.lock():                 one writer per run directory (an OS lock; see `lock`)
+    run.check_unlocked()             RunLockedError at once if another process holds it
         run.create(config)           config.json (refuses a non-empty directory unless overwrite)
         run.write_json(name, obj)    RUN_DIR/name, atomically
         run.append_metrics(row)      one line of metrics.jsonl (never a partial line left behind)
@@ -67,6 +68,13 @@ class RunDir(Run):
             yield self
         finally:
             os.close(fd)  # releases the lock
+
+    def check_unlocked(self) -> None:
+        """RunLockedError now if another process writes this run (jax-free: a command can ask
+        before it imports jax; `lock` is still what makes the writer the only one)."""
+        if self.lock_path.is_file():
+            with self.lock():
+                pass
 
     def create(self, config: dict, overwrite: bool = False) -> RunDir:
         """Write config.json into an empty (or, with overwrite, a cleared) directory."""

@@ -100,10 +100,11 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
         cfg = _stored_config(run, cfg)
     elif is_main:
         run.refuse_existing(overwrite)
-    trainer = trainer or MetaTrainer(cfg)  # a config it cannot build fails here, before anything is written
+    if trainer is None and not resume:
+        trainer = MetaTrainer(cfg)  # a config it cannot build fails before the directory is created
     with run.lock() if is_main else contextlib.nullcontext(), _sigterm_interrupts():
         try:
-            _run(run, cfg, resume, overwrite, progress, stop_after, log, trainer)
+            _run(run, cfg, resume, overwrite, progress, stop_after, log, trainer or MetaTrainer(cfg))
         except KeyboardInterrupt as e:
             raise _interrupted(run, cfg, e) from None
         except RunWriteError as e:

@@ -20,7 +20,7 @@ from analysis.distil_run import write_output
 from analysis.runs import Run, parse_metrics
 from meta_objectives.errors import EXIT_TERMINATED, MetadiscoError
 from metadisco.engine import MetaTrainer
-from metadisco.rundir import RunLockedError, RunWriteError
+from metadisco.rundir import RunDir, RunLockedError, RunWriteError
 from metadisco.train import run
 from tests.helpers import TINY, metadisco, start_metadisco, wait_for_rows
 from tests.test_engine import metric_rows, quadratic_train, tiny_config
@@ -77,6 +77,8 @@ def test_a_second_writer_is_refused_until_the_first_has_exited(tmp_path, cfg, tr
         with pytest.raises(RunLockedError, match=rf"pid {first.pid} on {socket.gethostname()}.*--resume"):
             run(None, path, resume=True, trainer=trainer, **QUIET)
         assert path.joinpath("metrics.jsonl").read_text() == before  # the refused writer wrote nothing
+        with pytest.raises(RunLockedError, match=f"pid {first.pid}"):
+            RunDir(path).check_unlocked()  # what a command can ask before it imports jax
         assert len(Run(path).metrics()) == 2  # readers are not locked out
     finally:
         first.communicate(input="")  # the first writer exits normally
