@@ -18,8 +18,9 @@ from typing import Any
 
 from meta_objectives.errors import ConfigError
 from meta_objectives.plugs import PLUGS, upgrade_section
+from metadisco import resources
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+EXPERIMENTS = "experiments"  # the data folder of named experiments (metadisco.resources)
 FITNESS_KINDS = ("auc", "final", "auc_norm", "final_norm")
 
 
@@ -289,23 +290,27 @@ def _merge(base: dict, update: dict) -> dict:
 
 
 def list_experiments() -> list[str]:
-    return sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.toml"))
+    """The named experiments that ship with metadisco (experiments/*.toml, installed as package data)."""
+    return resources.names(EXPERIMENTS, ".toml")
 
 
 def load_experiment(name_or_path: str) -> dict:
-    """An experiment's fields as a dict: a name from experiments/ or a path to a TOML file."""
+    """An experiment's fields as a dict: a named experiment or a path to a TOML file."""
     path = Path(name_or_path)
-    if not path.suffix:
-        path = EXPERIMENTS_DIR / f"{name_or_path}.toml"
-    if not path.is_file():
+    try:
+        if path.suffix:
+            text, where = path.read_text(), str(path)
+        else:
+            text, where = resources.read_text(EXPERIMENTS, f"{name_or_path}.toml"), f"experiment {name_or_path}"
+    except (FileNotFoundError, IsADirectoryError):
         known = list_experiments()
         close = difflib.get_close_matches(name_or_path, known, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"unknown experiment {name_or_path!r}.{hint} Available: {', '.join(known) or '(none)'}")
+        raise ConfigError(f"unknown experiment {name_or_path!r}.{hint} Available: {', '.join(known) or '(none)'}") from None
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"experiment file {path} is not valid TOML: {e}") from e
+        raise ConfigError(f"{where} is not valid TOML: {e}") from e
 
 
 def parse_overrides(items: list[str]) -> dict:

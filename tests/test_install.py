@@ -1,11 +1,16 @@
 """The foundation: a jaxlib that does not deadlock, a Python >= 3.12, the pinned set."""
 
 import ast
+import importlib.util
+import os
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import tomllib
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -114,3 +119,61 @@ def test_installed_gymnax_step_returns_the_new_six_tuple():
     assert len(out) == 6  # obs, state, reward, terminated, truncated, info
     info = out[5]
     assert {"final_observation", "terminated", "truncated"} <= set(info)
+
+
+PACKAGES = ("metadisco", "inner_loops", "meta_objectives", "analysis")
+
+
+def _build_wheel(out: Path) -> Path:
+    """Build metadisco's wheel offline from a copy of the source (the checkout stays clean)."""
+    src = out / "src"
+    for name in (*PACKAGES, "experiments"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    if importlib.util.find_spec("uv"):  # scripts/setup-venv installs it; its cache holds setuptools
+        command = [sys.executable, "-m", "uv", "build", "--wheel", "--offline", "--out-dir", str(out), str(src)]
+    elif importlib.util.find_spec("setuptools"):
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)]
+    else:
+        pytest.skip("neither uv nor setuptools in this environment: cannot build a wheel offline")
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = out.glob("metadisco-*.whl")
+    return wheel
+
+
+def test_wheel_ships_every_experiment_and_lists_them_from_anywhere(tmp_path):
+    # A pip-installed metadisco used to list `experiments: (none)` (issue 19): the experiments were
+    # read from beside the source tree, which a wheel does not carry.
+    wheel = _build_wheel(tmp_path)
+    experiments = sorted(p.stem for p in (ROOT / "experiments").glob("*.toml"))
+    assert experiments
+    members = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"metadisco/experiments/{e}.toml" for e in experiments} <= members
+    assert not any(m.startswith("experiments/") for m in members)  # no top-level package `experiments`
+    subpackages = {str(p.parent.relative_to(ROOT)) for name in PACKAGES for p in (ROOT / name).rglob("__init__.py")}
+    assert {f"{s}/__init__.py" for s in subpackages} <= members, "a subpackage is missing from pyproject's packages"
+
+    target = tmp_path / "installed"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                           str(target), str(wheel)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # -S: no .pth files, so the checkout's editable install is out of reach; dependencies come
+    # from the venv's site-packages, metadisco only from the installed wheel.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])}
+    script = ("import metadisco, metadisco.config as c; print(metadisco.__file__); print(*c.list_experiments()); "
+              "[c.load_experiment(e) for e in c.list_experiments()]")
+    proc = subprocess.run([sys.executable, "-S", "-c", script], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where, listed = proc.stdout.splitlines()
+    assert Path(where).is_relative_to(target), where
+    assert listed.split() == experiments
+    proc = subprocess.run([sys.executable, "-S", "-m", "metadisco.cli", "train", "--help"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    help_text = " ".join(proc.stdout.split())
+    assert all(e in help_text for e in experiments), proc.stdout

@@ -1,0 +1,44 @@
+"""Data that ships with metadisco (named experiments, later the zoo of discovered objectives),
+read through importlib.resources: the same names from a checkout, an editable install or a wheel.
+
+jax-free. Each data folder keeps its place at the top of the repository (experiments/) and is
+installed as a subpackage of metadisco (pyproject.toml maps `metadisco.experiments` onto
+experiments/, with its files as package data), so nothing named `experiments` is installed at the
+top level, where it would shadow a user's own module of that name.
+
+    names("experiments", ".toml")            -> ["drift_and_value_loss_cpu", ...]
+    read_text("experiments", "lpo_cartpole_cpu.toml")
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parent.parent  # the repository root, when run from a checkout
+
+
+def folder(name: str) -> Traversable:
+    """The installed data folder `name` (package metadisco.<name>); in a checkout that is not
+    installed (PYTHONPATH pointing at it), the top-level folder of that name."""
+    try:
+        return importlib.resources.files(f"metadisco.{name}")
+    except ModuleNotFoundError:
+        return CHECKOUT / name
+
+
+def names(name: str, suffix: str) -> list[str]:
+    """The stems of the files in data folder `name` that end with `suffix`, sorted."""
+    root = folder(name)
+    if not root.is_dir():
+        return []
+    return sorted(f.name[: -len(suffix)] for f in root.iterdir() if f.is_file() and f.name.endswith(suffix))
+
+
+def read_text(name: str, filename: str) -> str:
+    """The text of `filename` in data folder `name` (FileNotFoundError if there is none)."""
+    entry = folder(name) / filename
+    if not entry.is_file():
+        raise FileNotFoundError(f"metadisco.{name}/{filename}")
+    return entry.read_text(encoding="utf-8")
