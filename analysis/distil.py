@@ -54,6 +54,7 @@ from analysis.distil_methods import (  # noqa: F401
     value_loss_library,
 )
 from meta_objectives.constraints import check_drift_constraints
+from meta_objectives.errors import MetadiscoError
 from meta_objectives.fileio import to_jsonable
 
 
@@ -212,7 +213,8 @@ def distil_value_loss(
         t32 = t.astype(np.float32)
         out = np.asarray(loss_fn(t32 + e.astype(np.float32), t32), np.float64)
         if not np.isfinite(out).all():
-            raise ValueError("the value loss to distil is not finite at some fit points")
+            raise MetadiscoError("the value loss to distil is not finite at some fit points: the run's objectives "
+                                 "are broken; try --which best")
         return np.broadcast_to(out, e.shape) - e**2 / 2
 
     grid_e = np.linspace(-3 * scale, 3 * scale, GRID_NUM)

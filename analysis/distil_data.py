@@ -16,6 +16,7 @@ import numpy as np
 import sympy as sp
 
 from meta_objectives.constraints import as_drift_fn, check_drift_constraints, check_value_loss_constraints
+from meta_objectives.errors import MetadiscoError
 from meta_objectives.expressions import (
     DRIFT_VARIABLES,
     VALUE_LOSS_VARIABLES,
@@ -95,7 +96,7 @@ def valid_subsample(x, y, ok, what: str, n: int, seed: int):
     ok = ok & np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
     if x.size < 20:
-        raise ValueError(f"only {x.size} valid ({what}) samples; need at least 20")
+        raise MetadiscoError(f"only {x.size} valid ({what}) samples; need at least 20: train longer or lower --prior-fraction")
     if x.size > n:
         keep = np.random.default_rng(seed).choice(x.size, n, replace=False)
         x, y = x[keep], y[keep]
@@ -112,7 +113,8 @@ def evaluate_target(fn, ratio, advantage, progress) -> np.ndarray:
     out = fn(ratio.astype(np.float32), advantage.astype(np.float32), np.float32(progress))
     out = np.broadcast_to(np.asarray(out, np.float64), ratio.shape)
     if not np.isfinite(out).all():
-        raise ValueError("the drift to distil is not finite at some fit points")
+        raise MetadiscoError("the drift to distil is not finite at some fit points: the run's objectives are "
+                             "broken; try --which best")
     return out
 
 

@@ -111,7 +111,7 @@ def distil_drift(out, samples, objectives, params, symbolic, progress, seed, pri
     from meta_objectives import ClosedFormDrift
 
     drift, dparams = objectives.drift, params["drift"]
-    over_progress = progress is None and getattr(drift, "progress_features", False)
+    over_progress = progress is None and drift.depends_on_progress
     if progress is None:
         progress = 0.5 if over_progress else 0.0
     if prior_fraction > 0:

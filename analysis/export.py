@@ -14,6 +14,7 @@ from pathlib import Path
 
 from meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
 from meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
+from meta_objectives.errors import MetadiscoError
 from meta_objectives.expressions import VALUE_LOSS_VARIABLES, jax_module_source, to_latex
 from meta_objectives.fileio import atomic_write_text
 from meta_objectives.io import save_objectives
@@ -32,12 +33,12 @@ def export_closed_form(expression: str | None, out_dir, name: str = "discovered_
     (default: PPO's). <name>.json is an objectives file that `meta_objectives.load_objectives`
     reads back; `metadata` is stored as its "extra". <name>.py imports only jax.numpy and defines
     drift(ratio, advantage, progress=0.0) and/or value_loss(value, target).
-    Raises ValueError for an invalid expression or one that violates its constraints.
+    Raises MetadiscoError for an invalid expression or one that violates its constraints.
     """
     if not _NAME.match(name):
-        raise ValueError(f"name must be a Python identifier (it names a module), got {name!r}")
+        raise MetadiscoError(f"name must be a Python identifier (it names a module), got {name!r}")
     if expression is None and value_loss is None:
-        raise ValueError("nothing to export: give a drift expression, a value-loss expression or both")
+        raise MetadiscoError("nothing to export: give a drift expression, a value-loss expression or both")
     objectives, params = fixed if fixed is not None else (Objectives(), Objectives().default_params())
     params = dict(params)
     pieces = []  # (kind, expression, latex lhs)
@@ -69,7 +70,7 @@ def export_closed_form(expression: str | None, out_dir, name: str = "discovered_
 
 def _refuse(expression: str, what: str, violations: list[str]) -> None:
     if violations:
-        raise ValueError(
+        raise MetadiscoError(
             f"refusing to export {expression!r}: it is not a valid {what}:\n  - " + "\n  - ".join(violations)
         )
 

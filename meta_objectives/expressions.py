@@ -28,6 +28,8 @@ import numpy as np
 import sympy as sp
 from sympy.parsing.sympy_parser import auto_number, convert_xor, parse_expr
 
+from meta_objectives.errors import MetadiscoError
+
 # ---------------------------------------------------------------------------------------------
 # Symbols and the whitelist
 # ---------------------------------------------------------------------------------------------
@@ -41,6 +43,11 @@ SYMBOLS = {"r": r_sym, "A": A_sym, "p": p_sym, "e": e_sym, "t": t_sym}
 DRIFT_VARIABLES = ("r", "A", "p")
 VALUE_LOSS_VARIABLES = ("e", "t")
 VARIABLES = {"drift": DRIFT_VARIABLES, "value_loss": VALUE_LOSS_VARIABLES}  # per plug point
+
+
+class ExpressionError(MetadiscoError):
+    """An expression that cannot be read, or one outside the safe grammar (the message says why)."""
+
 
 FUNCTIONS = {
     "Max": sp.Max, "Min": sp.Min, "Abs": sp.Abs, "tanh": sp.tanh, "exp": sp.exp, "log": sp.log,
@@ -64,22 +71,22 @@ _AST_NODES = (
 def _check_syntax(expression: str, allowed_names: set[str]) -> None:
     """Reject anything but arithmetic over allowed names, numbers and whitelisted calls."""
     if not isinstance(expression, str):
-        raise ValueError(f"a closed-form expression must be a string, got {type(expression).__name__}")
+        raise ExpressionError(f"a closed-form expression must be a string, got {type(expression).__name__}")
     if not expression.strip():
-        raise ValueError("empty closed-form expression")
+        raise ExpressionError("empty closed-form expression")
     if "\\" in expression:
-        raise ValueError(f"expression {expression!r} contains a backslash")
+        raise ExpressionError(f"expression {expression!r} contains a backslash")
     if len(expression) > MAX_EXPRESSION_CHARS:
-        raise ValueError(f"expression too long ({len(expression)} > {MAX_EXPRESSION_CHARS} characters)")
+        raise ExpressionError(f"expression too long ({len(expression)} > {MAX_EXPRESSION_CHARS} characters)")
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError as e:
-        raise ValueError(f"expression {expression!r} is not valid syntax: {e.msg}") from None
+        raise ExpressionError(f"expression {expression!r} is not valid syntax: {e.msg}") from None
     except (RecursionError, MemoryError):
-        raise ValueError("expression is nested too deeply") from None
+        raise ExpressionError("expression is nested too deeply") from None
     for node in ast.walk(tree):
         if not isinstance(node, _AST_NODES):
-            raise ValueError(
+            raise ExpressionError(
                 f"expression {expression!r} uses unsupported syntax ({type(node).__name__}); only "
                 f"numbers, {', '.join(sorted(allowed_names - set(CONSTANTS)))}, arithmetic, comparisons "
                 "and the functions "
@@ -88,23 +95,23 @@ def _check_syntax(expression: str, allowed_names: set[str]) -> None:
         if isinstance(node, ast.Constant) and not (
             isinstance(node.value, (int, float)) and not isinstance(node.value, complex)
         ):
-            raise ValueError(f"expression {expression!r} contains a non-numeric constant {node.value!r}")
+            raise ExpressionError(f"expression {expression!r} contains a non-numeric constant {node.value!r}")
         if isinstance(node, ast.Name) and node.id not in allowed_names and node.id not in FUNCTIONS:
-            raise ValueError(
+            raise ExpressionError(
                 f"expression {expression!r} uses unknown name {node.id!r}; allowed symbols are "
                 f"{', '.join(sorted(allowed_names))} and functions {', '.join(sorted(FUNCTIONS))}"
             )
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
                 name = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
-                raise ValueError(
+                raise ExpressionError(
                     f"expression {expression!r} calls {name!r}, which is not an allowed function "
                     f"({', '.join(sorted(FUNCTIONS))})"
                 )
             if node.keywords:
-                raise ValueError(f"expression {expression!r}: keyword arguments are not allowed")
+                raise ExpressionError(f"expression {expression!r}: keyword arguments are not allowed")
         if isinstance(node, ast.Compare) and len(node.ops) != 1:
-            raise ValueError(f"expression {expression!r}: chained comparisons are not allowed")
+            raise ExpressionError(f"expression {expression!r}: chained comparisons are not allowed")
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Pow, ast.BitXor)):
             # Guard sympy's exact arithmetic against huge numbers such as 9**9**9.
             def symbolic(n):
@@ -113,12 +120,12 @@ def _check_syntax(expression: str, allowed_names: set[str]) -> None:
             if not symbolic(node.right):
                 value = _literal_number(node.right)
                 if value is None or abs(value) > MAX_CONSTANT_EXPONENT:
-                    raise ValueError(
+                    raise ExpressionError(
                         f"expression {expression!r}: a constant exponent must be a plain number "
                         f"of magnitude <= {MAX_CONSTANT_EXPONENT}"
                     )
                 if not symbolic(node.left) and _literal_number(node.left) is None:
-                    raise ValueError(
+                    raise ExpressionError(
                         f"expression {expression!r}: the base of a constant power must be a plain number"
                     )
 
@@ -155,17 +162,17 @@ def _parse(expression: str, variables: tuple[str, ...] = DRIFT_VARIABLES,
             transformations=(auto_number, convert_xor), evaluate=True,
         )
     except Exception as e:  # sympy raises many types for malformed input
-        raise ValueError(f"cannot parse expression {expression!r}: {type(e).__name__}: {e}") from None
+        raise ExpressionError(f"cannot parse expression {expression!r}: {type(e).__name__}: {e}") from None
     if not isinstance(expr, sp.Basic) or isinstance(expr, sp.logic.boolalg.Boolean):
-        raise ValueError(f"expression {expression!r} is not a numeric expression")
+        raise ExpressionError(f"expression {expression!r} is not a numeric expression")
     unknown = expr.free_symbols - set(symbols.values())
     if unknown:
-        raise ValueError(f"expression {expression!r} has unknown symbols {sorted(map(str, unknown))}")
+        raise ExpressionError(f"expression {expression!r} has unknown symbols {sorted(map(str, unknown))}")
     # Printing walks the whole tree and rejects unsupported nodes (I, zoo, nan, ...).
     try:
         _source(expr, "np")
     except RecursionError:
-        raise ValueError("expression is nested too deeply") from None
+        raise ExpressionError("expression is nested too deeply") from None
     return expr
 
 
@@ -187,10 +194,10 @@ _BACKENDS = {"jnp": jnp, "np": np}
 
 def _constant(expr) -> str:
     if not expr.is_real:
-        raise ValueError(f"non-real constant {expr} in expression")
+        raise ExpressionError(f"non-real constant {expr} in expression")
     value = float(expr)
     if not math.isfinite(value):
-        raise ValueError(f"non-finite constant {expr} in expression")
+        raise ExpressionError(f"non-finite constant {expr} in expression")
     return repr(value) if value >= 0 else f"({value!r})"
 
 
@@ -231,7 +238,7 @@ def _source(expr, xp: str) -> str:
     for cls, name in _UNARY.items():
         if isinstance(expr, cls):
             if len(args) != 1:
-                raise ValueError(f"{name} takes one argument")
+                raise ExpressionError(f"{name} takes one argument")
             return f"{xp}.{name}({args[0]})"
     if isinstance(expr, sp.Heaviside):
         return f"{xp}.heaviside({args[0]}, {args[1]})"
@@ -243,7 +250,7 @@ def _source(expr, xp: str) -> str:
         return functools.reduce(lambda a, b: f"{fn}({a}, {b})", args)
     if isinstance(expr, sp.Not):
         return f"{xp}.logical_not({args[0]})"
-    raise ValueError(
+    raise ExpressionError(
         f"unsupported operation {type(expr).__name__} in expression (allowed: + - * / **, "
         f"{', '.join(sorted(FUNCTIONS))}, comparisons inside Piecewise)"
     )
@@ -276,7 +283,7 @@ def function_source(kind: str, name: str, expr: sp.Expr, constants: tuple[str, .
     if kind not in _FUNCTION_TEMPLATES:
         raise ValueError(f"kind must be one of {sorted(_FUNCTION_TEMPLATES)}, got {kind!r}")
     if not name.isidentifier() or name in {"jnp", *VARIABLES[kind], *constants}:
-        raise ValueError(f"function_name must be a Python identifier, got {name!r}")
+        raise ExpressionError(f"function_name must be a Python identifier, got {name!r}")
     extra = (", *, " + ", ".join(constants)) if constants else ""
     return _FUNCTION_TEMPLATES[kind].format(name=name, constants=extra, code=_source(expr, "jnp"))
 
@@ -285,7 +292,7 @@ def _exec(source: str, namespace: dict, label: str) -> dict:
     try:
         exec(compile(source, label, "exec"), namespace)  # printed by _source from a checked tree
     except (SyntaxError, RecursionError, MemoryError):
-        raise ValueError("expression is nested too deeply") from None
+        raise ExpressionError("expression is nested too deeply") from None
     return namespace
 
 
@@ -370,7 +377,7 @@ def jax_module_source(expressions: dict[str, str], function_names: dict[str, str
     and "value_loss", functions named after the kind unless `function_names` says otherwise).
     With one entry the module's source string is `EXPRESSION`; with several, `<KIND>_EXPRESSION`."""
     if not expressions:
-        raise ValueError("no expression to write")
+        raise ExpressionError("no expression to write")
     unknown = set(expressions) - set(_MODULE_DOCS)
     if unknown:
         raise ValueError(f"kind must be one of {sorted(_MODULE_DOCS)}, got {sorted(unknown)}")
@@ -417,11 +424,11 @@ class Formula:
     def expression(self, **values: float) -> str:
         """The template with each constant replaced by its value (finite, > 0)."""
         if set(values) != set(self.constants):
-            raise ValueError(f"give the constants {self.constants}, got {sorted(values)}")
+            raise ExpressionError(f"give the constants {self.constants}, got {sorted(values)}")
         numbers = {k: float(v) for k, v in values.items()}
         bad = {k: v for k, v in numbers.items() if not (math.isfinite(v) and v > 0)}
         if bad:
-            raise ValueError(f"the constants must be finite and > 0, got {bad}")
+            raise ExpressionError(f"the constants must be finite and > 0, got {bad}")
         pattern = r"\b(" + "|".join(map(re.escape, self.constants)) + r")\b"
         return re.sub(pattern, lambda m: repr(numbers[m.group(1)]), self.template)
 

@@ -21,6 +21,7 @@ from analysis.stats import normalize_score
 from inner_loops import make_env, make_train
 from meta_objectives import Objectives
 from meta_objectives import names as objective_names
+from meta_objectives.errors import ConfigError
 from metadisco import strategy as strategies
 from metadisco.config import ObjectivesConfig, RunConfig, ppo_config
 
@@ -80,7 +81,7 @@ class MetaTrainer:
                 for plug in self.evolve
                 for name in objective_names(plug, learned=True)
             )
-            raise ValueError(
+            raise ConfigError(
                 f"nothing to evolve: the objectives {[getattr(cfg.objectives, p).name for p in self.evolve]} chosen for "
                 f"{list(self.evolve)} have no parameters; pick a learned one ({learned})"
             )

@@ -16,6 +16,11 @@ def run(args) -> None:
     # resolve() runs the jax-free checks first: a typo is reported before jax starts
     cfg = config_lib.resolve(experiment, overrides) if (experiment or overrides or not args.resume) else None
 
+    if args.resume:  # a second writer is refused before jax starts (jax-free check)
+        from metadisco.rundir import RunDir
+
+        RunDir(args.resume).check_unlocked()
+
     from metadisco.train import default_run_dir
     from metadisco.train import run as train_run
 
