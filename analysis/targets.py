@@ -1,7 +1,8 @@
 """What an evaluation compares: a TARGET spec -> objectives with their full parameters.
 
 A TARGET is "ppo" or "dpo" (built-in baselines), an objectives JSON file (an exported closed
-form, a run's objectives/best.json), or a run directory (its objectives/mean.json; RUN_DIR:best
+form, a run's objectives/best.json), `module:attr` (an objective class of the user's own, at its
+initial parameters, the other plug points PPO's), or a run directory (its objectives/mean.json; RUN_DIR:best
 picks best.json, RUN_DIR:init the objectives at their initial parameters). Only files are read
 here, nothing is compiled; run directories are read through `analysis.runs`.
 """
@@ -13,7 +14,8 @@ from typing import NamedTuple
 
 from analysis.runs import Run, RunDirError, run_containing
 from analysis.suites import EvaluationError
-from meta_objectives import DPO, ObjectiveFileError, Objectives, load_objectives
+from meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, load_objectives, make_objective
+from meta_objectives.plugins import is_import_path, load
 
 __all__ = ["REFERENCES", "Target", "builtin", "full_params", "resolve_target"]
 
@@ -27,7 +29,7 @@ class Target(NamedTuple):
     objectives: Objectives
     params: dict  # full meta-params, keyed by plug point
     meta_train_envs: tuple[str, ...]  # environments it was meta-trained on (flagged, never held out)
-    source: str  # "builtin" | "file" | "run"
+    source: str  # "builtin" | "file" | "run" | "plugin"
     spec: str  # as given
     run_dir: str | None = None  # the run it came from: a run-directory target, or a file inside one
 
@@ -73,12 +75,25 @@ def resolve_target(spec: str) -> Target:
         if which:
             raise EvaluationError(f"target {spec!r}: ':{which}' picks a file of a run directory, but {path} is a file")
         return _file_target(spec, path)
+    if is_import_path(spec):  # an objective of the user's own: PPO with it at its plug point
+        return _plugin_target(spec)
     raise EvaluationError(
         f"target {spec!r}: no run directory or objectives file at {path}. A TARGET is ppo, dpo, an objectives "
         "JSON file (an exported closed form or RUN_DIR/objectives/best.json), or a run directory "
         "(RUN_DIR evaluates objectives/mean.json, RUN_DIR:best objectives/best.json, RUN_DIR:init the "
         "objectives at their initial parameters)."
     )
+
+
+def _plugin_target(spec: str) -> Target:
+    """module:attr naming an objective class: PPO's objectives with that one at its plug point,
+    at its initial parameters (the class is imported by module name; PluginError otherwise)."""
+    plug = getattr(load(spec, "objective"), "plug", None)
+    if plug not in PLUGS:
+        raise EvaluationError(f"target {spec!r} is not an objective (no plug point); a module:attr target names "
+                              "a meta_objectives.MetaObjective class")
+    objectives = Objectives(**{plug: make_objective(plug, spec)})
+    return Target(spec.rpartition(":")[2], objectives, full_params(objectives), (), "plugin", spec)
 
 
 def _usable(spec: str, path: Path, load):

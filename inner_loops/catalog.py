@@ -11,9 +11,12 @@ from __future__ import annotations
 import difflib
 
 from meta_objectives.errors import ConfigError
+from meta_objectives.plugins import ENVS_GROUP, entry_points, is_import_path, load, load_entry_point
 
 BRAX_PREFIX = "brax/"
 BRAX_BACKENDS = ("spring", "positional", "generalized", "mjx")
+# PureJaxRL trains brax on the positional backend; brax/NAME:BACKEND picks another.
+DEFAULT_BRAX_BACKEND = "positional"
 
 # gymnax 1.0.1 `gymnax.registered_envs`, in its order.
 GYMNAX_ENVS = (
@@ -45,11 +48,32 @@ def preset_name(env_name: str) -> str:
     return "classic"
 
 
+def is_builtin_env(name: str) -> bool:
+    """Whether `name` is a gymnax id or a brax name (not a plug-in)."""
+    base, _, backend = name.partition(":")
+    if base.startswith(BRAX_PREFIX):
+        return base[len(BRAX_PREFIX):] in BRAX_ENVS and (not backend or backend in BRAX_BACKENDS)
+    return not backend and base in GYMNAX_ENVS
+
+
+def plugin_env_object(name: str):
+    """What plug-in environment `name` (`module:attr`, or an entry point of group metadisco.envs)
+    names, imported from the user's environment (PluginError naming the module otherwise);
+    `inner_loops.plugin_envs` turns it into an Env."""
+    if is_import_path(name):
+        return load(name, "environment")
+    return load_entry_point(ENVS_GROUP, name, "environment")
+
+
 def check_env_name(name: str) -> None:
     """Raise ConfigError naming close matches if `name` is not a known environment.
 
-    Brax names may carry a backend: brax/ant:positional.
+    Brax names may carry a backend: brax/ant:positional. A plug-in (`module:attr` or an installed
+    entry point) is imported here, so a missing module or attribute is reported before jax starts.
     """
+    if is_import_path(name) or (not is_builtin_env(name) and name in entry_points(ENVS_GROUP)):
+        plugin_env_object(name)
+        return
     base, _, backend = name.partition(":")
     if base.startswith(BRAX_PREFIX):
         if backend and backend not in BRAX_BACKENDS:
@@ -64,5 +88,5 @@ def check_env_name(name: str) -> None:
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise ConfigError(
         f"unknown environment {name!r}.{hint} Run `metadisco envs` for the full list "
-        f"(gymnax ids such as CartPole-v1, Breakout-MinAtar; brax as brax/ant[:backend])."
+        f"(gymnax ids such as CartPole-v1, Breakout-MinAtar; brax as brax/ant[:backend]; your own as module:attr)."
     )

@@ -1,7 +1,7 @@
 """Environments behind one functional interface, whichever library they come from.
 
     env = make_env("CartPole-v1")            # any gymnax id
-    env = make_env("brax/ant")               # brax, default backend "spring" (fastest on CPU)
+    env = make_env("brax/ant")               # brax, default backend "positional" (PureJaxRL's)
     env = make_env("brax/hopper:positional") # brax with a chosen backend
     params = env.default_params              # the library's parameter pytree (brax: {})
     obs, state = env.reset(key, params)
@@ -29,9 +29,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from inner_loops.catalog import BRAX_PREFIX, available_envs, check_env_name  # noqa: F401  (re-exported)
+from inner_loops.catalog import BRAX_PREFIX, DEFAULT_BRAX_BACKEND, available_envs, check_env_name, is_builtin_env  # noqa: F401  (re-exported)
 
-DEFAULT_BRAX_BACKEND = "spring"
 BRAX_EPISODE_LENGTH = 1000
 
 
@@ -83,6 +82,7 @@ class Env:
     action_low: float | None
     action_high: float | None
     scalar_action: bool = False  # the core takes a scalar continuous action (a Box of shape ())
+    max_episode_steps: int | None = None  # the time limit of `default_params` (caps evaluation episodes)
 
     @property
     def library(self) -> str:
@@ -118,8 +118,13 @@ class Env:
 
 
 def make_env(name: str) -> Env:
-    """Build an environment by name (see module docstring)."""
+    """Build an environment by name (see module docstring); a plug-in (`module:attr` or an entry
+    point) through `inner_loops.plugin_envs`."""
     check_env_name(name)
+    if not is_builtin_env(name):
+        from inner_loops.plugin_envs import load_env
+
+        return load_env(name)
     if name.startswith(BRAX_PREFIX):
         base, _, backend = name.partition(":")
         with warnings.catch_warnings():
@@ -163,7 +168,16 @@ def from_gymnax(env, params: Any = None, name: str | None = None) -> Env:
         action_low=low,
         action_high=high,
         scalar_action=not discrete and not action_space.shape,
+        max_episode_steps=_time_limit(params),
     )
+
+
+def _time_limit(params) -> int | None:
+    """gymnax's `max_steps_in_episode`, when the parameters are concrete and have one."""
+    try:
+        return int(params.max_steps_in_episode)
+    except (AttributeError, TypeError, jax.errors.ConcretizationTypeError):
+        return None
 
 
 def from_brax(env, name: str, episode_length: int = BRAX_EPISODE_LENGTH) -> Env:
@@ -177,25 +191,34 @@ def from_brax(env, name: str, episode_length: int = BRAX_EPISODE_LENGTH) -> Env:
         num_actions=int(env.action_size),
         action_low=-1.0,
         action_high=1.0,
+        max_episode_steps=episode_length,
     )
 
 
 @struct.dataclass
 class BraxState:
-    inner: Any  # brax.envs.State
+    inner: Any  # brax.envs.State of the running episode
     time: jax.Array  # [] int32 steps into the episode
+    first: Any  # brax.envs.State this environment was reset to; every later episode restarts from it
 
 
 @dataclass(frozen=True, eq=False)
 class BraxCore:
-    """A brax `Env` behind gymnax's API: auto-reset, a time limit as truncation, no parameters."""
+    """A brax `Env` behind gymnax's API: auto-reset, a time limit as truncation, no parameters.
+
+    The auto-reset is brax's own (`AutoResetWrapper`, as PureJaxRL uses it): the state of the
+    first reset is kept and selected with `where` when an episode ends, so a step never runs the
+    physics pipeline's init (that cost as much as a step on CPU). Each environment therefore
+    restarts from its own first initial state; `num_envs` environments give `num_envs` distinct
+    starts.
+    """
 
     env: Any
     episode_length: int
 
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, BraxState]:
         state = self.env.reset(key)
-        return state.obs, BraxState(state, jnp.int32(0))
+        return state.obs, BraxState(state, jnp.int32(0), state)
 
     def step(self, key: jax.Array, state: BraxState, action: jax.Array, params: Any = None):
         nxt = self.env.step(state.inner, action)
@@ -203,10 +226,9 @@ class BraxCore:
         terminated = nxt.done > 0.5
         truncated = time >= self.episode_length
         done = jnp.logical_or(terminated, truncated)
-        obs_reset, state_reset = self.reset(key, params)
-        new_state = jax.tree.map(lambda r, s: jnp.where(done, r, s), state_reset, BraxState(nxt, time))
-        obs = jnp.where(done, obs_reset, nxt.obs)
-        return obs, new_state, nxt.reward, terminated, truncated, {"final_observation": nxt.obs}
+        inner = jax.tree.map(lambda f, s: jnp.where(done, f, s), state.first, nxt)
+        new_state = BraxState(inner, jnp.where(done, 0, time), state.first)
+        return inner.obs, new_state, nxt.reward, terminated, truncated, {"final_observation": nxt.obs}
 
 
 def _import_brax():

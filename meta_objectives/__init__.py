@@ -10,11 +10,12 @@ from __future__ import annotations
 import importlib
 
 _SUBMODULES = ("drift", "value_loss", "shaping", "closed_form", "base", "io", "objectives", "errors", "fileio",
-               "plugs", "expressions", "formulas", "constraints")
+               "plugs", "plugins", "expressions", "formulas", "constraints")
 _EXPORTS = {
     "PLUGS": "plugs", "PLUG_METHODS": "plugs",
     "MetaObjective": "base", "from_spec": "base", "make_objective": "base", "names": "base", "register": "base",
-    "check_options": "base", "objective_class": "base",
+    "check_options": "base", "objective_class": "base", "check_contract": "base", "objective_name": "base",
+    "PluginError": "plugins", "check_objective": "constraints", "Violation": "constraints",
     "PPOClip": "drift", "DPO": "drift", "LPO": "drift", "TALPO": "drift",
     "L2": "value_loss", "ClippedL2": "value_loss", "LearnedValueLoss": "value_loss",
     "NoShaping": "shaping", "PotentialShaping": "shaping",

@@ -19,8 +19,12 @@ Everything else asks the objective about itself through the contract, never by i
 `reads_observations` / `for_env(obs_shape)` / `incompatibility(obs_shape, env_name)`,
 `default_params()` and `options()`.
 
-Adding an objective = one frozen dataclass that sets `plug`, `name` and `title`, implements
-`init` and its plug method, and is decorated with `@register` (which checks all of that).
+Adding an objective = one frozen dataclass that sets `plug`, `name` and `title` and implements
+`init` and its plug method, in any module of the user's own: configs name it `module:attr`
+(`objectives.drift=my_drifts:ScaledSquare`), or an installed package registers it under the entry-point
+group `metadisco.objectives` (meta_objectives.plugins). `check_contract` checks all of that when the
+name is resolved, for a plug-in exactly as for a built-in; `@register` (the built-ins) checks it at
+import and makes the class constructible by its short name.
 """
 
 from __future__ import annotations
@@ -34,6 +38,16 @@ from typing import Any, ClassVar
 import jax
 
 from meta_objectives import _compat  # noqa: F401  (refuses a deadlocking jaxlib)
+from meta_objectives.plugins import (
+    OBJECTIVES_GROUP,
+    PluginError,
+    Source,
+    entry_points,
+    is_import_path,
+    load,
+    load_entry_point,
+    source,
+)
 from meta_objectives.plugs import PLUG_METHODS, PLUGS
 
 Params = Any  # a pytree of float32 arrays
@@ -61,8 +75,9 @@ class MetaObjective:
         return self.init(jax.random.key(0))
 
     def spec(self) -> dict:
-        """JSON-able description from which `make_objective` rebuilds this object."""
-        return {"plug": self.plug, "name": self.name, "config": dataclasses.asdict(self)}
+        """JSON-able description from which `make_objective` rebuilds this object (a plug-in is
+        named by its import path, which is re-imported, never executed from the file)."""
+        return {"plug": self.plug, "name": objective_name(type(self)), "config": dataclasses.asdict(self)}
 
     @classmethod
     def options(cls) -> dict[str, tuple[Any, Any]]:
@@ -110,10 +125,11 @@ def _fits(value, tp) -> bool:
     return False
 
 
-def register(cls: type) -> type:
-    """Class decorator (above @dataclass(frozen=True)): check the contract, then make `cls`
-    constructible by name via `make_objective`. A class that breaks the contract fails here,
-    at import, with what to fix, not later inside a jitted PPO."""
+def check_contract(cls: type) -> type:
+    """TypeError saying what to fix when `cls` breaks the objective contract: its plug point, own
+    name and title, a frozen dataclass, its plug method, `init`, options with types and defaults.
+    Built-ins are checked at import (`register`), plug-ins when a config names them, so a class
+    that breaks it fails with what to fix, not later inside a jitted PPO."""
     where = cls.__name__
     plug = getattr(cls, "plug", None)
     if plug not in PLUGS:
@@ -124,7 +140,7 @@ def register(cls: type) -> type:
     if not isinstance(cls.__dict__.get("title"), str) or not cls.__dict__["title"]:
         raise TypeError(f"{where} must set its own `title` (how figures and reports name it)")
     if not (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):
-        raise TypeError(f"{where} must be a frozen dataclass: put @register above @dataclass(frozen=True)")
+        raise TypeError(f"{where} must be a frozen dataclass: decorate it with @dataclass(frozen=True)")
     method = PLUG_METHODS[plug]
     if not callable(getattr(cls, method, None)):
         found = [m for m in dir(cls) if not m.startswith("_") and callable(getattr(cls, m))]
@@ -145,6 +161,14 @@ def register(cls: type) -> type:
                             f"{', '.join(_type_name(t) for t in OPTION_TYPES)}, got {hints[f.name]}")
         if f.default is dataclasses.MISSING:
             raise TypeError(f"{where}.{f.name} needs a default (an objective is built from its name alone)")
+    return cls
+
+
+def register(cls: type) -> type:
+    """Class decorator (above @dataclass(frozen=True)): `check_contract`, then make `cls`
+    constructible by its short name via `make_objective`."""
+    check_contract(cls)
+    plug, name = cls.plug, cls.name
     registry = _REGISTRY[plug]
     if name in registry and registry[name].__qualname__ != cls.__qualname__:
         raise TypeError(f"{plug} objective {name!r} is already registered by {registry[name].__name__}")
@@ -152,12 +176,31 @@ def register(cls: type) -> type:
     return cls
 
 
+BUILTIN_MODULES = tuple(f"meta_objectives.{m}" for m in ("drift", "value_loss", "shaping", "closed_form"))
+
+
 def _load_builtins() -> None:
     """Import the modules that register the built-in objectives (the package imports lazily)."""
     import importlib
 
-    for module in ("drift", "value_loss", "shaping", "closed_form"):
-        importlib.import_module(f"meta_objectives.{module}")
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+def listing() -> list[tuple[str, str, Source]]:
+    """Every objective a config can name short, [(plug, name, Source)]: the built-ins, then the
+    entry points installed packages register (one that fails to import is listed with its error)."""
+    _load_builtins()
+    rows = [(plug, name, Source("built-in", "metadisco", cls.__module__))
+            for plug in PLUGS for name, cls in sorted(_REGISTRY[plug].items())]
+    for name in sorted(entry_points(OBJECTIVES_GROUP)):
+        src = source(OBJECTIVES_GROUP, name)
+        try:
+            plug = load_entry_point(OBJECTIVES_GROUP, name, "objective").plug
+        except (PluginError, AttributeError) as e:
+            plug, src = "?", src._replace(target=f"{src.target} (cannot be used: {e})")
+        rows.append((plug, name, src))
+    return rows
 
 
 def names(plug: str, learned: bool | None = None) -> list[str]:
@@ -174,16 +217,46 @@ def _check_plug(plug: str) -> str:
 
 
 def objective_class(plug: str, name: str) -> type:
-    """The registered class of (plug, name); ValueError with close matches if there is none."""
+    """The class of objective `name` at plug point `plug`: a built-in name, an import path
+    `module:attr` or an installed entry point (group metadisco.objectives). ValueError with close
+    matches for an unknown name; PluginError for a plug-in that cannot be imported or breaks the
+    contract (`check_contract`)."""
     _load_builtins()
     registry = _REGISTRY[_check_plug(plug)]
-    if name not in registry:
-        close = difflib.get_close_matches(name, list(registry), n=3, cutoff=0.4)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(
-            f"unknown {plug} objective {name!r}.{hint} Available: {', '.join(sorted(registry))}."
-        )
-    return registry[name]
+    if name in registry:
+        return registry[name]
+    what = f"{plug} objective"
+    if is_import_path(name):
+        return plugin_class(plug, name, load(name, what))
+    installed = entry_points(OBJECTIVES_GROUP)
+    if name in installed:
+        return plugin_class(plug, name, load_entry_point(OBJECTIVES_GROUP, name, what))
+    close = difflib.get_close_matches(name, [*registry, *installed], n=3, cutoff=0.4)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise ValueError(f"unknown {plug} objective {name!r}.{hint} Available: {', '.join(sorted([*registry, *installed]))}; "
+                     "or your own class as module:attr (e.g. my_drifts:ScaledSquare).")
+
+
+def plugin_class(plug: str, name: str, obj) -> type:
+    """`obj` (what plug-in `name` resolved to) checked as an objective class for `plug`."""
+    if not (isinstance(obj, type) and issubclass(obj, MetaObjective)):
+        raise PluginError(f"{plug} objective {name!r} is a {type(obj).__name__}, not an objective: give a frozen "
+                          "dataclass that subclasses meta_objectives.MetaObjective")
+    if getattr(obj, "plug", None) != plug:
+        raise PluginError(f"{name!r} is a {getattr(obj, 'plug', None)} objective, not a {plug} objective: "
+                          f"it cannot fill the {plug} plug point")
+    try:
+        return check_contract(obj)
+    except TypeError as e:
+        raise PluginError(f"{plug} objective {name!r} breaks the objective contract: {e}") from None
+
+
+def objective_name(cls: type) -> str:
+    """The name that finds `cls` again in a fresh process: a built-in's short name, otherwise its
+    import path module:attr (what run directories and objectives files record for a plug-in)."""
+    if cls.__module__ in BUILTIN_MODULES and _REGISTRY[cls.plug].get(cls.name) is cls:
+        return cls.name
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def check_options(plug: str, name: str, options: dict, settable: bool = False) -> None:

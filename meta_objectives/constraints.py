@@ -2,7 +2,13 @@
 
 Drift (mirror learning, Lu et al. 2022): D >= 0, D = 0 and dD/dr = 0 at r = 1, no kink there.
 Value loss: L finite, L(0, t) = 0, and the gradient step moves v toward its target outside a
-small band around e = 0. Each check returns human-readable violations ([] = passes).
+small band around e = 0. Shaping: the identity at its initial parameters, and potential-based
+(a shaped return differs from the return by terms at the endpoints only).
+
+Each check returns its violations ([] = passes): human-readable strings with a counterexample,
+each a `Violation` that also carries the constraint's name. `check_objective` runs the checks of
+an objective's plug point on any objective, a user's plug-in as well as a built-in
+(`metadisco check module:attr`).
 """
 
 from __future__ import annotations
@@ -13,9 +19,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from meta_objectives.base import MetaObjective
+from meta_objectives.base import MetaObjective, Params
 from meta_objectives.closed_form import ClosedFormDrift
 from meta_objectives.expressions import compile_kernel
+
+
+class Violation(str):
+    """A violated constraint: the message (str, with a counterexample) and `constraint`, its name
+    (e.g. "nonnegative", "flat_at_one", "zero_at_target", "potential_based")."""
+
+    constraint: str
+
+    def __new__(cls, constraint: str, message: str):
+        self = super().__new__(cls, message)
+        self.constraint = constraint
+        return self
 
 
 def as_drift_fn(drift, params=None) -> Callable:
@@ -69,15 +87,16 @@ def check_drift_constraints(
     fn = as_drift_fn(drift_fn, params)
     rs = np.union1d(np.linspace(*r_range, num, dtype=np.float32), np.float32([1.0]))
     a = np.union1d(np.linspace(*a_range, num, dtype=np.float32), np.float32([0.0]))
-    found: dict[str, list[float]] = {}  # violation -> the progress values where it occurs
+    found: dict[Violation, list[float]] = {}  # violation -> the progress values where it occurs
     for prog in progresses:
         try:
             messages = _violations(fn, rs, a, float(prog), value_tol, slope_tol)
         except Exception as e:  # a user callable can fail in any way: report it, do not crash
-            messages = [f"drift raised {type(e).__name__} on the check grid: {e}"]
+            messages = [Violation("evaluates", f"drift raised {type(e).__name__} on the check grid: {e}")]
         for message in messages:
             found.setdefault(message, []).append(float(prog))
-    return [f"{m} (progress={', '.join(f'{q:g}' for q in progs)})" for m, progs in found.items()]
+    return [Violation(m.constraint, f"{m} (progress={', '.join(f'{q:g}' for q in progs)})")
+            for m, progs in found.items()]
 
 
 def _violations(fn, rs, a, prog, value_tol, slope_tol) -> list[str]:
@@ -88,24 +107,29 @@ def _violations(fn, rs, a, prog, value_tol, slope_tol) -> list[str]:
     bad = ~np.isfinite(d)
     if bad.any():
         i = tuple(np.argwhere(bad)[0])
-        problems.append(
-            f"D is not finite at {bad.sum()} of {d.size} grid points, e.g. r={R[i]:.3g}, A={Aa[i]:.3g}"
-        )
+        problems.append(Violation(
+            "finite", f"D is not finite at {bad.sum()} of {d.size} grid points, e.g. r={R[i]:.3g}, A={Aa[i]:.3g}"
+        ))
     finite = np.where(bad, 0.0, d)
     neg = finite < -value_tol
     if neg.any():
         i = np.unravel_index(np.argmin(finite), d.shape)
-        problems.append(
-            f"D < 0 at {neg.sum()} of {d.size} grid points: min D = {d[i]:.3g} at "
+        problems.append(Violation(
+            "nonnegative", f"D < 0 at {neg.sum()} of {d.size} grid points: min D = {d[i]:.3g} at "
             f"r={R[i]:.3g}, A={Aa[i]:.3g}"
-        )
+        ))
+    grad = _gradient(fn, R, Aa, prog)
+    if grad is not None and (~np.isfinite(grad) & ~bad).any():
+        i = tuple(np.argwhere(~np.isfinite(grad) & ~bad)[0])
+        problems.append(Violation("finite_gradient", f"dD/dr is not finite where D is, e.g. dD/dr = {grad[i]:.3g} "
+                                                     f"at r={R[i]:.3g}, A={Aa[i]:.3g}"))
     ones = np.ones_like(a)
     d1 = np.asarray(fn(jnp.asarray(ones), jnp.asarray(a), jnp.float32(prog)), np.float64)
     d1 = np.broadcast_to(d1, a.shape)
     err = np.where(np.isfinite(d1), np.abs(d1), np.inf)
     if err.max() > value_tol:
         i = int(np.argmax(err))
-        problems.append(f"D(1, A) != 0: D(1, A) = {d1[i]:.3g} at A={a[i]:.3g}")
+        problems.append(Violation("zero_at_one", f"D(1, A) != 0: D(1, A) = {d1[i]:.3g} at A={a[i]:.3g}"))
     slope = _slope_at_one(fn, jnp.asarray(a), jnp.float32(prog))
     if slope is None:  # not jax-traceable: central differences in the callable's own precision
         h = 1e-3
@@ -116,12 +140,21 @@ def _violations(fn, rs, a, prog, value_tol, slope_tol) -> list[str]:
     serr = np.where(np.isfinite(slope), np.abs(slope), np.inf)
     if serr.max() > slope_tol:
         i = int(np.argmax(serr))
-        problems.append(f"dD/dr(1, A) != 0: |dD/dr| = {serr[i]:.3g} at A={a[i]:.3g}")
+        problems.append(Violation("flat_at_one", f"dD/dr(1, A) != 0: |dD/dr| = {serr[i]:.3g} at A={a[i]:.3g}"))
     else:
         kink = _kink_at_one(fn, a, prog, d1, slope_tol)
         if kink:
-            problems.append(kink)
+            problems.append(Violation("no_kink_at_one", kink))
     return problems
+
+
+def _gradient(fn, R, Aa, prog) -> np.ndarray | None:
+    """dD/dr on the grid (jax.grad); None if `fn` is not jax-traceable."""
+    try:
+        grad = jax.vmap(jax.grad(lambda r, a: jnp.sum(jnp.asarray(fn(r, a, jnp.float32(prog))))))
+        return np.asarray(grad(jnp.asarray(R).ravel(), jnp.asarray(Aa).ravel()), np.float64).reshape(R.shape)
+    except Exception:
+        return None
 
 
 def _kink_at_one(fn, a, prog, d1, slope_tol) -> str | None:
@@ -141,8 +174,26 @@ def _kink_at_one(fn, a, prog, d1, slope_tol) -> str | None:
     return None
 
 
+def as_value_loss_fn(value_loss, params=None) -> Callable:
+    """A plain callable (e, t) -> L, e = v - target, from an expression string, a value-loss
+    objective (with `params`, default its `default_params()`; the first epoch, old value = v) or
+    a callable (returned as is)."""
+    if isinstance(value_loss, str):
+        return compile_kernel(value_loss, "value_loss")  # ValueError for an invalid expression
+    if isinstance(value_loss, MetaObjective):
+        if value_loss.plug != "value_loss":
+            raise ValueError(f"expected a value_loss objective, got a {value_loss.plug} objective")
+        if params is None:
+            params = value_loss.default_params()
+        return lambda e, t: value_loss.value_loss(params, t + e, t, t + e)
+    if callable(value_loss):
+        return value_loss
+    raise TypeError(f"expected an expression, a value_loss objective or a callable, got {type(value_loss).__name__}")
+
+
 def check_value_loss_constraints(
-    expression: str,
+    expression,
+    params=None,
     *,
     e_range: tuple[float, float] = (-10.0, 10.0),
     t_range: tuple[float, float] = (-10.0, 10.0),
@@ -152,6 +203,7 @@ def check_value_loss_constraints(
     slope_tol: float = 1e-6,
 ) -> list[str]:
     """Conditions for a value loss L(e, t), e = v - target -> list of violations ([] = passes).
+    `expression`: an expression string, a value-loss objective (+ `params`) or a callable (e, t).
 
     On a num x num grid e in e_range, t in t_range: L finite; L(0, t) = 0 (a perfect prediction
     costs nothing, as in every LearnedValueLoss); and e * dL/de >= 0 wherever |e| > bias_band
@@ -159,7 +211,7 @@ def check_value_loss_constraints(
     Inside the band a loss may prefer a small bias, as a learned one can (L2 + c tanh(e), say);
     bias_band=0 demands the minimum exactly at e = 0.
     """
-    fn = compile_kernel(expression, "value_loss")  # ValueError for an invalid expression
+    fn = as_value_loss_fn(expression, params)
     es = np.union1d(np.linspace(*e_range, num, dtype=np.float32), np.float32([0.0]))
     ts = np.linspace(*t_range, num, dtype=np.float32)
     E, T = (jnp.asarray(x) for x in np.meshgrid(es, ts, indexing="ij"))
@@ -168,20 +220,121 @@ def check_value_loss_constraints(
     bad = ~np.isfinite(loss)
     if bad.any():
         i = tuple(np.argwhere(bad)[0])
-        problems.append(f"L is not finite at {bad.sum()} of {loss.size} grid points, e.g. e={E[i]:.3g}, t={T[i]:.3g}")
+        problems.append(Violation("finite", f"L is not finite at {bad.sum()} of {loss.size} grid points, "
+                                            f"e.g. e={E[i]:.3g}, t={T[i]:.3g}"))
     at_zero = np.broadcast_to(np.asarray(fn(jnp.zeros_like(T[0]), T[0]), np.float64), T[0].shape)
     err = np.where(np.isfinite(at_zero), np.abs(at_zero), np.inf)
     if err.max() > value_tol:
         i = int(np.argmax(err))
-        problems.append(f"L(0, t) != 0: L = {at_zero[i]:.3g} at t={float(T[0][i]):.3g}")
+        problems.append(Violation("zero_at_target", f"L(0, t) != 0: L = {at_zero[i]:.3g} at t={float(T[0][i]):.3g}"))
     slope = np.asarray(jax.grad(lambda e: jnp.sum(fn(e, T)))(E), np.float64)
+    if (~np.isfinite(slope) & ~bad).any():
+        i = tuple(np.argwhere(~np.isfinite(slope) & ~bad)[0])
+        problems.append(Violation("finite_gradient", f"dL/de is not finite where L is, e.g. at e={float(E[i]):.3g}, "
+                                                     f"t={float(T[i]):.3g}"))
     with np.errstate(invalid="ignore"):
         wrong = np.where(np.isfinite(slope), np.asarray(E) * slope, -np.inf)
     wrong = np.where(np.abs(np.asarray(E)) > bias_band, wrong, 0.0)
     if (wrong < -slope_tol).any():
         i = np.unravel_index(np.argmin(wrong), wrong.shape)
-        problems.append(
+        problems.append(Violation(
+            "pulls_toward_target",
             f"dL/de has the wrong sign for |e| > {bias_band:g} (the gradient step moves v away from its "
             f"target) at {(wrong < -slope_tol).sum()} grid points, e.g. e={float(E[i]):.3g}, t={float(T[i]):.3g}"
-        )
+        ))
     return problems
+
+
+def check_shaping_constraints(shaping: MetaObjective, params: Params, *, initial: bool = False,
+                              obs_dim: int = 3, steps: int = 6, gamma: float = 0.9, seed: int = 1) -> list[str]:
+    """Conditions for a reward shaping at `params` -> list of violations ([] = passes).
+
+    Shaped rewards finite; potential-based: along two trajectories from the same start to the same
+    end through different states and rewards, the discounted shaped return differs from the return
+    by the same amount (gamma^T Phi(s_T) - Phi(s_0), the endpoints only), so returns keep their
+    order between policies (Ng et al. 1999). initial=True: `params` are the initial parameters,
+    at which a shaping must leave every reward unchanged (PPO exactly at the start of evolution).
+    """
+    shaping = shaping.for_env((obs_dim,))  # (a no-op for a shaping that reads no observations)
+    k_s, k_m, k_r = jax.random.split(jax.random.key(seed), 3)
+    reward = jax.random.normal(k_r, (steps,))
+    start_end = jax.random.normal(k_s, (2, obs_dim))
+    not_done = jnp.zeros(steps, bool)
+    paths = [jnp.concatenate([start_end[:1], jax.random.normal(k, (steps - 1, obs_dim)), start_end[1:]])
+             for k in jax.random.split(k_m, 2)]
+    rewards = [reward, reward[::-1] * 3.0]
+    discount = gamma ** jnp.arange(steps)
+    try:
+        shaped = [np.asarray(shaping.shape_reward(params, path[:-1], r, path[1:], not_done, gamma), np.float64)
+                  for path, r in zip(paths, rewards)]
+    except Exception as e:  # a user objective can fail in any way: report it, do not crash
+        return [Violation("evaluates", f"shape_reward raised {type(e).__name__}: {e}")]
+    if not all(np.isfinite(s).all() for s in shaped):
+        return [Violation("finite", "shaped rewards are not finite on a random trajectory")]
+    problems = []
+    if initial and not np.allclose(shaped[0], np.asarray(rewards[0]), rtol=0, atol=1e-6):
+        i = int(np.argmax(np.abs(shaped[0] - np.asarray(rewards[0]))))
+        problems.append(Violation("identity_at_init", f"shaping changes rewards at its initial parameters: "
+                                                      f"reward {float(rewards[0][i]):.3g} -> {shaped[0][i]:.3g}"))
+    gaps = [float(np.sum(np.asarray(discount) * (s - np.asarray(r)))) for s, r in zip(shaped, rewards)]
+    if not np.isclose(gaps[0], gaps[1], rtol=1e-5, atol=1e-5):
+        problems.append(Violation(
+            "potential_based", f"the shaped-return gap depends on the path, not only its endpoints: {gaps[0]:.4g} "
+            f"vs {gaps[1]:.4g} on two paths between the same states (not potential-based: it can change which "
+            "policy is best)"))
+    return problems
+
+
+def perturbed_params(objective: MetaObjective, key: jax.Array, scale: float) -> Params:
+    """Random parameters around `objective.default_params()`: output layers (w2) random normal *
+    scale, hidden layers (w1) kept, every other leaf (DPO's alpha, a user's constant) scaled by a
+    positive factor, so that each constraint is checked away from the initial point too."""
+    params = objective.default_params()
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+    keys = jax.random.split(key, max(1, len(leaves)))
+    out = []
+    for (path, leaf), k in zip(leaves, keys):
+        last = getattr(path[-1], "key", None) if path else None
+        if last == "w2":
+            out.append(scale * jax.random.normal(k, jnp.shape(leaf)))
+        elif last == "w1":
+            out.append(leaf)
+        else:
+            out.append(leaf * jnp.exp(jax.random.normal(k, jnp.shape(leaf))))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+# Demanded at the initial parameters only: a learned value loss may prefer a small bias, and a
+# learned drift's features (LPO's) may put a kink at r = 1 once evolution moves them; the rest
+# must hold for any parameters evolution proposes.
+AT_INITIAL_ONLY = ("no_kink_at_one", "pulls_toward_target")
+
+
+def check_objective(objective: MetaObjective, params: Params = None, *, samples: int = 3, seed: int = 0) -> list[str]:
+    """Every constraint of `objective`'s plug point -> list of `Violation`s ([] = all hold), each
+    naming its constraint with a counterexample; a constraint is reported once (its first
+    counterexample). Checked at `params` when given, else at the initial parameters and at
+    `samples` perturbed ones (`perturbed_params`; AT_INITIAL_ONLY are not demanded there).
+    Drift: finite, nonnegative, finite_gradient, zero_at_one, flat_at_one, no_kink_at_one.
+    Value loss: finite, zero_at_target, finite_gradient, pulls_toward_target.
+    Shaping: finite, identity_at_init, potential_based."""
+    if objective.plug == "shaping":
+        objective = objective.for_env((3,))  # a potential reads observations: size it for the check's states
+    initial = params is None
+    points = [("initial parameters", objective.default_params() if initial else params)]
+    if initial:
+        keys = jax.random.split(jax.random.key(seed), samples)
+        points += [(f"perturbed parameters #{i + 1}", perturbed_params(objective, k, scale))
+                   for i, (k, scale) in enumerate(zip(keys, (0.1, 1.0, 10.0) * samples))]
+    found: dict[str, Violation] = {}
+    for j, (where, p) in enumerate(points):
+        if objective.plug == "drift":
+            problems = check_drift_constraints(objective, p)
+        elif objective.plug == "value_loss":
+            problems = check_value_loss_constraints(objective, p)
+        else:
+            problems = check_shaping_constraints(objective, p, initial=initial and j == 0)
+        for v in problems:
+            if j == 0 or v.constraint not in AT_INITIAL_ONLY:
+                found.setdefault(v.constraint, Violation(v.constraint, f"{v} [{where}]"))
+    return list(found.values())

@@ -1,4 +1,4 @@
-"""The `metadisco` command: train, evaluate, plot, distil, export, envs.
+"""The `metadisco` command: train, evaluate, plot, distil, export, envs, objectives, check.
 
 Device layout is decided here, before jax is imported: on a CPU-only machine the population is
 split over one host device per core (XLA reads --xla_force_host_platform_device_count only at
@@ -42,6 +42,14 @@ def _setup_jax(args) -> None:
         jax.distributed.initialize(coordinator_address=coordinator, num_processes=num, process_id=pid)
 
 
+def _import_from_cwd() -> None:
+    """Make the working directory importable, as `python -m` does, so that plug-ins named
+    `module:attr` (objectives.drift=my_drifts:ScaledSquare) are found in the user's own files."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from metadisco.commands import VERBS
 
@@ -58,6 +66,7 @@ def main(argv=None) -> None:
     bugs and keep their traceback."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    _import_from_cwd()
     try:
         _setup_jax(args)
         args.func(args)

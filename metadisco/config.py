@@ -21,7 +21,9 @@ from meta_objectives.plugs import PLUGS, upgrade_section
 from metadisco import resources
 
 EXPERIMENTS = "experiments"  # the data folder of named experiments (metadisco.resources)
-FITNESS_KINDS = ("auc", "final", "auc_norm", "final_norm")
+# metadisco.engine.SCORES defines them (final_eval: the final policy's evaluation, sampled; its
+# greedy twin; auc: the learning curve's mean; final: its last 10%); *_norm: normalised by PPO.
+FITNESS_KINDS = tuple(k + n for k in ("final_eval", "greedy_eval", "auc", "final") for n in ("", "_norm"))
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ class RunConfig:
     objectives: ObjectivesConfig = field(default_factory=ObjectivesConfig)
     es: ESConfig = field(default_factory=ESConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
-    fitness: str = "auc"
+    fitness: str = "final_eval"
     seeds_per_member: int = 2
     generations: int = 60
     seed: int = 0
@@ -418,6 +420,11 @@ def check_static(cfg: RunConfig) -> None:
             f"{len(cfg.envs)} meta-training environments need a normalised fitness so that their returns "
             f"can be averaged: use fitness={cfg.fitness}_norm"
         )
+    if cfg.fitness.endswith("_norm") and cfg.baseline_seeds < 2:
+        raise ConfigError(
+            f"fitness={cfg.fitness} checks that PPO beats its initial policy beyond noise, which takes "
+            f"baseline_seeds >= 2 (got {cfg.baseline_seeds})"
+        )
     for name in ("seeds_per_member", "generations", "checkpoint_every", "eval_seeds", "baseline_seeds"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} must be >= 1, got {getattr(cfg, name)}")
@@ -445,7 +452,19 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
                               f"but envs have {sorted(shapes)}")
     for env in cfg.envs:  # PPO shapes: fails here, not inside jit
         ppo_config(cfg, env).validate()
+    _check_plugin_envs((*cfg.envs, *cfg.heldout.envs))
     return dataclasses.replace(cfg, objectives=o)
+
+
+def _check_plugin_envs(names) -> None:
+    """Build each plug-in environment once (inner_loops.plugin_envs traces a reset and a step), so
+    that one that is not an environment is reported here, before anything compiles."""
+    from inner_loops import make_env
+    from inner_loops.catalog import is_builtin_env
+
+    for name in dict.fromkeys(names):
+        if not is_builtin_env(name):
+            make_env(name)
 
 
 def _obs_shape(env_name: str):

@@ -1,0 +1,72 @@
+"""`metadisco check NAME`: run the built-in property checks of its plug point on an objective.
+
+NAME is a built-in name (with --plug when it names more than one), an installed entry point or
+`module:attr` (a class of the user's own). Each violated constraint is printed by name with a
+counterexample; the exit code is 0 when every constraint holds, 2 otherwise.
+"""
+
+from __future__ import annotations
+
+from meta_objectives.errors import ConfigError, MetadiscoError
+from meta_objectives.plugs import PLUGS
+
+
+class ConstraintsViolated(MetadiscoError):
+    """An objective that breaks a constraint of its plug point (exit code 2)."""
+
+
+def resolve(name: str, plug: str | None = None):
+    """The objective class NAME names, at `plug` or at the one plug point where it is found."""
+    from meta_objectives import objective_class
+    from meta_objectives.plugins import PluginError, is_import_path, load
+
+    if plug is None and is_import_path(name):
+        plug = getattr(load(name, "objective"), "plug", None)
+        if plug not in PLUGS:
+            raise PluginError(f"objective {name!r} sets no plug point (plug = one of {', '.join(PLUGS)}): "
+                              "is it a meta_objectives.MetaObjective?")
+    if plug is not None:
+        return objective_class(plug, name)
+    found = []
+    for p in PLUGS:
+        try:
+            found.append(objective_class(p, name))
+        except PluginError:
+            raise
+        except ValueError:
+            continue
+    if len(found) != 1:
+        raise ConfigError(f"{name!r} names {'no' if not found else 'more than one'} objective; "
+                          f"give --plug ({', '.join(PLUGS)}) or module:attr (see `metadisco objectives`)")
+    return found[0]
+
+
+def run(args) -> None:
+    from meta_objectives import check_objective
+
+    cls = resolve(args.name, args.plug)
+    try:
+        objective = cls()
+    except Exception as e:
+        raise ConfigError(f"{args.name}: building it with its default options raised {type(e).__name__}: {e}") from None
+    violations = check_objective(objective, samples=args.samples, seed=args.seed)
+    for v in violations:
+        print(f"violated {v.constraint}: {v}")
+    if violations:
+        raise ConstraintsViolated(f"{args.name} ({cls.plug}) violates {len(violations)} constraint(s): "
+                                  f"{', '.join(v.constraint for v in violations)}")
+    print(f"{args.name} ({cls.plug}): every {cls.plug} constraint holds "
+          f"(at its initial parameters and {args.samples} perturbed ones)")
+
+
+def add(subparsers) -> None:
+    p = subparsers.add_parser(
+        "check", help="check an objective (yours as module:attr) against its plug point's constraints",
+        description="Drift: finite, >= 0, finite gradients, zero and flat at r = 1, no kink there. Value loss: "
+                    "finite, zero at the target, finite gradients, pulls v toward its target. Shaping: finite, the "
+                    "identity at init, potential-based. Exit 0 when every constraint holds, 2 otherwise.")
+    p.add_argument("name", metavar="NAME", help="module:attr (your own class), an installed entry point, or a built-in")
+    p.add_argument("--plug", choices=PLUGS, help="the plug point of a built-in name")
+    p.add_argument("--samples", type=int, default=3, help="perturbed parameter sets besides the initial one")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run)
