@@ -351,6 +351,11 @@ def resolve(experiment: str | None = None, overrides: list[str] = ()) -> RunConf
     return validate(RunConfig.from_dict(d))
 
 
+def override(cfg: RunConfig, overrides: list[str] = ()) -> RunConfig:
+    """`cfg` updated by FIELD=VALUE overrides (as `resolve` applies them), then validated."""
+    return validate(RunConfig.from_dict(_merge(cfg.to_dict(), parse_overrides(list(overrides)))))
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     """Every check that can fail without compiling anything; raises ConfigError saying what to do.
 

@@ -1,0 +1,207 @@
+"""metadisco as a library (issue 19): the user's own objective and environment in files of their
+own, named `module:attr` or by an installed entry point, checked like built-ins; the check
+command; the Python API; plug-ins recorded by name and never executed from a run directory."""
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import meta_objectives
+from meta_objectives import MetadiscoError, load_objectives, save_objectives
+from meta_objectives.plugins import PluginError
+from metadisco import api
+from metadisco.cli import main
+from tests.helpers import TINY
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+USER_FILES = ("my_drifts.py", "my_envs.py")
+
+
+def metadisco_in(cwd, *args, timeout=300):
+    """`metadisco ARGS...` run from `cwd`, as a user in their own project folder."""
+    return subprocess.run([sys.executable, "-m", "metadisco.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A user's folder holding copies of the two example files (and nothing of metadisco)."""
+    for name in USER_FILES:
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    return tmp_path
+
+
+@pytest.mark.timeout(300)
+def test_the_examples_train_evaluate_and_plot_from_their_own_folder(project):
+    run_dir = project / "run"
+    out = metadisco_in(project, "train", "objectives.drift=my_drifts:ScaledSquare", "envs=my_envs:Corridor",
+                       "generations=2", *TINY, "--run-dir", str(run_dir), "--no-progress")
+    assert out.returncode == 0, out.stderr[-3000:]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["objectives"]["drift"]["name"] == "my_drifts:ScaledSquare" and config["envs"] == ["my_envs:Corridor"]
+    stored = json.loads((run_dir / "objectives" / "mean.json").read_text())
+    assert stored["spec"]["drift"]["name"] == "my_drifts:ScaledSquare"  # the import path, no code
+
+    out = metadisco_in(project, "evaluate", str(run_dir), "--envs", "my_envs:Corridor", "--seeds", "1",
+                       "--timesteps", "2048", "--inner", "num_envs=4", "--inner", "num_steps=64",
+                       "--inner", "hidden=16,16", "--no-progress", "--out", str(project / "eval"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads((project / "eval" / "results.json").read_text())
+    assert "my_envs:Corridor" in json.dumps(results)
+
+    out = metadisco_in(project, "plot", str(run_dir), "--formats", "png")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (run_dir / "report.html").is_file()
+
+    # Elsewhere the user's modules are not importable: one line naming the module, exit 2.
+    elsewhere = project / "elsewhere"
+    elsewhere.mkdir()
+    out = metadisco_in(elsewhere, "plot", str(run_dir), "--formats", "png", timeout=120)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "my_drifts" in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+BROKEN = textwrap.dedent("""
+    from dataclasses import dataclass
+    import jax.numpy as jnp
+    from meta_objectives import MetaObjective
+
+    @dataclass(frozen=True)
+    class Linear(MetaObjective):   # D = c A (r - 1): negative half the time, sloped at r = 1
+        plug = "drift"
+        name = "linear"
+        title = "linear"
+        def init(self, key):
+            return {"c": jnp.float32(0.5)}
+        def drift(self, params, ratio, advantage, progress):
+            return params["c"] * advantage * (ratio - 1.0)
+
+    @dataclass(frozen=True)
+    class NoTitle(MetaObjective):
+        plug = "drift"
+        name = "no_title"
+        def init(self, key):
+            return {}
+        def drift(self, params, ratio, advantage, progress):
+            return 0.0 * ratio
+
+    @dataclass(frozen=True)
+    class Misspelled(MetaObjective):
+        plug = "drift"
+        name = "misspelled"
+        title = "misspelled"
+        def init(self, key):
+            return {}
+        def drfit(self, params, ratio, advantage, progress):
+            return 0.0 * ratio
+
+    not_a_class = 3
+""")
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "user_objectives.py").write_text(BROKEN)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "user_objectives"
+    sys.modules.pop("user_objectives", None)
+
+
+def _main_exit(argv, capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out, err = capsys.readouterr()
+    return e.value.code, out, err
+
+
+def test_check_names_each_violated_constraint_of_a_broken_drift(user_module, capsys):
+    code, out, err = _main_exit(["check", "user_objectives:Linear"], capsys)
+    assert code == 2
+    violated = [line.split(":")[0] for line in out.splitlines() if line.startswith("violated ")]
+    assert {"violated nonnegative", "violated flat_at_one"} <= set(violated), out
+    assert "D < 0" in out and "r=" in out  # a counterexample
+    assert "nonnegative" in err and len(err.strip().splitlines()) == 1
+
+
+def test_check_passes_the_example_drift_and_the_function_says_the_same(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    main(["check", "my_drifts:ScaledSquare", "--samples", "1"])
+    assert "every drift constraint holds" in capsys.readouterr().out
+    assert meta_objectives.check_objective(meta_objectives.make_objective("drift", "dpo"), samples=1) == []
+
+
+@pytest.mark.parametrize(("name", "fragment"), [
+    ("no_such_module:Thing", "no module named 'no_such_module'"),
+    ("user_objectives:Lineer", "has no attribute 'Lineer'. Did you mean Linear?"),
+    ("user_objectives:not_a_class", "not an objective"),
+    ("meta_objectives.value_loss:L2", "not a drift objective"),
+    ("user_objectives:NoTitle", "must set its own `title`"),
+    ("user_objectives:Misspelled", "has no method 'drift' (found 'drfit')"),
+])
+def test_a_bad_plugin_is_one_line_and_exit_2_before_compute(user_module, capsys, name, fragment):
+    code, _, err = _main_exit(["train", f"objectives.drift={name}", "generations=1", *TINY], capsys)
+    assert code == 2 and fragment in err, err
+    assert len(err.strip().splitlines()) == 1 and not Path("runs").exists()
+
+
+def test_a_bad_plugin_environment_is_reported_before_compute(user_module, capsys):
+    for name, fragment in (("no_such_module:Env", "no module named"), ("user_objectives:Linear", "not an environment")):
+        code, _, err = _main_exit(["train", f"envs={name}", "generations=1", *TINY], capsys)
+        assert code == 2 and fragment in err, err
+
+
+def test_an_objectives_file_records_the_import_path_and_reimports_it(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    drift = meta_objectives.make_objective("drift", "my_drifts:ScaledSquare", c0=2.0)
+    objectives = meta_objectives.Objectives(drift=drift)
+    path = tmp_path / "mine.json"
+    save_objectives(path, objectives, objectives.default_params(("drift",)))
+    assert json.loads(path.read_text())["spec"]["drift"] == {"plug": "drift", "name": "my_drifts:ScaledSquare",
+                                                             "config": {"c0": 2.0}}
+    loaded, params, _ = load_objectives(path)
+    assert loaded.drift == drift and float(params["drift"]["c"]) == 2.0
+    spec = json.loads(path.read_text())
+    spec["spec"]["drift"]["name"] = "not_installed_here:ScaledSquare"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(MetadiscoError, match="no module named 'not_installed_here'"):
+        load_objectives(path)
+
+
+def test_installed_entry_points_are_resolved_and_listed(tmp_path, monkeypatch, capsys):
+    site = tmp_path / "site"
+    dist = site / "lab_objectives-1.2.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-objectives\nVersion: 1.2\n")
+    (dist / "entry_points.txt").write_text("[metadisco.objectives]\nscaled_square = lab_drifts:ScaledSquare\n\n"
+                                           "[metadisco.envs]\ncorridor = lab_envs:Corridor\n")
+    shutil.copy(EXAMPLES / "my_drifts.py", site / "lab_drifts.py")
+    shutil.copy(EXAMPLES / "my_envs.py", site / "lab_envs.py")
+    monkeypatch.syspath_prepend(str(site))
+    cls = meta_objectives.objective_class("drift", "scaled_square")
+    assert cls.__module__ == "lab_drifts" and cls().spec()["name"] == "lab_drifts:ScaledSquare"
+    main(["objectives"])
+    assert any("scaled_square" in line and "entry point (lab-objectives 1.2" in line
+               for line in capsys.readouterr().out.splitlines())
+    main(["envs"])
+    assert any(line.startswith("corridor") and "lab_envs:Corridor" in line for line in capsys.readouterr().out.splitlines())
+    from inner_loops import make_env
+
+    env = make_env("corridor")
+    assert env.name == "corridor" and env.obs_shape == (8,) and env.discrete
+
+
+def test_the_api_raises_metadisco_errors_not_system_exit(tmp_path):
+    with pytest.raises(PluginError, match="no_such_module"):
+        api.train(None, tmp_path / "run", envs="no_such_module:Corridor", generations=1)
+    with pytest.raises(MetadiscoError, match="population_size"):
+        api.train("lpo_cartpole_cpu", tmp_path / "run", es={"population_size": 1})
+    with pytest.raises(MetadiscoError):
+        api.plot(tmp_path / "missing")
+    assert not (tmp_path / "run").exists()
