@@ -32,7 +32,8 @@ class ActorCritic(nn.Module):
 
     __call__(obs [..., *obs_shape]) -> (policy output [..., num_actions], value [...]).
     Discrete: logits. Continuous: the Gaussian mean; log_std is a state-independent parameter.
-    `value(obs)` runs the critic alone (bootstrap values of final observations).
+    `value(obs)` runs the critic alone (bootstrap values of final observations), `policy(obs)`
+    the actor alone (evaluation episodes).
     """
 
     num_actions: int
@@ -52,10 +53,14 @@ class ActorCritic(nn.Module):
 
     def __call__(self, obs):
         x = self._flat(obs)
+        return self._pi(x), self.critic(x)[..., 0]
+
+    def _pi(self, x):
         pi = self.actor(x)
-        if not self.discrete:
-            pi = (pi, jnp.broadcast_to(self.log_std, pi.shape))
-        return pi, self.critic(x)[..., 0]
+        return pi if self.discrete else (pi, jnp.broadcast_to(self.log_std, pi.shape))
+
+    def policy(self, obs):
+        return self._pi(self._flat(obs))
 
     def value(self, obs):
         return self.critic(self._flat(obs))[..., 0]
@@ -69,6 +74,11 @@ def sample(discrete: bool, pi, key):
         mean, log_std = pi
         action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
     return action, log_prob(discrete, pi, action)
+
+
+def mode(discrete: bool, pi):
+    """The greedy action: argmax of the logits, or the Gaussian's mean."""
+    return jnp.argmax(pi, axis=-1) if discrete else pi[0]
 
 
 def log_prob(discrete: bool, pi, action):

@@ -21,7 +21,7 @@ from analysis.stats import normalize_score
 from inner_loops import make_env, make_train
 from meta_objectives import Objectives
 from meta_objectives import names as objective_names
-from meta_objectives.errors import ConfigError
+from meta_objectives.errors import ConfigError, MetadiscoError
 from metadisco import strategy as strategies
 from metadisco.config import ObjectivesConfig, RunConfig, ppo_config
 
@@ -42,22 +42,90 @@ class RunState:
     generation: jax.Array  # [] int32, completed generations
 
 
+# What a fitness kind scores (its `_norm` variant divides by PPO's gain on the same score):
+# kind -> (the score of a TrainResult, the Baseline field of PPO's score, the Baseline field of
+# the initial policy's). The default, final_eval, is the field's (LPO scores the final policy over
+# complete evaluation episodes): sampled actions, because that stochastic policy is the one PPO
+# optimises and the one whose episodes make the learning curve, so the initial policy's sampled
+# evaluation is a consistent zero; a greedy policy can loop until the time limit in deterministic
+# games, a different agent from the one trained. greedy_eval scores it for those who want it.
+SCORES = {
+    "final_eval": (lambda r: r.eval_return, "final_eval", "init_eval"),
+    "greedy_eval": (lambda r: r.eval_return_greedy, "greedy_eval", "init_eval_greedy"),
+    "auc": (lambda r: r.returns.mean(-1), "auc", "init_eval"),
+    "final": (lambda r: r.final_return, "final", "init_eval"),
+}
+GUARD_SE = 2.0  # PPO's gain over its initial policy must exceed this many standard errors
+
+
+class NormaliserError(MetadiscoError):
+    """A normalised fitness on an environment where PPO does not beat its initial policy."""
+
+
 @struct.dataclass
 class Baseline:
-    """PPO (default objectives) on each meta-training env: the normaliser of *_norm fitness."""
+    """PPO (default objectives) on each meta-training env, the normaliser of *_norm fitness.
 
-    init_return: jax.Array  # [num_envs] return of the initial policy (first update)
-    auc: jax.Array  # [num_envs] mean return over training
-    final: jax.Array  # [num_envs] final return
+    Each field is [num_envs], a mean over the baseline seeds ([num_envs, seeds] before `mean`).
+    """
+
+    init_eval: jax.Array  # the initial policy's evaluation, sampled actions
+    init_eval_greedy: jax.Array  # the same, greedy
+    final_eval: jax.Array  # the final policy's evaluation, sampled
+    greedy_eval: jax.Array  # the final policy's evaluation, greedy
+    auc: jax.Array  # mean return over training (the learning curve)
+    final: jax.Array  # mean of the last 10% of the learning curve
+
+    @classmethod
+    def of(cls, result) -> Baseline:
+        """The fields of a TrainResult (any leading axes)."""
+        scores = {field: score(result) for score, field, _ in SCORES.values()}
+        return cls(init_eval=result.init_eval_return, init_eval_greedy=result.init_eval_return_greedy, **scores)
+
+    def mean(self) -> Baseline:
+        return jax.tree.map(lambda x: x.mean(-1), self)
+
+    def as_dict(self, envs) -> dict:
+        """{env: {field: value}} (baseline.json)."""
+        return {env: {k: float(v[i]) for k, v in vars(self).items()} for i, env in enumerate(envs)}
 
 
 def fitness_from(result, kind: str, baseline: Baseline | None, env_index: int):
-    """TrainResult (any leading axes) -> fitness of the same leading shape."""
-    raw = result.returns.mean(-1) if kind.startswith("auc") else result.final_return
-    if kind.endswith("_norm"):
-        ref = baseline.auc if kind.startswith("auc") else baseline.final
-        raw = normalize_score(raw, ref[env_index], baseline.init_return[env_index])
+    """TrainResult (any leading axes) -> fitness of the same leading shape: the score of `kind`
+    (SCORES), normalised for `*_norm` kinds so that the initial policy scores 0 and PPO 1."""
+    name = kind.removesuffix("_norm")
+    score, ppo_field, init_field = SCORES[name]
+    raw = score(result)
+    if kind != name:
+        ppo, init = getattr(baseline, ppo_field), getattr(baseline, init_field)
+        raw = normalize_score(raw, ppo[env_index], init[env_index])
     return raw
+
+
+def check_normaliser(per_seed: Baseline, kind: str, envs) -> None:
+    """Refuse a normalised fitness where PPO's gain over its initial policy is within noise.
+
+    per_seed: fields [num_envs, seeds]. On each env the gain (PPO's score minus the initial
+    policy's, paired by seed) must exceed GUARD_SE standard errors of its mean; otherwise the
+    normaliser's denominator is mostly noise and that env's fitness with it (one such env
+    dominates the mean over envs). Raises NormaliserError naming every such env, with advice.
+    """
+    _, ppo_field, init_field = SCORES[kind.removesuffix("_norm")]
+    gain = np.asarray(getattr(per_seed, ppo_field), np.float64) - np.asarray(getattr(per_seed, init_field), np.float64)
+    mean, se = gain.mean(-1), gain.std(-1, ddof=1) / np.sqrt(gain.shape[-1])
+    bad = [
+        f"{env}: PPO {float(np.mean(getattr(per_seed, ppo_field)[i])):.4g} vs its initial policy "
+        f"{float(np.mean(getattr(per_seed, init_field)[i])):.4g}, gain {mean[i]:+.4g} +- {se[i]:.3g} (standard error)"
+        for i, env in enumerate(envs)
+        if not mean[i] > GUARD_SE * se[i]  # NaN fails too
+    ]
+    if bad:
+        raise NormaliserError(
+            f"fitness={kind} divides by PPO's gain over its initial policy, but PPO does not improve beyond "
+            f"noise ({GUARD_SE:g} standard errors over {gain.shape[-1]} baseline seeds) on:\n  " + "\n  ".join(bad)
+            + "\nGive PPO a budget it learns in (inner.total_timesteps, inner.lr), raise baseline_seeds if the "
+            "gain is real but noisy, or drop that environment from envs."
+        )
 
 
 class MetaTrainer:
@@ -191,25 +259,26 @@ class MetaTrainer:
         return out
 
     def _baseline_impl(self, key_data):
+        """Baseline with fields [num_envs, baseline_seeds]."""
         seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.baseline_seeds)
-        results = [jax.vmap(lambda k: ppo(k, {}))(seeds) for ppo in self.ppo_trains]
-        return Baseline(
-            init_return=jnp.stack([r.returns[:, 0].mean() for r in results]),
-            auc=jnp.stack([r.returns.mean() for r in results]),
-            final=jnp.stack([r.final_return.mean() for r in results]),
-        )
+        results = [Baseline.of(jax.vmap(lambda k: ppo(k, {}))(seeds)) for ppo in self.ppo_trains]
+        return jax.tree.map(lambda *x: jnp.stack(x), *results)
 
     def baseline_template(self) -> Baseline:
+        """A Baseline of the right structure (0 for the initial policy, 1 for PPO)."""
         n = len(self.envs)
-        return Baseline(jnp.zeros(n), jnp.ones(n), jnp.ones(n))
+        return Baseline(*(jnp.zeros(n) if f.startswith("init") else jnp.ones(n) for f in Baseline.__dataclass_fields__))
 
     # ---------------------------------------------------------------- public calls
     def baseline(self) -> Baseline:
-        """PPO on the meta-training envs (seeds disjoint from the generations' seeds)."""
+        """PPO on the meta-training envs (seeds disjoint from the generations' seeds), mean over
+        seeds. Raises NormaliserError (check_normaliser) where PPO does not beat its initial policy."""
         if not self.cfg.fitness.endswith("_norm"):
             return self.baseline_template()
         key = jax.random.fold_in(jax.random.key(self.cfg.seed), 2**30)
-        return self._baseline(self.replicate(jax.random.key_data(key)))
+        per_seed = fetch(self._baseline(self.replicate(jax.random.key_data(key))))
+        check_normaliser(per_seed, self.cfg.fitness, self.cfg.envs)
+        return per_seed.mean()
 
     def generation(self, state: RunState, baseline: Baseline, index: int):
         """Run generation `index` (= state.generation, known to the host loop, so no device read)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from inner_loops.ppo import TrainResult
-from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
-from metadisco.engine import MetaTrainer, fetch
+from metadisco.config import FITNESS_KINDS, ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.engine import SCORES, MetaTrainer, NormaliserError, fetch
 from metadisco.rundir import RunDir, RunDirError
 from metadisco.strategy import (
     ANTITHETIC_STRATEGIES,
@@ -25,6 +25,16 @@ pytestmark = pytest.mark.timeout(300)
 TARGET = 0.05  # the known answer of the quadratic meta-problem below
 
 
+def stand_in_result(returns, eval_return, init_eval_return) -> TrainResult:
+    """A TrainResult of a stand-in inner loop: a learning curve [U] and the two evaluations (the
+    same value for sampled and greedy actions)."""
+    return TrainResult(returns=returns, final_return=returns[-1], diverged=jnp.bool_(False),
+                       visited=jnp.zeros(returns.shape + (0, 4)), eval_return=eval_return,
+                       eval_return_greedy=eval_return, init_eval_return=init_eval_return,
+                       init_eval_return_greedy=init_eval_return, eval_curve=jnp.zeros(0),
+                       eval_curve_greedy=jnp.zeros(0))
+
+
 def quadratic_train(key, meta_params):
     """A stand-in inner loop with a known optimum: return = -|w2 - TARGET|^2 (+ seed noise).
 
@@ -33,16 +43,15 @@ def quadratic_train(key, meta_params):
     w = meta_params["drift"]["w2"]
     noise = 0.01 * jax.random.normal(key)
     ret = -100.0 * jnp.mean(jnp.square(w - TARGET)) + noise
-    returns = jnp.full((8,), ret)
-    return TrainResult(returns=returns, final_return=ret, diverged=jnp.bool_(False),
-                       visited=jnp.zeros((8, 0, 4)))
+    return stand_in_result(jnp.full((8,), ret), ret, jnp.float32(-1.0))
 
 
 def diverging_train(key, meta_params):
     result = quadratic_train(key, meta_params)
     bad = meta_params["drift"]["w2"][0, 0] > 0.0
     return result.replace(returns=jnp.where(bad, jnp.nan, result.returns),
-                          final_return=jnp.where(bad, jnp.nan, result.final_return))
+                          final_return=jnp.where(bad, jnp.nan, result.final_return),
+                          eval_return=jnp.where(bad, jnp.nan, result.eval_return))
 
 
 def tiny_config(**changes) -> RunConfig:
@@ -224,34 +233,61 @@ def test_weighted_strategies_keep_their_own_fitness_shaping():
     assert es.fitness_shaping_fn is weights_fitness_shaping_fn
 
 
-def constant_train(init_return, final_return):
-    """A stand-in PPO whose learning curve rises linearly from init_return to final_return."""
+def constant_train(init_return, final_return, noise=0.0):
+    """A stand-in PPO whose learning curve rises linearly from init_return to final_return (its
+    evaluations: init_return before, final_return + noise * N(0, 1) after training)."""
 
     def train(key, meta_params):
         returns = jnp.linspace(init_return, final_return, 8)
-        return TrainResult(returns=returns, final_return=returns[-1], diverged=jnp.bool_(False),
-                           visited=jnp.zeros((8, 0, 4)))
+        final = final_return + noise * jax.random.normal(key)
+        return stand_in_result(returns, final, jnp.float32(init_return))
 
     return train
 
 
-def test_normalised_fitness_over_two_environments(tmp_path):
-    """fitness = mean over envs of (f - PPO's initial return) / (PPO's return - initial return)."""
-    cfg = tiny_config(generations=1, envs=("CartPole-v1", "Acrobot-v1"), fitness="final_norm", eval_every=0)
+def test_every_fitness_kind_is_scored():
+    assert set(FITNESS_KINDS) == {kind + norm for kind in SCORES for norm in ("", "_norm")}
+    assert RunConfig().fitness == "final_eval"  # the field's: the final policy's evaluation
+
+
+@pytest.mark.parametrize("fitness", ["final_norm", "final_eval_norm", "auc_norm"])
+def test_normalised_fitness_over_two_environments(tmp_path, fitness):
+    """fitness = mean over envs of (f - PPO's initial eval) / (PPO's score - initial eval)."""
+    cfg = tiny_config(generations=1, envs=("CartPole-v1", "Acrobot-v1"), fitness=fitness, eval_every=0)
     # the evolved inner loops return 30 on env 0 and -300 on env 1 whatever the member
     trains = [constant_train(0.0, 30.0), constant_train(-500.0, -300.0)]
     ppo = [constant_train(10.0, 50.0), constant_train(-500.0, -100.0)]  # PPO: 10 -> 50, -500 -> -100
     trainer = MetaTrainer(cfg, trains=trains, ppo_trains=ppo)
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     baseline = json.loads((tmp_path / "run" / "baseline.json").read_text())
-    want = {"CartPole-v1": {"init_return": 10.0, "auc": 30.0, "final": 50.0},
-            "Acrobot-v1": {"init_return": -500.0, "auc": -300.0, "final": -100.0}}
+    want = {"CartPole-v1": {"init_eval": 10.0, "auc": 30.0, "final": 50.0, "final_eval": 50.0},
+            "Acrobot-v1": {"init_eval": -500.0, "auc": -300.0, "final": -100.0, "final_eval": -100.0}}
     for env, values in want.items():
         for k, v in values.items():
             np.testing.assert_allclose(baseline[env][k], v, rtol=1e-6, err_msg=f"{env} {k}")
     row = RunDir(tmp_path / "run").metrics()[0]
-    expected = np.mean([(30 - 10) / (50 - 10), (-300 + 500) / (-100 + 500)])  # 0.5
+    if fitness == "auc_norm":  # ours: mean(linspace(init, end)); PPO's auc is the normaliser
+        expected = np.mean([(15 - 10) / (30 - 10), (-400 + 500) / (-300 + 500)])
+    else:
+        expected = np.mean([(30 - 10) / (50 - 10), (-300 + 500) / (-100 + 500)])  # 0.5
     np.testing.assert_allclose(row["fitness_mean"], expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("ppo_gain, noise, refused", [(0.0, 0.0, True), (0.5, 10.0, True), (40.0, 1.0, False)])
+def test_a_normaliser_within_noise_is_refused_before_the_generations(tmp_path, ppo_gain, noise, refused):
+    """On Acrobot PPO's final evaluation beats its initial policy by `ppo_gain` with seed noise
+    `noise` (8 baseline seeds); a normalised fitness needs a gain beyond 2 standard errors."""
+    cfg = tiny_config(envs=("CartPole-v1", "Acrobot-v1"), fitness="final_eval_norm", baseline_seeds=8)
+    ppo = [constant_train(10.0, 50.0), constant_train(-500.0, -500.0 + ppo_gain, noise)]
+    trainer = MetaTrainer(cfg, trains=[constant_train(0.0, 1.0)] * 2, ppo_trains=ppo)
+    if not refused:
+        run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
+        assert len(RunDir(tmp_path / "run").metrics()) == cfg.generations
+        return
+    with pytest.raises(NormaliserError, match=r"(?s)does not improve beyond noise.*Acrobot-v1.*inner.total_timesteps") as err:
+        run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
+    assert "CartPole-v1:" not in str(err.value)  # the env where PPO does learn is not named
+    assert RunDir(tmp_path / "run").metrics() == [] and not RunDir(tmp_path / "run").checkpoints()
 
 
 @pytest.mark.parametrize("strategy", [s for s in STRATEGIES if s not in UNSUPPORTED_STRATEGIES])
@@ -271,6 +307,7 @@ def test_every_strategy_runs_by_name(strategy, tmp_path):
     ({"envs": ("Cartpole-v1",)}, "Did you mean: CartPole-v1"),
     ({"objectives": ObjectivesConfig(drift="lpoo")}, "Did you mean lpo"),
     ({"envs": ("CartPole-v1", "Acrobot-v1")}, "normalised fitness"),
+    ({"fitness": "final_eval_norm", "baseline_seeds": 1}, "baseline_seeds >= 2"),
     ({"inner": InnerConfig(num_minibatches=3)}, "does not split"),
 ])
 def test_bad_configs_fail_before_any_compute(override, message):

@@ -25,8 +25,10 @@ from inner_loops import (
     preset_for,
     preset_name,
 )
-from inner_loops.envs import from_gymnax
-from inner_loops.ppo import PPO, Batch, ObsNorm, ppo_loss
+from inner_loops import envs as envs_module
+from inner_loops.catalog import DEFAULT_BRAX_BACKEND
+from inner_loops.envs import from_brax, from_gymnax
+from inner_loops.ppo import PPO, Batch, ObsNorm, RewardNorm, carry_forward, evaluate, ppo_loss
 from meta_objectives import LPO, Objectives
 from meta_objectives.value_loss import ClippedL2
 
@@ -458,3 +460,165 @@ def test_obs_norm_matches_numpy_over_concatenated_batches():
     z = np.asarray(norm(jnp.asarray(allobs, jnp.float32)))
     np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-3)
     np.testing.assert_allclose(z.var(0), 1.0, rtol=1e-3)
+
+
+# --------------------------------------------------------------------------------------------
+# The yardstick: final-policy evaluation, and a learning curve that never looks ahead
+# --------------------------------------------------------------------------------------------
+
+
+class _LongEpisodes(environment.Environment):
+    """Every episode lasts exactly `max_steps_in_episode` steps (a time limit); reward 1 for
+    action 1, 0 for action 0; the observation is constant. A policy that picks action 1 with
+    probability p has return p * L; no episode can end before step L."""
+
+    @property
+    def default_params(self):
+        return environment.EnvParams(max_steps_in_episode=50)
+
+    def reset_env(self, key, params):
+        return jnp.ones((1,)), _ProbeState(time=jnp.int32(0))
+
+    def step_env(self, key, state, action, params):
+        state = _ProbeState(time=state.time + 1)
+        return jnp.ones((1,)), state, (action == 1).astype(jnp.float32), jnp.bool_(False), {}
+
+    def action_space(self, params):
+        return spaces.Discrete(2)
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 1.0, (1,))
+
+
+def _long_env(length: int) -> Env:
+    return from_gymnax(_LongEpisodes(), environment.EnvParams(max_steps_in_episode=length), "probe-long")
+
+
+def _policy_with(ppo: PPO, p_action_1: float):
+    """Network parameters whose policy picks action 1 with probability `p_action_1`."""
+    params = _uniform_policy(ppo, 0.0)
+    head = f"Dense_{len(ppo.config.hidden)}"
+    bias = jnp.array([0.0, np.log(p_action_1 / (1 - p_action_1))], jnp.float32)
+    params["params"]["actor"][head]["bias"] = bias
+    return params
+
+
+def test_evaluation_scores_complete_episodes_of_the_policy():
+    length, n = 50, 16
+    ppo = PPO.create(_long_env(length), TINY.replace(eval_episodes=n))
+    assert ppo.eval_cap == length  # the env's own time limit
+    evaluation = jax.jit(lambda params: evaluate(ppo, jax.random.key(0), params, ObsNorm.create((1,)), ppo.env.default_params))
+    sampled, greedy = evaluation(_policy_with(ppo, 0.75))
+    assert float(greedy) == length  # argmax: action 1 at every step of a whole episode
+    # sampled: Binomial(L, 0.75) per episode; mean of 16 episodes, standard error 0.77
+    assert abs(float(sampled) - 0.75 * length) < 4.0
+    sampled, greedy = evaluation(_policy_with(ppo, 0.25))
+    assert float(greedy) == 0.0 and abs(float(sampled) - 0.25 * length) < 4.0
+    # An episode still running at the cap counts with its partial return.
+    capped = PPO.create(_long_env(length), TINY.replace(eval_episodes=n, eval_max_steps=20))
+    _, greedy = evaluate(capped, jax.random.key(0), _policy_with(capped, 0.75), ObsNorm.create((1,)), capped.env.default_params)
+    assert float(greedy) == 20.0
+
+
+def test_carry_forward_fills_from_the_past_only():
+    nan = np.nan
+    filled = carry_forward(jnp.array([nan, nan, 3.0, nan, 5.0, nan]), jnp.float32(1.0))
+    np.testing.assert_array_equal(filled, [1.0, 1.0, 3.0, 3.0, 5.0, 5.0])
+
+
+def test_learning_curve_never_looks_ahead_and_evaluation_is_the_policys():
+    # Episodes of 100 steps; 2 envs x 16 steps per update, so the first 6 updates finish none. A
+    # curve that filled them from a later update would make the short run's prefix differ from the
+    # long run's: without annealing, the first 4 updates are the same computation in both.
+    env = _long_env(100)
+    config = PPOConfig(num_envs=2, num_steps=16, total_timesteps=32 * 4, hidden=(8,), num_minibatches=2,
+                       anneal_lr=False, eval_episodes=8).replace(lr=3e-2, ent_coef=0.0)
+    short = jax.jit(make_train(env, config))(jax.random.key(0), {})
+    long = jax.jit(make_train(env, config.replace(total_timesteps=32 * 40)))(jax.random.key(0), {})
+    np.testing.assert_array_equal(np.asarray(long.returns)[:4], np.asarray(short.returns))
+    # No episode ended in the short run: its curve is the initial policy's evaluation throughout.
+    np.testing.assert_array_equal(np.asarray(short.returns), float(short.init_eval_return))
+    assert float(short.init_eval_return) == float(long.init_eval_return)  # same start, same key
+    # The initial (uniform) policy earns about half of the 100 steps; training pushes action 1,
+    # and the final evaluation scores that policy's whole episodes, not the ones that ended earlier.
+    assert 35 < float(long.init_eval_return) < 65
+    assert float(long.eval_return_greedy) == 100.0
+    assert float(long.eval_return) > float(long.returns[long.returns.shape[0] // 2])
+
+
+def test_evaluation_curve_leaves_training_unchanged(cartpole):
+    config = TINY.replace(total_timesteps=TINY.batch_size * 10, eval_episodes=4)
+    plain = jax.jit(make_train(cartpole, config))(jax.random.key(3), {})
+    curved = jax.jit(make_train(cartpole, config.replace(eval_points=3)))(jax.random.key(3), {})
+    assert config.replace(eval_points=3).eval_updates == (4, 7, 10)
+    assert curved.eval_curve.shape == (3,) and plain.eval_curve.shape == (0,)
+    np.testing.assert_array_equal(curved.returns, plain.returns)
+    assert float(curved.eval_curve[-1]) == float(plain.eval_return)
+    assert float(curved.eval_curve_greedy[-1]) == float(plain.eval_return_greedy)
+
+
+# --------------------------------------------------------------------------------------------
+# PureJaxRL's presets: MinAtar relu + 8 minibatches; brax normalises observations and rewards
+# --------------------------------------------------------------------------------------------
+
+
+def test_presets_are_purejaxrl_s():
+    minatar, brax = PRESETS["minatar"], PRESETS["brax"]
+    assert (minatar.activation, minatar.num_minibatches, minatar.num_envs, minatar.num_steps) == ("relu", 8, 64, 128)
+    assert (minatar.hparams.lr, minatar.anneal_lr, minatar.total_timesteps) == (5e-3, True, 10_000_000)
+    assert brax.normalize_obs and brax.normalize_reward and not brax.anneal_lr
+    assert (brax.num_envs, brax.num_steps, brax.num_minibatches, brax.hidden) == (2048, 10, 32, (256, 256))
+    assert not PRESETS["classic"].normalize_reward and PRESETS["classic"].activation == "tanh"
+    assert DEFAULT_BRAX_BACKEND == "positional"
+
+
+def test_reward_normaliser_matches_numpy():
+    # PureJaxRL's NormalizeVecReward: G <- gamma * G * (1 - done) + r per env; the running variance
+    # of G over every (step, env) so far; reward / sqrt(var + 1e-8) with the variance after the step.
+    rng = np.random.default_rng(0)
+    gamma, steps, envs = 0.9, 6, 3
+    rewards = rng.normal(2.0, 3.0, (steps, envs)).astype(np.float32)
+    dones = rng.random((steps, envs)) < 0.3
+    norm, got = RewardNorm.create(envs), []
+    for r, d in zip(rewards, dones):
+        norm, scaled = norm(jnp.asarray(r), jnp.asarray(d, jnp.float32), gamma)
+        got.append(np.asarray(scaled))
+    g, seen, want = np.zeros(envs), [], []
+    for r, d in zip(rewards.astype(np.float64), dones):
+        g = gamma * g * (1 - d) + r
+        seen.append(g.copy())
+        allg = np.concatenate(seen)
+        # Welford from PureJaxRL's prior (mean 0, var 1, count 1e-4) equals this weighted variance
+        count = 1e-4 + allg.size
+        mean = allg.sum() / count
+        var = (1e-4 * (1.0 + mean**2) + np.sum((allg - mean) ** 2)) / count
+        want.append(r / np.sqrt(var + 1e-8))
+    np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-4)
+
+
+@pytest.mark.timeout(180)
+def test_brax_auto_reset_restarts_from_the_first_state():
+    # brax's own AutoResetWrapper semantics: the first reset state is kept and selected on done,
+    # no reset is computed per step; termination and truncation stay apart.
+    env = from_brax(envs_module._import_brax().get_environment("inverted_pendulum", backend="positional"),
+                    "brax/inverted_pendulum", episode_length=5)
+    obs0, state = env.reset(jax.random.key(0))
+
+    def body(state, key):
+        step = env.step(key, state, jnp.ones(env.num_actions))  # push hard: the pole falls
+        return step.state, step
+
+    _, steps = jax.jit(lambda s: jax.lax.scan(body, s, jax.random.split(jax.random.key(1), 12)))(state)
+    done = np.asarray(steps.done)
+    assert done.any()
+    first_end = int(np.argmax(done))
+    assert first_end <= 4
+    if not bool(steps.terminated[first_end]):
+        assert first_end == 4 and bool(steps.truncated[first_end])  # the time limit, not a termination
+    np.testing.assert_array_equal(steps.obs[first_end], obs0)  # restarted from the first state
+    assert not np.allclose(steps.final_obs[first_end], obs0)  # final_obs is where it got to
+    np.testing.assert_array_equal(steps.final_obs[:first_end], steps.obs[:first_end])
+    ends = np.flatnonzero(done)
+    assert np.all(np.diff(np.concatenate([[-1], ends])) <= 5)  # never past the 5-step limit
+    for e in ends:
+        np.testing.assert_array_equal(steps.obs[e], obs0)
