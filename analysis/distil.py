@@ -7,8 +7,9 @@ Three fitters over the same data, each giving candidates in one format:
   sparse_regression    non-negative least squares over a library of terms that satisfy the drift
                        constraints by construction (>= 0, zero value and slope at r = 1), best
                        subsets of 1..k terms plus sequential thresholding
-  symbolic_regression  gplearn genetic programming over r - 1, log r, A; only candidates that pass
-                       `check_drift_constraints` are kept (the others are counted as rejected)
+  symbolic_regression  genetic programming whose candidates are valid drifts by construction
+                       (analysis.distil_search: every tree g becomes c relu(g - T_1[g]), T_1[g] its
+                       one-sided first-order expansion at r = 1); its Pareto front of size vs error
 
 Data: the fit points are where training actually goes. Pass visited (ratio, advantage) samples
 from training; without them points are drawn from a default prior, A ~ N(0, 1) (advantages are
@@ -28,6 +29,8 @@ in analysis.distil_methods; this module is the entry point (names from both are 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from analysis.distil_data import (  # noqa: F401  (re-exported: part of this module's API)
@@ -41,6 +44,7 @@ from analysis.distil_data import (  # noqa: F401  (re-exported: part of this mod
     prepare_drift,
     round_sig,
     sample_prior,
+    target_slope,
     valid_subsample,
     visitation_samples,
     visitation_weights,
@@ -58,13 +62,14 @@ from meta_objectives.errors import MetadiscoError
 from meta_objectives.fileio import to_jsonable
 
 
-def fit_dpo(drift_fn, samples=None, progress: float = 0.0, seed: int = 0, n_points: int = 4096) -> dict:
+def fit_dpo(drift_fn, samples=None, progress: float = 0.0, seed: int = 0, n_points: int = 4096,
+            fit: str = "value") -> dict:
     """Least-squares fit of the DPO family (Lu et al. 2022) to D on the fit points.
 
     Returns a candidate dict plus "alpha", "beta" (both > 0, rounded to 6 significant digits as
     in "expression"). Fitted in log(alpha), log(beta), multi-start from DPO_STARTS.
     """
-    return fit_dpo_data(prepare_drift(drift_fn, samples, progress, seed, n_points))
+    return fit_dpo_data(prepare_drift(drift_fn, samples, progress, seed, n_points, fit))
 
 
 def sparse_regression(
@@ -78,6 +83,7 @@ def sparse_regression(
     beam_width: int = 20,
     threshold: float = 0.05,
     n_points: int = 4096,
+    fit: str = "value",
 ) -> list[dict]:
     """Sparse non-negative fits D ~ sum_i w_i term_i (w_i >= 0, so the sum stays a valid drift).
 
@@ -86,34 +92,20 @@ def sparse_regression(
     sequential thresholding of the full NNLS fit (drop terms contributing < `threshold` of the
     largest, refit). Returns candidate dicts sorted by rmse.
     """
-    data = prepare_drift(drift_fn, samples, progress, seed, n_points)
+    data = prepare_drift(drift_fn, samples, progress, seed, n_points, fit)
     return sparse_fit(data, max_terms, library, max_subsets, beam_width, threshold)
 
 
-def symbolic_regression(
-    drift_fn,
-    samples=None,
-    generations: int = 10,
-    seed: int = 0,
-    progress: float = 0.0,
-    population_size: int = 500,
-    n_candidates: int = 20,
-    parsimony: float = 1e-3,
-    n_points: int = 4096,
-) -> dict:
-    """gplearn SymbolicRegressor over features r - 1, log r, A (+, -, *, max, min, abs, neg, tanh).
+def symbolic_regression(drift_fn, samples=None, seed: int = 0, progress: float = 0.0, n_points: int = 4096,
+                        fit: str = "value", **search_options) -> dict:
+    """The valid-by-construction symbolic search (analysis.distil_search) on D's fit points.
 
-    Small by default (population 500, 10 generations: seconds). The parsimony coefficient is
-    `parsimony` * std(D), i.e. relative to the scale of the drift.
-
-    Its programs are not constrained, so the best `n_candidates` distinct programs of the last
-    generation are checked with `check_drift_constraints` and only those that pass are kept.
-    Returns {"candidates": [...sorted by rmse], "n_considered", "n_rejected",
-    "rejected": [{"expression", "violations"}]}.
+    search_options: generations (20), population_size (200), max_size (15 nodes), parsimony,
+    time_limit (seconds). Returns {"candidates": the search's Pareto front as candidate dicts,
+    "n_considered", "n_valid", "valid_share", "seconds", "generations", "population_size"}.
     """
-    data = prepare_drift(drift_fn, samples, progress, seed, n_points)
-    return symbolic_fit(data, generations, seed, population_size, n_candidates, parsimony)
-
+    data = prepare_drift(drift_fn, samples, progress, seed, n_points, fit)
+    return symbolic_fit(data, seed=seed, **search_options)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,57 +123,113 @@ def distil(
     complexity_penalty: float = 1e-3,
     n_points: int = 4096,
     symbolic_kwargs: dict | None = None,
+    fit: str = "value",
 ) -> dict:
     """Run fit_dpo, sparse_regression and (optionally) symbolic_regression on the same points.
 
-    Returns a JSON-able dict {"dpo_fit", "candidates" (all, sorted by rmse, each with its
-    "violations" and "score"), "chosen", "symbolic" (counts, or None), "data"}. "chosen" is the
-    candidate passing `check_drift_constraints` with the lowest score = rmse / std(D) +
-    complexity_penalty * complexity (sympy count_ops).
+    Returns a JSON-able dict {"dpo_fit", "candidates" (all, sorted by error, each with its
+    "violations" and "score"), "pareto" (indices into "candidates": the valid ones on the front of
+    complexity against error, by complexity), "chosen" (the front's lowest score = error /
+    std(target) + complexity_penalty * complexity), "symbolic" (the search's counts: considered,
+    valid, valid share, seconds; or None), "fit", "data"}.
     """
-    data = prepare_drift(drift_fn, samples, progress, seed, n_points)
+    data = prepare_drift(drift_fn, samples, progress, seed, n_points, fit)
     dpo = fit_dpo_data(data)
     candidates = [dpo] + sparse_fit(data, max_terms)
     sym = None
     if symbolic:
         sym = symbolic_fit(data, seed=seed, **(symbolic_kwargs or {}))
-        candidates += sym["candidates"]
+        candidates += sym.pop("candidates")
     return to_jsonable({
         "dpo_fit": dpo,
         **choose(candidates, data, complexity_penalty),
-        "symbolic": None if sym is None else {k: sym[k] for k in ("n_considered", "n_rejected", "rejected")},
-        "data": {"source": data.source, "n_points": int(data.r.size), "progress": data.progress,
-                 "grid": {"r": list(GRID_R), "A": list(GRID_A), "num": GRID_NUM},
-                 "target_std": float(np.std(data.d))},
+        "symbolic": sym,
+        "fit": fit,
+        "data": _data_summary(data),
         "complexity_penalty": complexity_penalty,
     })
 
 
-def distil_over_progress(drift_fn, samples=None, seed: int = 0, symbolic: bool = True,
-                         progresses: tuple[float, float] = (0.0, 1.0), **kwargs) -> dict:
-    """Distil a progress-dependent (TA-LPO) drift as D(r, A, p) = (1 - p) D_0(r, A) + p D_1(r, A).
+def _data_summary(data) -> dict:
+    return {"source": data.source, "n_points": int(data.r.size),
+            "progress": data.progress if data.scalar_progress else "per point",
+            "grid": {"r": list(GRID_R), "A": list(GRID_A), "num": GRID_NUM},
+            "target_std": float(np.std(data.d)), "slope_std": float(np.std(data.s))}
 
-    D_0 and D_1 are `distil`'s chosen forms at the two ends of training (`progresses`); a convex
-    combination of two valid drifts is a valid drift, so the interpolation passes the constraints
-    at every p in [0, 1]. Returns `distil`'s report at the middle progress, whose "chosen" is the
-    interpolated form scored at the middle (the ends' reports are kept under "ends").
+
+def distil_over_progress(drift_fn, samples=None, seed: int = 0, symbolic: bool = True,
+                         progresses: tuple[float, float] = (0.0, 1.0), n_points: int = 4096,
+                         complexity_penalty: float = 1e-3, **kwargs) -> dict:
+    """Distil a progress-dependent (TA-LPO) drift as D(r, A, p) = (1 - w) D_0(r, A) + w D_1(r, A),
+    w = (p - p0) / (p1 - p0).
+
+    D_0 and D_1 are fitted at the two ends of training (`progresses`), each on the samples of its
+    half of training when `samples` carry a progress column ([n, 3]: ratio, advantage, progress;
+    [n, 2]: all samples at both ends). A convex combination of two valid drifts is a valid drift,
+    so every pair from the two ends' Pareto fronts is a candidate, scored on every sample at its
+    own progress and on the grid at p0, the middle and p1. Returns `distil`'s report format (the
+    ends' own reports are kept under "ends").
     """
     p0, p1 = progresses
-    ends = [distil(drift_fn, samples, seed=seed, symbolic=symbolic, progress=p, **kwargs) for p in (p0, p1)]
-    middle = distil(drift_fn, samples, seed=seed, symbolic=False, progress=(p0 + p1) / 2, **kwargs)
-    if all(e["chosen"] for e in ends):
-        (e0, e1), span = (e["chosen"]["expression"] for e in ends), p1 - p0
-        weight = "p" if (p0, p1) == (0.0, 1.0) else f"(p - {p0!r})/{span!r}"
-        expression = f"(1 - {weight})*({e0}) + {weight}*({e1})"
-        data = prepare_drift(drift_fn, samples, (p0 + p1) / 2, seed, kwargs.get("n_points", 4096))
-        interpolated = candidate(expression, data, "interpolated", 2, ends=[e0, e1], progresses=[p0, p1])
-        interpolated["violations"] = check_drift_constraints(expression)
-        penalty = kwargs.get("complexity_penalty", 1e-3)
-        interpolated["score"] = interpolated["rmse"] / (float(np.std(data.d)) or 1.0) + penalty * interpolated["complexity"]
-        middle["candidates"].insert(0, to_jsonable(interpolated))
-        middle["chosen"] = None if interpolated["violations"] else to_jsonable(interpolated)
-    middle["ends"] = [{"progress": p, "chosen": e["chosen"], "dpo_fit": e["dpo_fit"]} for p, e in zip((p0, p1), ends)]
-    return middle
+    mid = (p0 + p1) / 2
+    rows = None if samples is None else _rows(samples)
+    halves = [None, None]
+    if rows is not None:
+        halves = [rows[:, :2], rows[:, :2]]
+        if rows.shape[1] == 3:
+            for k, half in enumerate((rows[rows[:, 2] < mid], rows[rows[:, 2] >= mid])):
+                if len(half) >= 20:
+                    halves[k] = half[:, :2]
+    ends = [distil(drift_fn, h, seed=seed, symbolic=symbolic, progress=p, n_points=n_points,
+                   complexity_penalty=complexity_penalty, **kwargs) for h, p in zip(halves, progresses)]
+    # every sample at its own progress (the prior: progress uniform over [p0, p1])
+    rng = np.random.default_rng(seed)
+    if rows is None or rows.shape[1] < 3:
+        r, a = visitation_samples(None if rows is None else rows[:, :2], n_points, seed)
+        p = rng.uniform(p0, p1, r.size)
+    else:
+        ok = np.isfinite(rows).all(axis=1) & (rows[:, 0] > 0)
+        rows = rows[ok]
+        rows = rows[rng.choice(len(rows), min(n_points, len(rows)), replace=False)]
+        r, a, p = rows.T
+    data = prepare_drift(drift_fn, (r, a), np.clip(p, p0, p1), seed, n_points, kwargs.get("fit", "value"),
+                         grid_progresses=(p0, mid, p1))
+    span = p1 - p0
+    weight = "p" if (p0, p1) == (0.0, 1.0) else f"(p - {p0!r})/{span!r}"
+    fronts = [[e["candidates"][i] for i in e["pareto"]] for e in ends]
+    candidates = []
+    for c0, c1 in itertools.product(*fronts):
+        expression = f"(1 - {weight})*({c0['expression']}) + {weight}*({c1['expression']})"
+        c = candidate(expression, data, "interpolated", c0["n_terms"] + c1["n_terms"],
+                      ends=[c0["expression"], c1["expression"]], progresses=[p0, p1])
+        c["violations"] = []  # a convex combination of two valid drifts (checked again when chosen)
+        candidates.append(c)
+    report = choose(candidates, data, complexity_penalty)
+    if report["chosen"] is not None:
+        violations = check_drift_constraints(report["chosen"]["expression"])
+        if violations:
+            report["chosen"]["violations"] = violations
+            report["chosen"] = None
+    return to_jsonable({
+        **report,
+        "dpo_fit": ends[0]["dpo_fit"], "fit": kwargs.get("fit", "value"),
+        "symbolic": [e["symbolic"] for e in ends] if symbolic else None,
+        "data": _data_summary(data), "complexity_penalty": complexity_penalty,
+        "ends": [{"progress": q, "chosen": e["chosen"], "dpo_fit": e["dpo_fit"], "n_pareto": len(e["pareto"])}
+                 for q, e in zip(progresses, ends)],
+    })
+
+
+def _rows(samples) -> np.ndarray:
+    """Samples as float64 rows [n, 2] (ratio, advantage) or [n, 3] (with progress)."""
+    if isinstance(samples, (tuple, list)) and len(samples) in (2, 3) and np.ndim(samples[0]) == 1:
+        return np.stack([np.asarray(x, np.float64) for x in samples], axis=1)
+    if isinstance(samples, dict):
+        return np.stack([np.asarray(samples[k], np.float64).ravel() for k in ("ratio", "advantage")], axis=1)
+    arr = np.asarray(samples, np.float64)
+    if arr.ndim < 2 or arr.shape[-1] not in (2, 3):
+        raise ValueError(f"samples must be [n, 2] (ratio, advantage) or [n, 3] (and progress), got {arr.shape}")
+    return arr.reshape(-1, arr.shape[-1])
 
 
 def distil_value_loss(
@@ -192,30 +240,41 @@ def distil_value_loss(
     max_terms: int = 3,
     complexity_penalty: float = 1e-3,
     n_points: int = 4096,
+    symbolic: bool = False,
+    symbolic_kwargs: dict | None = None,
+    fit: str = "value",
 ) -> dict:
-    """Distil a learned value loss L(e, t) as L2 plus a sparse sum of `value_loss_library` terms.
+    """Distil a learned value loss L(e, t) as L2 plus a sparse sum of `value_loss_library` terms
+    (and, with `symbolic`, the valid-by-construction search's departures from L2).
 
     The fit is to the departure L - e^2/2, which is what evolution learned (LearnedValueLoss is
     L2 plus a learned residual): fitting L itself would let the e^2 scale swamp it, and every
-    candidate would score R^2 = 1. R^2 and errors are reported on the departure.
+    candidate would score R^2 = 1. R^2 and errors are reported on the departure (fit="slope":
+    on its slope along e).
     loss_fn(value, target) -> per-sample L (jax or numpy). errors, targets: visited prediction
     errors v - target and targets, (n,) each (targets None: 0). The report grid is e in
-    [-3s, 3s] (s = std of the errors) at the median target. Returns {"candidates", "chosen",
-    "data", "complexity_penalty"} in the format of `distil`; each candidate's "expression" is the
-    whole loss (e**2/2 + ...), checked with `check_value_loss_constraints`.
+    [-3s, 3s] (s = std of the errors) at the median target. Returns {"candidates", "pareto",
+    "chosen", "data", "complexity_penalty"} in the format of `distil`; each candidate's
+    "expression" is the whole loss (e**2/2 + ...), checked with `check_value_loss_constraints`.
     """
     errors = np.asarray(errors, np.float64).ravel()
     targets = np.zeros_like(errors) if targets is None else np.asarray(targets, np.float64).ravel()
     errors, targets = valid_subsample(errors, targets, True, "finite value", n_points, seed)
     scale = float(np.std(errors)) or 1.0
 
-    def departure(e, t):
+    def loss(e, t):
         t32 = t.astype(np.float32)
-        out = np.asarray(loss_fn(t32 + e.astype(np.float32), t32), np.float64)
+        return np.asarray(loss_fn(t32 + np.asarray(e, np.float32), t32))
+
+    def departure(e, t):
+        out = np.asarray(loss(e, t), np.float64)
         if not np.isfinite(out).all():
             raise MetadiscoError("the value loss to distil is not finite at some fit points: the run's objectives "
                                  "are broken; try --which best")
         return np.broadcast_to(out, e.shape) - e**2 / 2
+
+    def departure_slope(e, t):
+        return target_slope(lambda v, tt: loss_fn(tt + v, tt), e, t) - e
 
     grid_e = np.linspace(-3 * scale, 3 * scale, GRID_NUM)
     grid_t = np.full_like(grid_e, float(np.median(targets)))
@@ -223,16 +282,23 @@ def distil_value_loss(
     data = FitData(
         r=errors, a=targets, d=departure(errors, targets), grid_r=grid_e, grid_a=grid_t,
         grid_d=departure(grid_e, grid_t), grid_w=density / density.sum(), progress=0.0,
-        source="samples", kind="value_loss",
+        source="samples", kind="value_loss", fit=fit,
+        s=departure_slope(errors, targets), grid_s=departure_slope(grid_e, grid_t),
     )
     residuals = sparse_fit(data, max_terms, value_loss_library(scale))
     l2 = candidate("0", data, "l2", 0)  # no departure at all: the L2 loss evolution started from
     candidates = [l2] + residuals
+    sym = None
+    if symbolic:
+        sym = symbolic_fit(data, seed=seed, **(symbolic_kwargs or {}))
+        candidates += sym.pop("candidates")
     for c in candidates:
         c["departure"] = c["expression"]
         c["expression"] = "e**2/2" if c["expression"] == "0" else f"e**2/2 + {c['expression']}"
     return to_jsonable({
         **choose(candidates, data, complexity_penalty),
+        "symbolic": sym,
+        "fit": fit,
         "data": {"source": data.source, "n_points": int(errors.size), "error_std": scale,
                  "fit": "departure from L2 = e**2/2",
                  "grid": {"e": [-3 * scale, 3 * scale], "t": float(grid_t[0]), "num": GRID_NUM},

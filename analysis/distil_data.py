@@ -3,8 +3,13 @@
     sample_prior / visitation_weights / visitation_samples   fit points (r, A) where training goes
     evaluation_grid                                          the fixed report grid
     FitData, prepare_drift                                   fit points, targets and grid of one fit
-    candidate(expression, data, method, n_terms)             a scored candidate dict
-    choose(candidates, data, penalty)                        constraints, score, the chosen one
+    candidate(expression, data, method, n_terms)             a scored candidate dict (values and slopes)
+    choose(candidates, data, penalty)                        constraints, the Pareto front, the chosen one
+
+A fit matches either the values D (fit="value") or the slopes dD/dr (fit="slope"): the slope is
+what drives learning (the policy-gradient weight of a sample is A - dD/dr), so a fit with a good
+R^2 on D can still give different updates near the walls. Every candidate reports both errors,
+on the fit points and on the grid.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ GRID_R = (0.5, 2.0)
 GRID_A = (-3.0, 3.0)
 GRID_NUM = 61
 SIG_DIGITS = 6  # constants in candidate expressions are rounded to this many significant digits
+FITS = ("value", "slope")
+SLOPE_STEP = 1e-6  # central differences of a candidate expression in float64
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,18 +117,41 @@ def evaluation_grid(num: int = GRID_NUM):
 
 
 def evaluate_target(fn, ratio, advantage, progress) -> np.ndarray:
-    out = fn(ratio.astype(np.float32), advantage.astype(np.float32), np.float32(progress))
-    out = np.broadcast_to(np.asarray(out, np.float64), ratio.shape)
-    if not np.isfinite(out).all():
-        raise MetadiscoError("the drift to distil is not finite at some fit points: the run's objectives are "
+    out = fn(ratio.astype(np.float32), advantage.astype(np.float32), np.asarray(progress, np.float32))
+    return _finite(np.broadcast_to(np.asarray(out, np.float64), ratio.shape), "drift")
+
+
+def target_slope(fn, x, y, *rest) -> np.ndarray:
+    """d fn / d x at each point (fn elementwise in x; float32 in, float64 out): jax.grad when fn
+    traces, central differences (step 1e-3 x) otherwise."""
+    import jax
+    import jax.numpy as jnp
+
+    args = [np.asarray(a, np.float32) for a in (y, *rest)]
+    try:
+        out = jax.grad(lambda v: jnp.sum(jnp.asarray(fn(v, *args))))(jnp.asarray(x, jnp.float32))
+    except Exception:  # a numpy callable meeting a tracer
+        h = np.float32(1e-3) * np.maximum(np.abs(x), 1.0).astype(np.float32)
+        up = np.asarray(fn((x + h).astype(np.float32), *args), np.float64)
+        down = np.asarray(fn((x - h).astype(np.float32), *args), np.float64)
+        out = (up - down) / (2 * h.astype(np.float64))
+    return _finite(np.broadcast_to(np.asarray(out, np.float64), np.shape(x)), "slope of the objective")
+
+
+def _finite(values, what):
+    if not np.isfinite(values).all():
+        raise MetadiscoError(f"the {what} to distil is not finite at some fit points: the run's objectives are "
                              "broken; try --which best")
-    return out
+    return values
 
 
 @dataclass
 class FitData:
-    """Fit points and the report grid of one distillation. kind "drift": inputs r, a (and the
-    fixed progress); kind "value_loss": inputs r := e (prediction error), a := t (target)."""
+    """Fit points and the report grid of one distillation. kind "drift": inputs r, a and the
+    progress (one value, or one per point: `progress` for the fit points, `grid_progress` for the
+    grid); kind "value_loss": inputs r := e (prediction error), a := t (target).
+    d, s: the target's values and slopes along r (or e) at the fit points; grid_d, grid_s on the
+    grid. fit: which of the two the fitters match ("value" or "slope")."""
 
     r: np.ndarray
     a: np.ndarray
@@ -130,15 +160,44 @@ class FitData:
     grid_a: np.ndarray
     grid_d: np.ndarray
     grid_w: np.ndarray
-    progress: float
+    progress: float | np.ndarray
     source: str
     kind: str = "drift"
+    s: np.ndarray | None = None
+    grid_s: np.ndarray | None = None
+    fit: str = "value"
+    grid_progress: float | np.ndarray | None = None
 
-    def evaluate(self, expression: str, grid: bool = False, **constants) -> np.ndarray:
+    def __post_init__(self):
+        if self.fit not in FITS:
+            raise MetadiscoError(f"fit must be one of {', '.join(FITS)}, got {self.fit!r}")
+        if self.grid_progress is None:
+            self.grid_progress = self.progress
+
+    def evaluate(self, expression: str, grid: bool = False, shift: float = 0.0, **constants) -> np.ndarray:
         x, y = (self.grid_r, self.grid_a) if grid else (self.r, self.a)
         if self.kind == "drift":
-            return evaluate_numpy(expression, x, y, self.progress, **constants)
-        return evaluate_value_loss_numpy(expression, x, y)
+            return evaluate_numpy(expression, x + shift, y, self.grid_progress if grid else self.progress, **constants)
+        return evaluate_value_loss_numpy(expression, x + shift, y)
+
+    def slope(self, expression: str, grid: bool = False, **constants) -> np.ndarray:
+        """d expression / d r (or d e) by central differences in float64."""
+        up = self.evaluate(expression, grid, SLOPE_STEP, **constants)
+        down = self.evaluate(expression, grid, -SLOPE_STEP, **constants)
+        return (up - down) / (2 * SLOPE_STEP)
+
+    def column(self, expression: str, **constants) -> np.ndarray:
+        """The expression on the fit points in the fit mode (values or slopes)."""
+        return (self.evaluate if self.fit == "value" else self.slope)(expression, **constants)
+
+    @property
+    def target(self) -> np.ndarray:
+        """What the fitters match: d (fit="value") or s (fit="slope")."""
+        return self.d if self.fit == "value" else self.s
+
+    @property
+    def scalar_progress(self) -> bool:
+        return np.ndim(self.progress) == 0
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -150,15 +209,30 @@ class FitData:
         return check_value_loss_constraints(expression)
 
 
-def prepare_drift(drift_fn, samples, progress, seed, n_points) -> FitData:
+def prepare_drift(drift_fn, samples, progress, seed, n_points, fit: str = "value",
+                  grid_progresses: tuple[float, ...] | None = None) -> FitData:
+    """Fit points (visited `samples` or the prior), the target's values and slopes there and on
+    the grid. progress: one value, or one per sample (then `samples` are used as given, aligned
+    with it). grid_progresses: the grid repeated at each of these progresses (default: `progress`)."""
     fn = as_drift_fn(drift_fn)
-    r, a = visitation_samples(samples, n_points, seed)
+    if np.ndim(progress):
+        r, a = (np.asarray(x, np.float64) for x in samples)
+        progress = np.asarray(progress, np.float64)
+    else:
+        r, a = visitation_samples(samples, n_points, seed)
+        progress = float(progress)
     gr, ga = evaluation_grid()
+    gw = visitation_weights(gr, ga)
+    gp = progress
+    if grid_progresses is not None:
+        k = len(grid_progresses)
+        gr, ga, gw = np.tile(gr, k), np.tile(ga, k), np.tile(gw, k) / k
+        gp = np.repeat(np.asarray(grid_progresses, np.float64), len(gr) // k)
     return FitData(
-        r=r, a=a, d=evaluate_target(fn, r, a, progress),
-        grid_r=gr, grid_a=ga, grid_d=evaluate_target(fn, gr, ga, progress),
-        grid_w=visitation_weights(gr, ga), progress=float(progress),
-        source="prior" if samples is None else "samples",
+        r=r, a=a, d=evaluate_target(fn, r, a, progress), s=target_slope(fn, r, a, progress),
+        grid_r=gr, grid_a=ga, grid_d=evaluate_target(fn, gr, ga, gp), grid_s=target_slope(fn, gr, ga, gp),
+        grid_w=gw, progress=progress, grid_progress=gp,
+        source="prior" if samples is None else "samples", fit=fit,
     )
 
 
@@ -185,25 +259,43 @@ def round_sig(x: float) -> float:
 
 
 def candidate(expression: str, data: FitData, method: str, n_terms: int, **extra) -> dict:
-    """Score an expression string on the fit points and the grid -> candidate dict."""
+    """Score an expression string on the fit points and the grid -> candidate dict: value errors
+    at the top level and under "grid", slope errors under "slope" (and "slope"/"grid"); "error"
+    is the rmse of what the fit matches (values or slopes) on the fit points."""
     expr = parse_expression(expression, data.variables)
     fit = fit_metrics(data.evaluate(expression), data.d)
     grid = fit_metrics(data.evaluate(expression, grid=True), data.grid_d, data.grid_w)
+    slope = {}
+    if data.s is not None:
+        slope = fit_metrics(data.slope(expression), data.s)
+        slope["grid"] = fit_metrics(data.slope(expression, grid=True), data.grid_s, data.grid_w)
+    error = fit["rmse"] if data.fit == "value" else slope.get("rmse")
     return {
         "method": method, "expression": expression, "complexity": int(sp.count_ops(expr)),
-        "n_terms": int(n_terms), **fit, "grid": grid, **extra,
+        "n_terms": int(n_terms), **fit, "grid": grid, "slope": slope, "error": error, **extra,
     }
 
 
 
 def choose(candidates: list[dict], data: FitData, complexity_penalty: float) -> dict:
-    """Check, score and sort candidates -> {"candidates", "chosen"}: chosen is the one passing its
-    plug's constraints with the lowest rmse / std(target) + complexity_penalty * complexity."""
-    scale = float(np.std(data.d)) or 1.0
+    """Check, score and sort candidates -> {"candidates" (by error), "pareto", "chosen"}.
+
+    "pareto": indices into "candidates" of the valid candidates that no other valid one beats on
+    both complexity and error (the rmse of what the fit matches), by increasing complexity; the
+    user picks one by its position in this list (`metadisco export --candidate N`). "chosen": the
+    front's lowest error / std(target) + complexity_penalty * complexity.
+    """
+    scale = float(np.std(data.target)) or 1.0
     for c in candidates:
         if "violations" not in c:
             c["violations"] = data.violations(c["expression"])
-        c["score"] = None if c["rmse"] is None else c["rmse"] / scale + complexity_penalty * c["complexity"]
-    candidates.sort(key=lambda c: math.inf if c["rmse"] is None else c["rmse"])
-    passing = [c for c in candidates if not c["violations"] and c["score"] is not None]
-    return {"candidates": candidates, "chosen": min(passing, key=lambda c: c["score"]) if passing else None}
+        c["score"] = None if c["error"] is None else c["error"] / scale + complexity_penalty * c["complexity"]
+    candidates.sort(key=lambda c: math.inf if c["error"] is None else c["error"])
+    passing = [i for i, c in enumerate(candidates) if not c["violations"] and c["score"] is not None]
+    front, best = [], math.inf
+    for i in sorted(passing, key=lambda i: (candidates[i]["complexity"], candidates[i]["error"])):
+        if candidates[i]["error"] < best:
+            front.append(i)
+            best = candidates[i]["error"]
+    chosen = min((candidates[i] for i in front), key=lambda c: c["score"]) if front else None
+    return {"candidates": candidates, "pareto": front, "chosen": chosen}

@@ -2,8 +2,11 @@
 
     fit_dpo_data(data)           least squares of the DPO family (alpha, beta > 0)
     sparse_fit(data, library)    non-negative best subsets of a term library, plus thresholding
-    symbolic_fit(data)           gplearn genetic programming, filtered by the drift constraints
+    symbolic_fit(data)           genetic programming whose candidates are valid by construction
+                                 (analysis.distil_search): its Pareto front of size against error
     drift_library(), value_loss_library(scale)   the term libraries sparse_fit draws from
+
+Each matches what `data.fit` says: the target's values or its slopes along r (or e).
 """
 
 from __future__ import annotations
@@ -12,12 +15,10 @@ import itertools
 import math
 
 import numpy as np
-import sympy as sp
 from scipy.optimize import least_squares, nnls
 
 from analysis.distil_data import FitData, candidate, round_sig
-from meta_objectives.constraints import check_drift_constraints
-from meta_objectives.expressions import A_sym, r_sym
+from analysis.distil_search import Plug, Problem, search, transform_expression, tree_str
 from meta_objectives.formulas import DPO_FORMULA, dpo_expression
 
 # ---------------------------------------------------------------------------------------------
@@ -31,7 +32,7 @@ DPO_STARTS = ((2.0, 0.6), (1.0, 1.0), (0.5, 0.3), (4.0, 2.0))
 def fit_dpo_data(data: FitData) -> dict:
     def residual(theta):
         alpha, beta = np.exp(theta)
-        return data.evaluate(DPO_FAMILY, alpha=alpha, beta=beta) - data.d
+        return data.column(DPO_FAMILY, alpha=alpha, beta=beta) - data.target
 
     best = None
     bounds = (np.log([1e-3, 1e-3]), np.log([1e3, 1e3]))
@@ -92,7 +93,7 @@ def sparse_fit(data, max_terms=3, library=None, max_subsets=2000, beam_width=20,
     library = drift_library() if library is None else list(library)
     columns, names, terms = [], [], []
     for name, term in library:
-        col = data.evaluate(term)
+        col = data.column(term)
         if np.isfinite(col).all() and np.linalg.norm(col) > 1e-12:
             columns.append(col)
             names.append(name)
@@ -102,7 +103,7 @@ def sparse_fit(data, max_terms=3, library=None, max_subsets=2000, beam_width=20,
     X = np.stack(columns, axis=1)
     norms = np.linalg.norm(X, axis=0)
     Xs = X / norms
-    y = data.d
+    y = data.target
 
     def solve(subset):
         w, rnorm = nnls(Xs[:, list(subset)], y)
@@ -152,76 +153,41 @@ def _record(chosen, subset, w, method="sparse", rel_tol=1e-4):
 
 
 # ---------------------------------------------------------------------------------------------
-# Symbolic regression (gplearn)
+# Symbolic regression, valid by construction
 # ---------------------------------------------------------------------------------------------
 
-_FEATURES = (r_sym - 1, sp.log(r_sym), A_sym)  # gplearn X0, X1, X2
 
+def symbolic_fit(data: FitData, generations: int = 20, seed: int = 0, population_size: int = 200,
+                 max_size: int = 15, parsimony: float = 1e-3, time_limit: float | None = None) -> dict:
+    """analysis.distil_search over `data` (at one progress) -> {"candidates" (the search's Pareto
+    front as candidate dicts), "n_considered", "n_valid", "valid_share", "seconds", ...}.
 
-def _program_to_sympy(program) -> sp.Expr:
-    """A gplearn program (prefix list of functions, feature indices, constants) -> sympy."""
-    from gplearn.functions import _Function
-
-    ops = {
-        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-        "neg": lambda a: -a, "abs": sp.Abs, "max": sp.Max, "min": sp.Min, "tanh": sp.tanh,
-    }
-    nodes = iter(program)
-
-    def build():
-        node = next(nodes)
-        if isinstance(node, _Function):
-            args = [build() for _ in range(node.arity)]
-            return ops[node.name](*args)
-        if isinstance(node, (int, np.integer)):
-            return _FEATURES[int(node)]
-        return sp.Float(float(node))
-
-    return build()
-
-
-def symbolic_fit(data, generations=10, seed=0, population_size=500, n_candidates=20, parsimony=1e-3) -> dict:
-    from gplearn.functions import make_function
-    from gplearn.genetic import SymbolicRegressor
-
-    tanh = make_function(function=np.tanh, name="tanh", arity=1)
-    X = np.stack([data.r - 1.0, np.log(data.r), data.a], axis=1)
-    est = SymbolicRegressor(
-        population_size=population_size, generations=generations, random_state=seed,
-        function_set=("add", "sub", "mul", "max", "min", "abs", "neg", tanh),
-        metric="rmse", parsimony_coefficient=parsimony * float(np.std(data.d) or 1.0),
-        init_depth=(2, 4), const_range=(-1.0, 1.0),
-        n_jobs=1, verbose=0,
-    )
-    est.fit(X, data.d)
-    programs = [p for p in est._programs[-1] if p is not None]
-    programs.sort(key=lambda p: p.raw_fitness_)
-    seen, kept, rejected = set(), [], []
-    for prog in programs:
-        if len(seen) >= n_candidates:
-            break
-        if str(prog) in seen:
+    A drift candidate is c * relu(g - T_1[g] - DELTA); a value-loss departure from L2 is
+    (b - 1) e^2/2 + c * relu(g - T_0[g] - DELTA), b, c >= 0 (the whole loss b e^2/2 + c ...).
+    """
+    if not data.scalar_progress:
+        raise ValueError("symbolic_fit fits one progress at a time; distil_over_progress interpolates")
+    plug = Plug(data.kind)
+    base = ()
+    if data.kind == "value_loss":  # the departure's e^2/2 coefficient may fall to -1 (b >= 0)
+        base = ((data.r**2 / 2, data.r, -1.0),)
+    problem = Problem(plug, data.r, data.a, data.d, data.s if data.s is not None else np.zeros_like(data.d),
+                      fit=data.fit, base=base)
+    result = search(problem, generations=generations, population_size=population_size, seed=seed,
+                    max_size=max_size, parsimony=parsimony, time_limit=time_limit)
+    out = []
+    for member in result.front:
+        *b, c = (round_sig(w) for w in member["coefficients"])
+        if c <= 0 and not b:
             continue
-        seen.add(str(prog))
+        term = f"{c!r}*({transform_expression(plug, member['tree'])})"
+        if b:
+            term = f"{b[0]!r}*e**2/2 + {term}"
         try:
-            expression = str(_program_to_sympy(prog.program))
-        except Exception as e:  # a program sympy cannot build
-            rejected.append({"expression": str(prog), "violations": [f"cannot convert to sympy: {e}"]})
-            continue
-        try:
-            violations = check_drift_constraints(expression)
-        except ValueError as e:
-            violations = [str(e)]
-        if violations:
-            rejected.append({"expression": expression, "violations": violations})
-            continue
-        kept.append(candidate(expression, data, "symbolic", 1, program=str(prog)))
-    return {
-        "candidates": sorted(kept, key=lambda c: c["rmse"]),
-        "n_considered": len(seen),
-        "n_rejected": len(rejected),
-        "rejected": rejected,
-    }
+            out.append(candidate(term, data, "symbolic", 1, program=tree_str(member["tree"])))
+        except ValueError as e:  # an expression the safe parser refuses (counted, not kept)
+            result.stats.setdefault("unreadable", []).append(f"{tree_str(member['tree'])}: {e}")
+    return {"candidates": out, **result.stats}
 
 
 def value_loss_library(error_scale: float = 1.0) -> list[tuple[str, str]]:

@@ -1,0 +1,458 @@
+"""Symbolic search whose candidates are valid by construction (drifts and value losses).
+
+Genetic programming over small expression trees g, each turned into a valid objective by one
+transform before it is scored, so that the search spends its budget on valid formulas:
+
+    drift       D(r, A)  = c * relu(g(r, A) - T_1[g](r, A) - DELTA),   c >= 0
+    value loss  L(e, t)  = b * e^2/2 + c * relu(g(e, t) - T_0[g](e, t) - DELTA),   b, c >= 0
+
+T_x0[g] is the one-sided first-order expansion of g at the pivot x0 (r = 1 for a drift, e = 0
+for a value loss): g(x0) + g'_+(x0) (x - x0) for x >= x0 and g(x0) + g'_-(x0) (x - x0) below, with
+the one-sided derivatives computed exactly by forward-mode directional derivatives (relu and
+abs at 0 included). So g - T[g] = o(|x - x0|) for any piecewise-smooth g, and the relu makes it
+non-negative: every candidate is >= 0, exactly 0 at the pivot, with zero slope on both sides (no
+kink). For convex g it is g's Bregman divergence (g = -log r gives the KL-like r - 1 - log r).
+DELTA (1e-5) makes the zero at the pivot robust to float32 rounding of the printed expression.
+The sum of non-negative multiples of valid forms is valid, hence the non-negative scaling.
+
+What the transform cannot guarantee is checked: finiteness (exp can overflow) and, for a value
+loss, that the gradient step moves v toward its target (e dL/de >= 0 for |e| > 1) on the check
+grid of meta_objectives.constraints. Those candidates count as considered and invalid.
+
+One set of rules (`_RULES`) evaluates a tree both ways: numerically with directional derivatives
+(numpy; the search) and symbolically (sympy; the expression strings the search hands back).
+
+    result = search(data, generations=..., population_size=..., seed=...)
+    result.candidates   [{"expression", "tree", "coefficients", ...}] the Pareto front of size vs error
+    result.stats        {"n_considered", "n_valid", "valid_share", "seconds", ...}
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy as sp
+from scipy.optimize import least_squares, lsq_linear
+
+from meta_objectives.expressions import A_sym, e_sym, r_sym, t_sym
+
+DELTA = 1e-5  # the transform's dead band, larger than float32 rounding of g at the pivot
+
+UNARY = ("neg", "sq", "relu", "abs", "tanh", "exp")
+BINARY = ("add", "sub", "mul")
+TERMINALS = {"drift": ("u", "l", "A"), "value_loss": ("e", "t")}  # u = r - 1, l = log r
+
+
+# ---------------------------------------------------------------------------------------------
+# One set of rules, two backends
+# ---------------------------------------------------------------------------------------------
+
+
+class _Numeric:
+    """numpy backend: values and directional derivatives of arrays."""
+
+    @staticmethod
+    def select(x, pos, neg, zero):  # where(x > 0, pos, where(x < 0, neg, zero))
+        return np.where(x > 0, pos, np.where(x < 0, neg, zero))
+
+    relu = staticmethod(lambda x: np.maximum(x, 0.0))
+    abs = staticmethod(np.abs)
+    tanh = staticmethod(np.tanh)
+    exp = staticmethod(np.exp)
+
+
+class _Symbolic:
+    """sympy backend: the same rules build expressions."""
+
+    @staticmethod
+    def select(x, pos, neg, zero):
+        pos, neg, zero = map(sp.sympify, (pos, neg, zero))
+        if pos == neg == zero:
+            return pos
+        return sp.Piecewise((pos, x > 0), (neg, x < 0), (zero, True))
+
+    relu = staticmethod(lambda x: sp.Max(0, x))
+    abs = staticmethod(sp.Abs)
+    tanh = staticmethod(sp.tanh)
+    exp = staticmethod(sp.exp)
+
+
+def _unary(op, B, a, da):
+    """(value, directional derivative) of op applied to (a, da)."""
+    if op == "neg":
+        return -a, -da
+    if op == "sq":
+        return a * a, 2 * a * da
+    if op == "relu":
+        return B.relu(a), B.select(a, da, 0 * da, B.relu(da))
+    if op == "abs":
+        return B.abs(a), B.select(a, da, -da, B.abs(da))
+    if op == "tanh":
+        v = B.tanh(a)
+        return v, (1 - v * v) * da
+    if op == "exp":
+        v = B.exp(a)
+        return v, v * da
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def _binary(op, a, da, b, db):
+    if op == "add":
+        return a + b, da + db
+    if op == "sub":
+        return a - b, da - db
+    if op == "mul":
+        return a * b, a * db + b * da
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def evaluate(tree, env: dict, B=_Numeric):
+    """(g, dg) of `tree`: env maps each terminal to (value, directional derivative)."""
+    head = tree[0]
+    if head == "x":
+        return env[tree[1]]
+    if head == "c":
+        return tree[1], 0.0
+    if head in BINARY:
+        return _binary(head, *evaluate(tree[1], env, B), *evaluate(tree[2], env, B))
+    return _unary(head, B, *evaluate(tree[1], env, B))
+
+
+def fold(tree):
+    """The tree with every constant subtree replaced by its value (rounded to 6 digits)."""
+    if tree[0] in ("x", "c"):
+        return tree
+    children = [fold(t) for t in tree[1:]]
+    node = (tree[0], *children)
+    if all(c[0] == "c" for c in children):
+        with np.errstate(all="ignore"):
+            value = float(evaluate(node, {})[0])
+        if math.isfinite(value) and abs(value) < 1e6:
+            return ("c", float(f"{value:.6g}"))
+    return node
+
+
+def tree_size(tree) -> int:
+    return 1 if tree[0] in ("x", "c") else 1 + sum(tree_size(t) for t in tree[1:])
+
+
+def tree_str(tree) -> str:
+    if tree[0] == "x":
+        return tree[1]
+    if tree[0] == "c":
+        return f"{tree[1]:.6g}"
+    return f"{tree[0]}({', '.join(tree_str(t) for t in tree[1:])})"
+
+
+def constants_of(tree) -> list[float]:
+    if tree[0] == "c":
+        return [tree[1]]
+    if tree[0] == "x":
+        return []
+    return [c for t in tree[1:] for c in constants_of(t)]
+
+
+def with_constants(tree, values):
+    it = iter(values)
+
+    def rebuild(t):
+        if t[0] == "c":
+            return ("c", float(next(it)))
+        if t[0] == "x":
+            return t
+        return (t[0], *(rebuild(s) for s in t[1:]))
+
+    return rebuild(tree)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plug points: terminals, pivot and what the transform cannot guarantee
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plug:
+    """How trees become one plug's objectives. pivot: the point where the objective and its slope
+    vanish (drift r = 1, value loss e = 0). base: extra columns with bounded coefficients
+    (the value loss's e^2/2, whose coefficient is free above -1 on the departure from L2)."""
+
+    kind: str
+
+    @property
+    def terminals(self):
+        return TERMINALS[self.kind]
+
+    def env(self, x, y, direction: float = 1.0):
+        """Terminal values and derivatives along the pivot variable (x: r or e; y: A or t)."""
+        x = np.asarray(x, np.float64)
+        y = np.asarray(y, np.float64)
+        if self.kind == "drift":
+            return {"u": (x - 1.0, direction * np.ones_like(x)), "l": (np.log(x), direction / x),
+                    "A": (y, np.zeros_like(y))}
+        return {"e": (x, direction * np.ones_like(x)), "t": (y, np.zeros_like(y))}
+
+    @property
+    def pivot(self) -> float:
+        return 1.0 if self.kind == "drift" else 0.0
+
+    def symbolic_env(self, at_pivot: bool, direction: float = 1.0):
+        if self.kind == "drift":
+            if at_pivot:
+                return {"u": (sp.S.Zero, direction), "l": (sp.S.Zero, direction), "A": (A_sym, 0)}
+            return {"u": (r_sym - 1, 1), "l": (sp.log(r_sym), 1 / r_sym), "A": (A_sym, 0)}
+        if at_pivot:
+            return {"e": (sp.S.Zero, direction), "t": (t_sym, 0)}
+        return {"e": (e_sym, 1), "t": (t_sym, 0)}
+
+    @property
+    def pivot_symbol(self):
+        return r_sym if self.kind == "drift" else e_sym
+
+
+def transform(plug: Plug, tree, x, y):
+    """(value, slope along x) of relu(g - T[g] - DELTA) at points (x, y) (float64 arrays)."""
+    g, dg = evaluate(tree, plug.env(x, y))
+    g0, d_plus = evaluate(tree, plug.env(np.full_like(x, plug.pivot), y, 1.0))
+    _, d_minus = evaluate(tree, plug.env(np.full_like(x, plug.pivot), y, -1.0))
+    above = x >= plug.pivot
+    slope0 = np.where(above, d_plus, -np.asarray(d_minus))  # one-sided slopes at the pivot
+    with np.errstate(all="ignore"):
+        inner = g - g0 - slope0 * (x - plug.pivot) - DELTA
+        value = np.maximum(inner, 0.0)
+        slope = np.where(inner > 0, dg - slope0, 0.0)
+    return np.broadcast_to(value, x.shape), np.broadcast_to(slope, x.shape)
+
+
+def transform_expression(plug: Plug, tree) -> sp.Expr:
+    """The sympy expression of relu(g - T[g] - DELTA) (what `transform` evaluates)."""
+    g, _ = evaluate(tree, plug.symbolic_env(False), _Symbolic)
+    g0, d_plus = evaluate(tree, plug.symbolic_env(True, 1.0), _Symbolic)
+    _, d_minus = evaluate(tree, plug.symbolic_env(True, -1.0), _Symbolic)
+    x = plug.pivot_symbol - plug.pivot
+    d_plus, d_minus = sp.sympify(d_plus), -sp.sympify(d_minus)
+    linear = d_plus * x if d_plus == d_minus else sp.Piecewise((d_plus * x, plug.pivot_symbol >= plug.pivot),
+                                                               (d_minus * x, True))
+    return sp.Max(0, g - g0 - linear - sp.Float(DELTA))
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Problem:
+    """What one search fits: fit points (x, y), target values `d` and slopes `s` along x, which of
+    the two to match (`fit`), and the check grid for what the transform cannot guarantee."""
+
+    plug: Plug
+    x: np.ndarray
+    y: np.ndarray
+    d: np.ndarray
+    s: np.ndarray
+    fit: str = "value"  # "value": match d; "slope": match s
+    base: tuple[tuple[np.ndarray, np.ndarray, float], ...] = ()  # (value, slope, lower bound) columns
+    check: tuple[np.ndarray, np.ndarray] = field(default=None)
+
+    def __post_init__(self):
+        if self.fit not in ("value", "slope"):
+            raise ValueError(f"fit must be 'value' or 'slope', got {self.fit!r}")
+        if self.check is None:
+            if self.plug.kind == "drift":  # meta_objectives.constraints' drift grid, coarser
+                R, Y = np.meshgrid(np.linspace(0.2, 3.0, 15), np.linspace(-3.0, 3.0, 13), indexing="ij")
+            else:
+                R, Y = np.meshgrid(np.linspace(-10.0, 10.0, 21), np.linspace(-10.0, 10.0, 11), indexing="ij")
+            self.check = (R.ravel(), Y.ravel())
+
+    @property
+    def target(self) -> np.ndarray:
+        return self.d if self.fit == "value" else self.s
+
+    def columns(self, tree):
+        """Design columns [n, k] (base columns then the tree's) in the fit mode, with lower bounds."""
+        value, slope = transform(self.plug, tree, self.x, self.y)
+        col = value if self.fit == "value" else slope
+        base = [b[0] if self.fit == "value" else b[1] for b in self.base]
+        return np.stack([*base, col], axis=1), [b[2] for b in self.base] + [0.0]
+
+    def valid(self, tree) -> bool:
+        """What the transform does not guarantee: finite on the fit points and the check grid;
+        for a value loss, the step toward the target outside |e| <= 1."""
+        value, slope = transform(self.plug, tree, *self.check)
+        if not (np.isfinite(value).all() and np.isfinite(slope).all()):
+            return False
+        if self.plug.kind == "value_loss":
+            e = self.check[0]
+            if np.any((np.abs(e) > 1.0) & (e * slope < -1e-9)):
+                return False
+        return True
+
+
+def fit_coefficients(X, lower, y):
+    """Least squares y ~ X w with w >= lower -> (w, rmse)."""
+    if X.shape[1] == 1 and lower[0] == 0.0:
+        col = X[:, 0]
+        norm = float(col @ col)
+        w = np.array([max(0.0, float(col @ y) / norm)]) if norm > 0 else np.zeros(1)
+    else:
+        w = lsq_linear(X, y, bounds=(np.asarray(lower), np.full(len(lower), np.inf))).x
+    return w, float(np.sqrt(np.mean((X @ w - y) ** 2)))
+
+
+@dataclass
+class SearchResult:
+    front: list[dict]  # {"tree", "size", "rmse", "coefficients"} on the Pareto front, by size
+    stats: dict
+
+
+def search(problem: Problem, generations: int = 20, population_size: int = 200, seed: int = 0,
+           max_size: int = 15, parsimony: float = 1e-3, tournament: int = 4, polish: int = 8,
+           time_limit: float | None = None) -> SearchResult:
+    """Genetic programming over trees, each scored after the transform (valid by construction).
+
+    Fitness: rmse / std(target) after the best bounded linear scaling, + parsimony * size.
+    Returns the Pareto front of size against rmse over every tree considered; the `polish`
+    smallest-error front members get their constants refined by least squares.
+    """
+    rng = np.random.default_rng(seed)
+    start = time.perf_counter()
+    scale = float(np.std(problem.target)) or 1.0
+    terminals = problem.plug.terminals
+    seen: dict[str, dict | None] = {}  # tree_str -> {"tree", "size", "fitness", "rmse", "coefficients"} or None
+
+    def score(tree):
+        key = tree_str(tree)
+        if key not in seen:
+            if not problem.valid(tree):
+                seen[key] = None
+            else:
+                X, lower = problem.columns(tree)
+                if not np.isfinite(X).all():
+                    seen[key] = None
+                else:
+                    w, rmse = fit_coefficients(X, lower, problem.target)
+                    size = tree_size(tree)
+                    seen[key] = {"tree": tree, "size": size, "fitness": rmse / scale + parsimony * size,
+                                 "rmse": rmse, "coefficients": w}
+        return seen[key]
+
+    def random_tree(depth, full=False):
+        if depth <= 0 or (not full and rng.random() < 0.3):
+            if rng.random() < 0.25:
+                return ("c", float(np.round(rng.uniform(-2.0, 2.0), 2)))
+            return ("x", terminals[rng.integers(len(terminals))])
+        if rng.random() < 0.5:
+            return (BINARY[rng.integers(len(BINARY))], random_tree(depth - 1, full), random_tree(depth - 1, full))
+        return (UNARY[rng.integers(len(UNARY))], random_tree(depth - 1, full))
+
+    def subtrees(tree, path=()):
+        yield path, tree
+        if tree[0] not in ("x", "c"):
+            for i, child in enumerate(tree[1:], 1):
+                yield from subtrees(child, path + (i,))
+
+    def replace(tree, path, new):
+        if not path:
+            return new
+        i = path[0]
+        return tree[:i] + (replace(tree[i], path[1:], new),) + tree[i + 1:]
+
+    def pick(tree):
+        nodes = list(subtrees(tree))
+        return nodes[rng.integers(len(nodes))]
+
+    def vary(a, b):
+        roll = rng.random()
+        if roll < 0.5:  # subtree crossover
+            path, _ = pick(a)
+            _, donor = pick(b)
+            child = replace(a, path, donor)
+        elif roll < 0.75:  # subtree mutation
+            path, _ = pick(a)
+            child = replace(a, path, random_tree(2))
+        elif roll < 0.9:  # constant jitter
+            consts = constants_of(a)
+            if not consts:
+                return replace(a, pick(a)[0], random_tree(1))
+            child = with_constants(a, np.round(np.asarray(consts) * np.exp(rng.normal(0, 0.3, len(consts)))
+                                               + rng.normal(0, 0.1, len(consts)), 4))
+        else:  # hoist: a subtree alone
+            child = pick(a)[1]
+        child = fold(child)
+        return child if tree_size(child) <= max_size else a
+
+    def fitness(tree):
+        s = score(tree)
+        return math.inf if s is None else s["fitness"]
+
+    population = [fold(random_tree(int(rng.integers(1, 4)), full=bool(rng.random() < 0.5)))
+                  for _ in range(population_size)]
+    gens_done = 0
+    for _ in range(generations):
+        fits = np.array([fitness(t) for t in population])
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            break
+        elite = [population[i] for i in np.argsort(fits)[: max(1, population_size // 20)]]
+
+        def select():
+            idx = rng.integers(len(population), size=tournament)
+            return population[idx[np.argmin(fits[idx])]]
+
+        population = elite + [vary(select(), select()) for _ in range(population_size - len(elite))]
+        gens_done += 1
+    for t in population:
+        fitness(t)
+
+    front = pareto([m for m in seen.values() if m is not None])
+    front = pareto(front + [p for m in sorted(front, key=lambda m: m["rmse"])[:polish]
+                            if (p := _polish(problem, m)) is not None])
+    n_valid = sum(v is not None for v in seen.values())
+    return SearchResult(front, {
+        "n_considered": len(seen), "n_valid": n_valid, "valid_share": n_valid / max(1, len(seen)),
+        "generations": gens_done, "population_size": population_size, "seconds": time.perf_counter() - start,
+    })
+
+
+def pareto(members: list[dict], size: str = "size", error: str = "rmse") -> list[dict]:
+    """The members no other beats on both size and error, by increasing size (ties: the first)."""
+    front, best = [], math.inf
+    for m in sorted(members, key=lambda m: (m[size], m[error])):
+        if m[error] < best:
+            front.append(m)
+            best = m[error]
+    return front
+
+
+def _polish(problem: Problem, member: dict, max_nfev: int = 60) -> dict | None:
+    """Refine a tree's constants by least squares (the scaling re-fitted inside) -> a new member,
+    or None when there is nothing to refine, it does not improve, or the result is not valid."""
+    tree = member["tree"]
+    theta0 = np.asarray(constants_of(tree), np.float64)
+    if theta0.size == 0:
+        return None
+    y = problem.target
+
+    def residual(theta):
+        X, lower = problem.columns(with_constants(tree, theta))
+        if not np.isfinite(X).all():
+            return np.full(y.shape, 1e6)
+        w, _ = fit_coefficients(X, lower, y)
+        return X @ w - y
+
+    try:
+        res = least_squares(residual, theta0, max_nfev=max_nfev, x_scale=np.maximum(np.abs(theta0), 0.1))
+    except ValueError:
+        return None
+    polished = with_constants(tree, [float(f"{v:.6g}") for v in res.x])
+    if not problem.valid(polished):
+        return None
+    X, lower = problem.columns(polished)
+    if not np.isfinite(X).all():
+        return None
+    w, rmse = fit_coefficients(X, lower, y)
+    if rmse >= member["rmse"]:
+        return None
+    return {**member, "tree": polished, "rmse": rmse, "coefficients": w, "polished": True}
