@@ -62,7 +62,7 @@ class PPOConfig:
     anneal_lr: bool = True
     normalize_obs: bool = False
     normalize_reward: bool = False  # divide rewards by the running std of the discounted return
-    record_samples: int = 0  # (ratio, advantage, value, target) rows kept per update, for distillation
+    record_samples: int = 0  # (ratio, advantage, value, target) rows kept per minibatch step, for distillation
     eval_episodes: int = 16  # final-policy evaluation episodes per mode (sampled, greedy); 0: none
     eval_points: int = 0  # evaluations during training (the evaluation curve); the last is the final one
     eval_max_steps: int | None = None  # step cap of an evaluation episode (None: the env's time limit)
@@ -255,7 +255,7 @@ class UpdateInfo(NamedTuple):
 
     mean_return: jax.Array  # [] mean return of episodes that ended in this rollout (NaN if none)
     finite: jax.Array  # [] bool: every loss and parameter finite
-    samples: jax.Array  # [record_samples, 4] from the last minibatch step
+    samples: jax.Array  # [update_epochs * num_minibatches * record_samples, 4] from every minibatch step
 
 
 @struct.dataclass
@@ -271,7 +271,7 @@ class TrainResult:
     returns: jax.Array  # [num_updates] mean return of episodes completed in each update (see carry_forward)
     final_return: jax.Array  # [] mean of the last 10% of `returns`
     diverged: jax.Array  # [] bool: a loss or parameter went NaN/inf
-    visited: jax.Array  # [num_updates, record_samples, 4] visited (ratio, advantage, value, target)
+    visited: jax.Array  # [num_updates, update_epochs * num_minibatches * record_samples, 4] (ratio, advantage, value, target)
     eval_return: jax.Array  # [] final policy, actions sampled: mean return of eval_episodes episodes
     eval_return_greedy: jax.Array  # [] final policy, greedy actions (argmax / Gaussian mean)
     init_eval_return: jax.Array  # [] the initial policy, sampled
@@ -456,7 +456,7 @@ def update(ppo: PPO, runner: Runner, update_idx, obj_params: dict, hp: PPOHyperp
         jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)])
     )
     runner = runner._replace(params=params, opt_state=opt_state, obs_norm=obs_norm, key=key)
-    return runner, UpdateInfo(mean_return, finite, samples[-1, -1])
+    return runner, UpdateInfo(mean_return, finite, samples.reshape(-1, samples.shape[-1]))
 
 
 def evaluate(ppo: PPO, key: jax.Array, params, obs_norm: ObsNorm, env_params) -> tuple[jax.Array, jax.Array]:
