@@ -205,3 +205,15 @@ def test_the_api_raises_metadisco_errors_not_system_exit(tmp_path):
     with pytest.raises(MetadiscoError):
         api.plot(tmp_path / "missing")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_readme_drift_is_the_example_and_holds_its_constraints():
+    import re
+
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "class ScaledSquare" in b]
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    drift = namespace["ScaledSquare"]()
+    assert meta_objectives.check_objective(drift, samples=1) == []
+    assert "no edit" not in block and "meta_objectives/" not in block  # nobody is asked to edit the package
