@@ -1,15 +1,19 @@
 """Distilling a run: fit closed forms to what it evolved, on the points its training visits.
 
     plugs = distillable(config)                       which plug points have closed forms to fit
-    rows = visited_samples(key, env, ppo, objectives, params)   [n, 4] (ratio, advantage, value, target)
+    rows = visited_samples(key, env, ppo, objectives, params)   [n, 5] (ratio, advantage, value, target, progress)
+    rows = balanced([rows_env1, rows_env2, ...], seed)  equally many rows from each environment
     reports = distil_run(run, rows, objectives, params, plugs=plugs)   writes RUN_DIR/distil/
     report = stored_report(run, plug)                 a report written earlier, or None
 
-`metadisco distil` and `metadisco export` are thin callers of these. The drift is fitted on the
-visited (r, A) mixed with a share from the default prior (training alone rarely reaches the walls
-of a trust region, which is what the walls are for); the value loss on the visited (v - target,
-target). Each report is RUN_DIR/distil/{distil,value_loss}.json, beside a learned-vs-distilled
-figure. Imports jax on use (the command line imports this before it sets XLA_FLAGS).
+`metadisco distil` and `metadisco export` are thin callers of these. The rows come from every
+epoch and minibatch step of training, on every meta-training environment, each environment
+contributing equally many. The drift is fitted on the visited (r, A) (at their progress, for a
+progress-dependent drift) mixed with a share from the default prior (training alone rarely
+reaches the walls of a trust region, which is what the walls are for); the value loss on the
+visited (v - target, target). Each report is RUN_DIR/distil/{distil,value_loss}.json, beside a
+learned-vs-distilled figure and the Pareto front's figure ({distil,value_loss}_pareto.png).
+Imports jax on use (the command line imports this before it sets XLA_FLAGS).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from meta_objectives.fileio import atomic_write_text, save_figure, to_jsonable
 
 DISTILLABLE = ("drift", "value_loss")
 REPORT_FILES = {"drift": "distil.json", "value_loss": "value_loss.json"}
+PARETO_FIGURES = {"drift": "distil_pareto", "value_loss": "value_loss_pareto"}
+ROW_COLUMNS = ("ratio", "advantage", "value", "target", "progress")
 
 
 def distillable(config: dict) -> tuple[str, ...]:
@@ -37,15 +43,32 @@ def distillable(config: dict) -> tuple[str, ...]:
 
 
 def visited_samples(key, env, ppo_config, objectives, params, seeds: int = 2, per_update: int = 64):
-    """(ratio, advantage, value, target) rows [seeds * num_updates * per_update, 4] visited by PPO
-    trained with `objectives` at `params` on `env` (`ppo_config`), one run per seed."""
+    """(ratio, advantage, value, target, progress) rows [seeds * num_updates * k, 5] visited by PPO
+    trained with `objectives` at `params` on `env` (`ppo_config`), one run per seed: about
+    `per_update` rows per update, spread over its epochs and minibatch steps (k >= per_update)."""
     import jax
+    import numpy as np
 
     from inner_loops import make_train
 
-    train = make_train(env, ppo_config.replace(record_samples=per_update), objectives)
+    steps = ppo_config.update_epochs * ppo_config.num_minibatches
+    per_step = min(-(-per_update // steps), ppo_config.minibatch_size)
+    train = make_train(env, ppo_config.replace(record_samples=per_step), objectives)
     result = jax.jit(jax.vmap(train, in_axes=(0, None)))(jax.random.split(key, seeds), params)
-    return jax.device_get(result.visited).reshape(-1, 4)
+    visited = np.asarray(jax.device_get(result.visited), np.float64)  # [seeds, updates, k, 4]
+    updates = visited.shape[1]
+    progress = np.broadcast_to((np.arange(updates) / updates)[None, :, None, None], visited.shape[:-1] + (1,))
+    return np.concatenate([visited, progress], axis=-1).reshape(-1, len(ROW_COLUMNS))
+
+
+def balanced(row_sets, seed: int = 0):
+    """Rows from several environments, equally many from each (the smallest set's size), so that
+    no environment dominates the fit."""
+    import numpy as np
+
+    n = min(len(rows) for rows in row_sets)
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rows[rng.choice(len(rows), n, replace=False)] for rows in row_sets])
 
 
 class Difference:
@@ -58,8 +81,12 @@ class Difference:
         return self.a.drift(self.pa, ratio, advantage, progress) - self.b.drift(self.pb, ratio, advantage, progress)
 
 
-def check_options(progress: float | None = None, prior_fraction: float = 0.5) -> None:
+def check_options(progress: float | None = None, prior_fraction: float = 0.5, fit: str = "value") -> None:
     """Refuse out-of-range options before any compute (MetadiscoError)."""
+    from analysis.distil_data import FITS
+
+    if fit not in FITS:
+        raise MetadiscoError(f"--fit must be one of {', '.join(FITS)}, got {fit!r}")
     if not 0.0 <= prior_fraction < 1.0:
         raise MetadiscoError(f"--prior-fraction must be in [0, 1), got {prior_fraction}")
     if progress is not None and not 0.0 <= progress <= 1.0:
@@ -68,26 +95,76 @@ def check_options(progress: float | None = None, prior_fraction: float = 0.5) ->
 
 def distil_run(run: Run, rows, objectives, params, which: str = "mean", symbolic: bool = True,
                progress: float | None = None, seed: int = 0, prior_fraction: float = 0.5,
-               plugs=("drift",)) -> dict:
-    """Distil each plug in `plugs` from the visited `rows` -> {plug: report}; writes RUN_DIR/distil/.
+               plugs=("drift",), fit: str = "value", symbolic_kwargs: dict | None = None) -> dict:
+    """Distil each plug in `plugs` from the visited `rows` [n, 5] (ROW_COLUMNS) -> {plug: report};
+    writes RUN_DIR/distil/.
 
     prior_fraction: share of drift fit points drawn from the default prior over (r, A) instead
     of from training. progress: fit a progress-dependent drift at this one progress (default:
-    fitted at the start and end of training and interpolated).
+    fitted at the start and end of training and interpolated). fit: match values or slopes.
+    MetadiscoError when a plug to distil has no learned parameters.
     """
-    check_options(progress, prior_fraction)
+    import jax
+
+    check_options(progress, prior_fraction, fit)
+    for plug in plugs:
+        if not jax.tree.leaves(params.get(plug, {})):
+            objective = getattr(objectives, plug)
+            raise MetadiscoError(
+                f"the run's {plug} ({objective.title}) has no learned parameters: there is nothing to distil. "
+                f"Evaluate it as it is (metadisco evaluate {run.objectives_path(which)}), or export a formula of "
+                f"your own with `metadisco export {run.path} --{'expression' if plug == 'drift' else 'value-loss'} ...`")
     out = run.distil_dir
+    options = {"symbolic": symbolic, "seed": seed, "fit": fit, "symbolic_kwargs": symbolic_kwargs}
     reports = {}
     if "drift" in plugs:
-        reports["drift"] = distil_drift(out, rows[:, :2], objectives, params, symbolic, progress, seed,
-                                        prior_fraction)
+        reports["drift"] = distil_drift(out, rows[:, [0, 1, 4]], objectives, params, progress=progress,
+                                        prior_fraction=prior_fraction, **options)
     if "value_loss" in plugs:
-        reports["value_loss"] = distil_value_loss(out, rows[:, 2], rows[:, 3], objectives, params, seed)
+        reports["value_loss"] = distil_value_loss(out, rows[:, 2], rows[:, 3], objectives, params, **options)
     for plug, report in reports.items():
         report["source"] = {"run_dir": str(run.path), "which": which, plug: getattr(objectives, plug).spec(),
+                            "n_rows": int(len(rows)),
                             **({"prior_fraction": prior_fraction} if plug == "drift" else {})}
         write_output(out / REPORT_FILES[plug], json.dumps(to_jsonable(report), indent=1))
+        _save_figure(pareto_figure(report, plug), out / PARETO_FIGURES[plug])
     return reports
+
+
+def pareto_rows(report: dict) -> list[dict]:
+    """The Pareto front's candidates in the order `metadisco distil` prints and `export
+    --candidate N` numbers them."""
+    return [report["candidates"][i] for i in report.get("pareto", [])]
+
+
+def pareto_figure(report: dict, plug: str):
+    """Error against complexity: every valid candidate, the front (numbered as printed) and the
+    chosen one."""
+    import matplotlib.pyplot as plt
+
+    fit = report.get("fit", "value")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    valid = [c for c in report["candidates"] if not c["violations"] and c["error"] is not None]
+    methods = sorted({c["method"] for c in valid})
+    for method in methods:
+        cs = [c for c in valid if c["method"] == method]
+        ax.scatter([c["complexity"] for c in cs], [c["error"] for c in cs], s=14, alpha=0.6, label=method)
+    front = pareto_rows(report)
+    ax.plot([c["complexity"] for c in front], [c["error"] for c in front], "k-", lw=1, label="Pareto front")
+    for i, c in enumerate(front):
+        ax.annotate(str(i), (c["complexity"], c["error"]), textcoords="offset points", xytext=(3, 3), fontsize=8)
+    if report.get("chosen"):
+        ax.scatter([report["chosen"]["complexity"]], [report["chosen"]["error"]], marker="*", s=160,
+                   color="red", zorder=5, label="chosen")
+    ax.set_xlabel("complexity (sympy operation count)")
+    what = {"drift": "D", "value_loss": "L - e²/2"}[plug]
+    ax.set_ylabel(f"rmse of {what}" if fit == "value" else f"rmse of d({what})/d{'r' if plug == 'drift' else 'e'}")
+    if all(c["error"] > 0 for c in valid):
+        ax.set_yscale("log")
+    ax.set_title(f"{plug}: error against size (fit to {'values' if fit == 'value' else 'slopes'})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def write_output(path, text: str) -> None:
@@ -101,8 +178,10 @@ def _save_figure(fig, stem) -> None:
         save_figure(fig, stem)
 
 
-def distil_drift(out, samples, objectives, params, symbolic, progress, seed, prior_fraction) -> dict:
-    """Fit the drift on visited (r, A) [n, 2] mixed with the prior; draws learned vs distilled."""
+def distil_drift(out, samples, objectives, params, symbolic, progress, seed, prior_fraction, fit="value",
+                 symbolic_kwargs=None) -> dict:
+    """Fit the drift on visited (r, A, progress) [n, 3] mixed with the prior (at uniform progress);
+    draws learned vs distilled."""
     import jax
     import numpy as np
 
@@ -117,15 +196,17 @@ def distil_drift(out, samples, objectives, params, symbolic, progress, seed, pri
     if prior_fraction > 0:
         k = int(round(len(samples) * prior_fraction / (1.0 - prior_fraction)))
         ratio, advantage = sample_prior(k, seed)
-        samples = np.concatenate([samples, np.stack([ratio, advantage], -1)])
+        prior_progress = np.random.default_rng(seed).uniform(0.0, 1.0, k)
+        samples = np.concatenate([samples, np.stack([ratio, advantage, prior_progress], -1)])
 
     def drift_fn(r, a, p):
         return drift.drift(dparams, r, a, p)
 
+    options = {"seed": seed, "symbolic": symbolic, "fit": fit, "symbolic_kwargs": symbolic_kwargs}
     if over_progress:  # TA-LPO: interpolate closed forms fitted at the start and the end of training
-        report = distil_over_progress(jax.jit(drift_fn), samples=samples, seed=seed, symbolic=symbolic)
+        report = distil_over_progress(jax.jit(drift_fn), samples=samples, **options)
     else:
-        report = distil(jax.jit(drift_fn), samples=samples, seed=seed, symbolic=symbolic, progress=progress)
+        report = distil(jax.jit(drift_fn), samples=samples[:, :2], progress=progress, **options)
     if report["chosen"]:
         closed = ClosedFormDrift(report["chosen"]["expression"])
         _save_figure(drift_surface_figure({
@@ -136,7 +217,8 @@ def distil_drift(out, samples, objectives, params, symbolic, progress, seed, pri
     return report
 
 
-def distil_value_loss(out, values, targets, objectives, params, seed) -> dict:
+def distil_value_loss(out, values, targets, objectives, params, seed, symbolic=True, fit="value",
+                      symbolic_kwargs=None) -> dict:
     """Fit the value loss on visited predictions and targets [n]; draws learned vs distilled."""
     import jax
 
@@ -146,7 +228,8 @@ def distil_value_loss(out, values, targets, objectives, params, seed) -> dict:
 
     loss, lparams = objectives.value_loss, params["value_loss"]
     loss_fn = jax.jit(lambda v, t: loss.value_loss(lparams, v, t, v))
-    report = fit_value_loss(loss_fn, values - targets, targets, seed=seed)
+    report = fit_value_loss(loss_fn, values - targets, targets, seed=seed, symbolic=symbolic, fit=fit,
+                            symbolic_kwargs=symbolic_kwargs)
     if report["chosen"]:
         span = 3 * report["data"]["error_std"]
         t = report["data"]["grid"]["t"]

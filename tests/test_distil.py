@@ -75,28 +75,44 @@ def test_sparse_regression_recovers_a_two_term_drift():
         ClosedFormDrift(c["expression"])  # usable as an objective
 
 
-def test_symbolic_regression_keeps_only_valid_candidates():
-    out = D.symbolic_regression(_dpo_fn(2.0, 0.6), generations=3, population_size=200, n_candidates=8)
-    assert out["n_rejected"] + len(out["candidates"]) == out["n_considered"] > 0
-    assert len(out["rejected"]) == out["n_rejected"]
+def test_symbolic_regression_considers_mostly_valid_drifts_and_keeps_only_valid_ones():
+    out = D.symbolic_regression(_dpo_fn(2.0, 0.6), generations=3, population_size=60, n_points=512)
+    assert out["n_considered"] > 60 and out["valid_share"] >= 0.5
+    assert out["n_valid"] == round(out["valid_share"] * out["n_considered"])
+    assert out["candidates"]
     for c in out["candidates"]:
         assert check_drift_constraints(c["expression"]) == []
-        assert c["method"] == "symbolic" and c["r2"] is not None
+        assert c["method"] == "symbolic" and c["r2"] is not None and c["slope"]["grid"]["rmse"] is not None
 
 
-def test_distil_chooses_a_valid_closed_form_and_is_json():
+def test_distil_chooses_from_the_pareto_front_and_is_json():
     result = D.distil(
         _dpo_fn(1.3, 0.9), seed=0, symbolic=True,
-        symbolic_kwargs={"generations": 2, "population_size": 100, "n_candidates": 5},
+        symbolic_kwargs={"generations": 2, "population_size": 50}, n_points=1024,
     )
     text = json.dumps(result, allow_nan=False)
     assert json.loads(text)["chosen"]["expression"] == result["chosen"]["expression"]
     chosen = result["chosen"]
     assert chosen["violations"] == [] and chosen["method"] == "dpo"
-    assert chosen["r2"] > 0.999
-    rmses = [c["rmse"] for c in result["candidates"]]
-    assert rmses == sorted(rmses)
-    assert result["symbolic"]["n_considered"] >= result["symbolic"]["n_rejected"]
+    assert chosen["r2"] > 0.999 and chosen["slope"]["grid"]["r2"] > 0.99
+    errors = [c["error"] for c in result["candidates"]]
+    assert errors == sorted(errors)
+    front = [result["candidates"][i] for i in result["pareto"]]
+    assert chosen in front and all(not c["violations"] for c in front)
+    sizes, front_errors = [c["complexity"] for c in front], [c["error"] for c in front]
+    assert sizes == sorted(sizes) and front_errors == sorted(front_errors, reverse=True)
+    for c in result["candidates"]:  # every valid candidate is matched or beaten on both counts by the front
+        if not c["violations"]:
+            assert any(f["complexity"] <= c["complexity"] and f["error"] <= c["error"] for f in front)
+    assert result["symbolic"]["n_considered"] >= result["symbolic"]["n_valid"] > 0
+
+
+def test_slope_fit_matches_dD_dr():
+    """fit="slope" ranks by the error of dD/dr; a DPO target is recovered in slope as in value."""
+    result = D.distil(_dpo_fn(1.3, 0.9), symbolic=False, fit="slope", n_points=1024)
+    chosen = result["chosen"]
+    assert result["fit"] == "slope" and chosen["error"] == chosen["slope"]["rmse"]
+    assert chosen["slope"]["r2"] > 0.999 and chosen["grid"]["r2"] > 0.999
 
 
 def test_export_roundtrip(tmp_path):

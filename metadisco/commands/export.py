@@ -1,7 +1,9 @@
-"""`metadisco export RUN_DIR`: write a run's closed forms as LaTeX, JSON and a standalone JAX module.
+"""`metadisco export RUN_DIR`: write a run's closed forms as LaTeX, JSON and a standalone JAX module,
+or (--format discogen) as a `loss.py` for DiscoGen's on-policy RL domain.
 
-Exports distil's chosen closed forms (or ones given with --expression / --value-loss); the JSON is
-a loadable objectives file that keeps the run's other plug points.
+Exports distil's chosen closed forms, another row of its Pareto front (--candidate N, numbered as
+`metadisco distil` prints them) or ones given with --expression / --value-loss; the JSON is a
+loadable objectives file that keeps the run's other plug points.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from meta_objectives.errors import MetadiscoError
 
 
 def run(args) -> None:
-    from analysis.distil_run import DISTILLABLE, distillable, stored_report
-    from analysis.export import export_closed_form
+    from analysis.distil_run import DISTILLABLE, distillable, pareto_rows, stored_report
+    from analysis.export import export_closed_form, export_discogen
     from analysis.runs import Run
     from metadisco.commands.distil import distil_for_run
 
@@ -32,18 +34,29 @@ def run(args) -> None:
             print(f"no {plug} distillation yet: running `metadisco distil` first", file=sys.stderr)
             report = distil_for_run(run, cfg, objectives, params, args.which, (plug,))[plug]
         if args.candidate is not None:
-            candidates = report["candidates"]
-            if not -len(candidates) <= args.candidate < len(candidates):
-                raise MetadiscoError(f"--candidate {args.candidate}: the {plug} distillation has {len(candidates)} "
-                                     f"candidates, numbered 0 to {len(candidates) - 1} (see {run.distil_dir})")
-            expressions[plug] = candidates[args.candidate]["expression"]
-            sources[plug] = f"distil candidate {args.candidate}"
+            rows = pareto_rows(report)
+            if not 0 <= args.candidate < len(rows):
+                raise MetadiscoError(f"--candidate {args.candidate}: the {plug} distillation's Pareto front has "
+                                     f"{len(rows)} rows, numbered 0 to {len(rows) - 1} as `metadisco distil` prints "
+                                     f"them (see {run.distil_dir})")
+            expressions[plug] = rows[args.candidate]["expression"]
+            sources[plug] = f"Pareto front row {args.candidate}"
         elif report.get("chosen"):
             expressions[plug], sources[plug] = report["chosen"]["expression"], "distil's chosen candidate"
         else:
             flag = "--expression" if plug == "drift" else "--value-loss"
             raise MetadiscoError(
                 f"distillation found no {plug} candidate that satisfies the constraints; pass one with {flag}")
+    if args.format == "discogen":
+        if "drift" not in expressions:
+            raise MetadiscoError("a DiscoGen loss needs a drift: this run evolved no drift; pass one with --expression")
+        path = export_discogen(expressions["drift"], run.export_dir / "discogen", value_loss=expressions.get("value_loss"))
+        for plug, expression in expressions.items():
+            print(f"exported {plug} ({sources[plug]}): {expression}")
+        if "value_loss" not in expressions:
+            print("value loss: PPO's clipped one")
+        print(f"  loss.py: {path}\nuse it: copy it over the loss.py of DiscoGen's on-policy RL task")
+        return
     name = args.name or "discovered_" + "_and_".join(expressions)
     # Plug points not exported as closed forms keep the run's own (fixed) objectives.
     paths = export_closed_form(expressions.get("drift"), run.export_dir, name=name,
@@ -63,7 +76,12 @@ def add(subparsers) -> None:
     e.add_argument("--expression", help="a sympy expression over r, A, p (default: distil's chosen one)")
     e.add_argument("--value-loss", help="a sympy expression over e = v - target and t = target (default: "
                                         "distil's chosen one, when the run evolved the value loss)")
-    e.add_argument("--candidate", type=int, help="export distil candidate number N instead of the chosen one")
+    e.add_argument("--candidate", type=int, metavar="N",
+                   help="export row N of distil's Pareto front (as `metadisco distil` prints it) instead of the "
+                        "chosen one")
+    e.add_argument("--format", choices=("metadisco", "discogen"), default="metadisco",
+                   help="metadisco: LaTeX, an objectives JSON and a JAX module (default); discogen: a loss.py "
+                        "for DiscoGen's on-policy RL domain (depends only on jax)")
     e.add_argument("--which", choices=("mean", "best"), default="mean")
     e.add_argument("--name", default=None, help="file and module name (default discovered_<what was exported>)")
     e.set_defaults(func=run)
