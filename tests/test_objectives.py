@@ -37,6 +37,7 @@ from meta_objectives import (
     make_objective,
     save_objectives,
 )
+from meta_objectives.constraints import perturbed_params
 from meta_objectives.shaping import monotone_transform
 
 pytestmark = pytest.mark.timeout(240)
@@ -45,21 +46,7 @@ DRIFTS = meta_objectives.names("drift")
 N = 32  # samples per hypothesis example (fixed, so each drift compiles once)
 
 
-def random_params(objective, key, scale):
-    """Random meta-parameters around `objective.init`: output layers (w2) random normal * scale,
-    every other leaf (hidden layers, DPO's alpha/beta) kept or scaled by a positive factor."""
-    params = objective.init(jax.random.key(0))
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
-    keys = jax.random.split(key, max(1, len(leaves)))
-    out = []
-    for (path, leaf), k in zip(leaves, keys):
-        if path and getattr(path[-1], "key", None) == "w2":
-            out.append(scale * jax.random.normal(k, jnp.shape(leaf)))
-        elif path and getattr(path[-1], "key", None) == "w1":
-            out.append(leaf)
-        else:
-            out.append(leaf * jnp.exp(jax.random.normal(k, jnp.shape(leaf))))
-    return jax.tree_util.tree_unflatten(treedef, out)
+random_params = perturbed_params  # the same perturbation `metadisco check` uses
 
 
 @functools.cache
