@@ -214,12 +214,11 @@ class Plug:
 
 def transform(plug: Plug, tree, x, y):
     """(value, slope along x) of relu(g - T[g] - DELTA) at points (x, y) (float64 arrays)."""
-    g, dg = evaluate(tree, plug.env(x, y))
-    g0, d_plus = evaluate(tree, plug.env(np.full_like(x, plug.pivot), y, 1.0))
-    _, d_minus = evaluate(tree, plug.env(np.full_like(x, plug.pivot), y, -1.0))
-    above = x >= plug.pivot
-    slope0 = np.where(above, d_plus, -np.asarray(d_minus))  # one-sided slopes at the pivot
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # overflow is caught as non-finite by Problem.valid
+        g, dg = evaluate(tree, plug.env(x, y))
+        g0, d_plus = evaluate(tree, plug.env(np.full_like(x, plug.pivot), y, 1.0))
+        _, d_minus = evaluate(tree, plug.env(np.full_like(x, plug.pivot), y, -1.0))
+        slope0 = np.where(x >= plug.pivot, d_plus, -np.asarray(d_minus))  # one-sided slopes at the pivot
         inner = g - g0 - slope0 * (x - plug.pivot) - DELTA
         value = np.maximum(inner, 0.0)
         slope = np.where(inner > 0, dg - slope0, 0.0)

@@ -1,0 +1,100 @@
+"""`metadisco export --format discogen`: the written loss.py, imported on its own, gives the same
+loss and gradients as metadisco's own ppo_loss with the same objectives, on random inputs and a
+stand-in network that returns a distribution with log_prob / entropy and a value."""
+
+import importlib.util
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from analysis.export import export_discogen
+from inner_loops import PPOConfig, make_env
+from inner_loops.ppo import PPO, Batch, PPOHyperparams, ppo_loss
+from meta_objectives import ClosedFormDrift, ClosedFormValueLoss, Objectives
+from meta_objectives.formulas import dpo_expression
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Transition(NamedTuple):  # PureJaxRL's fields that the loss reads
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+
+
+class Categorical:
+    def __init__(self, logits):
+        self.logp = jax.nn.log_softmax(logits)
+
+    def log_prob(self, action):
+        return jnp.take_along_axis(self.logp, action[:, None], axis=-1)[:, 0]
+
+    def entropy(self):
+        return -jnp.sum(jnp.exp(self.logp) * self.logp, axis=-1)
+
+
+class StandIn:
+    """DiscoGen's network contract over metadisco's actor-critic: apply -> (pi, value)."""
+
+    def __init__(self, network):
+        self.network = network
+
+    def apply(self, params, obs):
+        logits, value = self.network.apply(params, obs)
+        return Categorical(logits), value
+
+
+def _load(path):
+    spec = importlib.util.spec_from_file_location("discogen_loss", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("value_loss", [None, "e**2/2 + 0.3*Piecewise((e**2/2, e < 0), (0, True))"])
+def test_discogen_loss_equals_ppo_loss_in_value_and_gradient(tmp_path, value_loss):
+    drift = f"(1 - p)*({dpo_expression(1.3, 0.9)}) + p*0.5*Max(0, r - 1.1)**2"
+    module = _load(export_discogen(drift, tmp_path, value_loss=value_loss))
+    assert "import jax.numpy as jnp" in open(tmp_path / "loss.py").read()
+    assert not [line for line in open(tmp_path / "loss.py") if line.startswith(("import", "from"))
+                and "jax" not in line]
+
+    objectives = Objectives(drift=ClosedFormDrift(drift),
+                            **({"value_loss": ClosedFormValueLoss(value_loss)} if value_loss else {}))
+    ppo = PPO.create(make_env("CartPole-v1"), PPOConfig(hidden=(16,)), objectives)
+    n = 256
+    keys = jax.random.split(jax.random.key(0), 6)
+    params = ppo.network.init(keys[0], jnp.zeros((1, 4)))
+    batch = Batch(obs=jax.random.normal(keys[1], (n, 4)), action=jax.random.bernoulli(keys[2], 0.5, (n,)).astype(jnp.int32),
+                  log_prob=jnp.log(0.5) + 0.4 * jax.random.normal(keys[3], (n,)),
+                  value=jax.random.normal(keys[4], (n,)), advantage=2.0 * jax.random.normal(keys[5], (n,)) + 0.3,
+                  target=jax.random.normal(keys[5], (n,)) * 1.5)
+    hp = PPOHyperparams(vf_coef=0.5, ent_coef=0.01)
+    progress = 0.3
+    config = {"CLIP_EPS": 0.2, "VF_COEF": hp.vf_coef, "ENT_COEF": hp.ent_coef, "PROGRESS": progress}
+    traj = Transition(batch.obs, batch.action, batch.log_prob, batch.value)
+
+    def theirs(params):
+        return module.loss_actor_and_critic(params, traj, batch.advantage, batch.target, StandIn(ppo.network), config)
+
+    def ours(params):
+        return ppo_loss(ppo, params, batch, objectives.default_params(), progress, hp)
+
+    (t_total, (t_value, t_actor, t_entropy)), (o_total, aux) = theirs(params), ours(params)
+    np.testing.assert_allclose(t_total, o_total, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose([t_value, t_actor, t_entropy], [aux.value_loss, aux.policy_loss, aux.entropy],
+                               rtol=1e-5, atol=1e-6)
+    g_theirs = jax.grad(lambda p: theirs(p)[0])(params)
+    g_ours = jax.grad(lambda p: ours(p)[0])(params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_theirs, g_ours)
+    assert float(jnp.abs(jax.tree.leaves(g_ours)[0]).max()) > 0
+
+
+def test_discogen_export_refuses_an_invalid_drift_and_writes_nothing(tmp_path):
+    with pytest.raises(ValueError, match="dD/dr"):
+        export_discogen("(r - 1)**2 + 0.1*(r - 1)*A", tmp_path)
+    assert not (tmp_path / "loss.py").exists()
