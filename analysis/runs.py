@@ -164,7 +164,8 @@ class Run:
             return []
 
     def baseline(self) -> dict | None:
-        """{env: {"init_return", "auc", "final"}} for a run with normalised fitness, else None."""
+        """{env: {field: PPO's value}} (the fields of metadisco.engine.Baseline: init_eval, final_eval,
+        auc, ...) for a run with normalised fitness, else None."""
         return self.read_json("baseline.json") if self.baseline_path.is_file() else None
 
     def checkpoints(self) -> list[Path]:
