@@ -71,21 +71,24 @@ QUICK = {"pops": "2x2", "timesteps_cartpole": 2048, "timesteps_minatar": 8192, "
 def reference_config(env_name: str, timesteps: int) -> dict:
     """PureJaxRL's config for the env's family, after checking it equals metadisco's preset."""
     from inner_loops import preset_for, preset_name
+    from inner_loops.catalog import DEFAULT_BRAX_BACKEND
 
-    family = preset_name(env_name)
-    if family not in reference_ppo.CONFIGS:
-        raise SystemExit(f"{env_name}: the reference PPO covers gymnax classic and MinAtar envs only")
-    ref = {**reference_ppo.CONFIGS[family], "ENV_NAME": env_name, "TOTAL_TIMESTEPS": timesteps}
+    base, _, backend = env_name.partition(":")  # brax/NAME:BACKEND: the reference runs the same backend
+    ref = {**reference_ppo.CONFIGS[preset_name(env_name)], "ENV_NAME": base, "TOTAL_TIMESTEPS": timesteps}
+    if base.startswith("brax/"):
+        ref["BACKEND"] = backend or DEFAULT_BRAX_BACKEND
     pc = preset_for(env_name)
     hp = pc.hparams
     ours = {
         "LR": hp.lr, "NUM_ENVS": pc.num_envs, "NUM_STEPS": pc.num_steps, "UPDATE_EPOCHS": pc.update_epochs,
         "NUM_MINIBATCHES": pc.num_minibatches, "GAMMA": hp.gamma, "GAE_LAMBDA": hp.gae_lambda,
         "ENT_COEF": hp.ent_coef, "VF_COEF": hp.vf_coef, "MAX_GRAD_NORM": hp.max_grad_norm,
-        "ACTIVATION": pc.activation, "ANNEAL_LR": pc.anneal_lr,
+        "ACTIVATION": pc.activation, "ANNEAL_LR": pc.anneal_lr, "HIDDEN": pc.hidden,
+        "NORMALIZE_ENV": (pc.normalize_obs, pc.normalize_reward),
     }
-    differ = {k: (ref[k], v) for k, v in ours.items() if ref[k] != v}
-    if differ or pc.hidden != (64, 64) or pc.normalize_obs:
+    theirs = {**ref, "HIDDEN": (ref.get("HIDDEN", 64),) * 2, "NORMALIZE_ENV": (bool(ref.get("NORMALIZE_ENV")),) * 2}
+    differ = {k: (theirs[k], v) for k, v in ours.items() if theirs[k] != v}
+    if differ:
         raise SystemExit(f"{env_name}: reference and metadisco hyperparameters differ: {differ}")
     return ref
 

@@ -2,12 +2,17 @@
 
 One `make_train(config)` closure (rollout scan, GAE scan, update epochs with a minibatch scan),
 adapted to gymnax 1.0's 6-tuple step, over PureJaxRL's config dict (`CONFIGS`). Like PureJaxRL
-it treats done = terminated | truncated (no bootstrap on a time limit). Only jax, flax, optax and
-gymnax: no metadisco code, so that `inner_loop.py` compares metadisco against an independent
-implementation.
+it treats done = terminated | truncated (no bootstrap on a time limit). Brax environments
+("brax/NAME") go through PureJaxRL's ppo_continuous_action.py path: BraxGymnaxWrapper (brax's
+EpisodeWrapper + AutoResetWrapper on the positional backend), ClipAction, VecEnv and, with
+NORMALIZE_ENV, NormalizeVecObservation + NormalizeVecReward; a Gaussian policy with a
+state-independent log std. Only jax, flax, optax, gymnax and brax: no metadisco code, so that
+`inner_loop.py` and `learning_check.py` compare metadisco against an independent implementation.
 
     train = make_train({**CONFIGS["classic"], "ENV_NAME": "CartPole-v1", "TOTAL_TIMESTEPS": 100_000})
     out = jax.jit(train)(jax.random.key(0))     # {"runner_state", "metrics"}
+    evaluate = make_evaluate(config)            # PureJaxRL-style: a separate run after training
+    sampled, greedy = jax.jit(evaluate)(jax.random.key(1), out["runner_state"])
 """
 
 from __future__ import annotations
@@ -33,25 +38,40 @@ CONFIGS = {
         "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ANNEAL_LR": True,
     },
 }
-CONFIGS["minatar"] = {**CONFIGS["classic"], "LR": 5e-3, "NUM_ENVS": 64}
+# PureJaxRL's MinAtar settings (examples/brax_minatar.ipynb): relu and 8 minibatches.
+CONFIGS["minatar"] = {**CONFIGS["classic"], "LR": 5e-3, "NUM_ENVS": 64, "NUM_MINIBATCHES": 8, "ACTIVATION": "relu"}
+# PureJaxRL's ppo_continuous_action.py on brax.
+CONFIGS["brax"] = {
+    "LR": 3e-4, "NUM_ENVS": 2048, "NUM_STEPS": 10, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 32,
+    "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.0, "VF_COEF": 0.5,
+    "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ANNEAL_LR": False, "NORMALIZE_ENV": True,
+    "BACKEND": "positional", "HIDDEN": 256,
+}
+EVAL_EPISODES = 16
 
 
 class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs, 64x64 tanh, orthogonal init (PureJaxRL)."""
+    """Separate actor and critic MLPs (HIDDEN x HIDDEN), orthogonal init (PureJaxRL); logits, or
+    a Gaussian's (mean, log_std) with a state-independent log std when `continuous`."""
 
     action_dim: int
     activation: str = "tanh"
+    hidden: int = 64
+    continuous: bool = False
 
     @nn.compact
     def __call__(self, x):
         act = nn.relu if self.activation == "relu" else nn.tanh
-        actor = act(nn.Dense(64, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
-        actor = act(nn.Dense(64, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(actor))
-        logits = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01), bias_init=constant(0.0))(actor)
-        critic = act(nn.Dense(64, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
-        critic = act(nn.Dense(64, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(critic))
+        width = self.hidden
+        actor = act(nn.Dense(width, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
+        actor = act(nn.Dense(width, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(actor))
+        pi = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01), bias_init=constant(0.0))(actor)
+        if self.continuous:
+            pi = (pi, self.param("log_std", nn.initializers.zeros, (self.action_dim,)))
+        critic = act(nn.Dense(width, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
+        critic = act(nn.Dense(width, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(critic))
         critic = nn.Dense(1, kernel_init=orthogonal(1.0), bias_init=constant(0.0))(critic)
-        return logits, jnp.squeeze(critic, axis=-1)
+        return pi, jnp.squeeze(critic, axis=-1)
 
 
 @struct.dataclass
@@ -101,6 +121,137 @@ class LogWrapper:
         return obs.reshape(-1), state, reward, done, info
 
 
+class BraxGymnaxWrapper:
+    """PureJaxRL's BraxGymnaxWrapper (brax's EpisodeWrapper + AutoResetWrapper), with gymnax
+    1.0's 6-tuple step (done reported as terminated: PureJaxRL does not tell them apart)."""
+
+    def __init__(self, env_name, backend="positional", episode_length=1000):
+        from brax import envs
+        from brax.envs.wrappers.training import AutoResetWrapper, EpisodeWrapper
+
+        env = envs.get_environment(env_name=env_name, backend=backend)
+        self._env = AutoResetWrapper(EpisodeWrapper(env, episode_length=episode_length, action_repeat=1))
+        self.action_size = env.action_size
+        self.observation_size = env.observation_size
+        self.episode_length = episode_length
+
+    def reset(self, key, params=None):
+        state = self._env.reset(key)
+        return state.obs, state
+
+    def step(self, key, state, action, params=None):
+        state = self._env.step(state, jnp.clip(action, -1.0, 1.0))  # ClipAction
+        return state.obs, state, state.reward, state.done > 0.5, jnp.bool_(False), {}
+
+
+@struct.dataclass
+class NormalizeVecObsState:
+    mean: jax.Array
+    var: jax.Array
+    count: jax.Array
+    env_state: Any
+
+
+def _welford(mean, var, count, batch):
+    b_mean, b_var, b_count = jnp.mean(batch, axis=0), jnp.var(batch, axis=0), batch.shape[0]
+    delta, tot = b_mean - mean, count + b_count
+    m2 = var * count + b_var * b_count + jnp.square(delta) * count * b_count / tot
+    return mean + delta * b_count / tot, m2 / tot, tot
+
+
+class NormalizeVecObservation:
+    """PureJaxRL's: running mean / var of the observations of all envs, updated every step."""
+
+    def __init__(self, env):
+        self._env = env
+
+    def reset(self, key, params=None):
+        obs, env_state = self._env.reset(key, params)
+        state = NormalizeVecObsState(jnp.zeros_like(obs[0]), jnp.ones_like(obs[0]), jnp.float32(1e-4), env_state)
+        state = state.replace(**dict(zip(("mean", "var", "count"), _welford(state.mean, state.var, state.count, obs))))
+        return (obs - state.mean) / jnp.sqrt(state.var + 1e-8), state
+
+    def step(self, key, state, action, params=None):
+        obs, env_state, reward, done, info = self._env.step(key, state.env_state, action, params)
+        mean, var, count = _welford(state.mean, state.var, state.count, obs)
+        state = NormalizeVecObsState(mean, var, count, env_state)
+        return (obs - mean) / jnp.sqrt(var + 1e-8), state, reward, done, info
+
+
+@struct.dataclass
+class NormalizeVecRewState:
+    mean: jax.Array
+    var: jax.Array
+    count: jax.Array
+    return_val: jax.Array
+    env_state: Any
+
+
+class NormalizeVecReward:
+    """PureJaxRL's: rewards divided by the running std of the discounted return."""
+
+    def __init__(self, env, gamma):
+        self._env, self.gamma = env, gamma
+
+    def reset(self, key, params=None):
+        obs, env_state = self._env.reset(key, params)
+        zero = jnp.float32(0.0)
+        return obs, NormalizeVecRewState(zero, jnp.float32(1.0), jnp.float32(1e-4), jnp.zeros(obs.shape[0]), env_state)
+
+    def step(self, key, state, action, params=None):
+        obs, env_state, reward, done, info = self._env.step(key, state.env_state, action, params)
+        return_val = state.return_val * self.gamma * (1 - done) + reward
+        mean, var, count = _welford(state.mean, state.var, state.count, return_val)
+        state = NormalizeVecRewState(mean, var, count, return_val, env_state)
+        return obs, state, reward / jnp.sqrt(var + 1e-8), done, info
+
+
+class VecEnv:
+    def __init__(self, env):
+        self._env = env
+        self.reset = jax.vmap(env.reset, in_axes=(0, None))
+        self.step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+
+def _base_env(config):
+    """(env with LogWrapper, env_params, obs_size, action_dim, continuous, max episode steps)."""
+    name = config["ENV_NAME"]
+    if name.startswith("brax/"):
+        env = BraxGymnaxWrapper(name[len("brax/"):], backend=config.get("BACKEND", "positional"))
+        return LogWrapper(env), None, env.observation_size, env.action_size, True, env.episode_length
+    env, env_params = gymnax.make(name)
+    obs_size = int(np.prod(env.observation_space(env_params).shape))
+    action_dim = env.action_space(env_params).n
+    return LogWrapper(env), env_params, obs_size, action_dim, False, int(env_params.max_steps_in_episode)
+
+
+def _sample(continuous, pi, key):
+    if continuous:
+        mean, log_std = pi
+        return mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+    return jax.random.categorical(key, pi)
+
+
+def _log_prob(continuous, pi, action):
+    if continuous:
+        mean, log_std = pi
+        z = (action - mean) / jnp.exp(log_std)
+        return jnp.sum(-0.5 * z * z - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
+    return _categorical_log_prob(pi, action)
+
+
+def _entropy(continuous, pi):
+    if continuous:
+        _, log_std = pi
+        return jnp.sum(log_std + 0.5 * jnp.log(2 * jnp.pi * jnp.e), axis=-1) * jnp.ones(pi[0].shape[:-1])
+    return _categorical_entropy(pi)
+
+
+def _network(config, action_dim, continuous):
+    return ActorCritic(action_dim, activation=config["ACTIVATION"], hidden=config.get("HIDDEN", 64),
+                       continuous=continuous)
+
+
 class Transition(NamedTuple):
     done: jax.Array
     action: jax.Array
@@ -125,10 +276,13 @@ def make_train(config):
     config = dict(config)
     config["NUM_UPDATES"] = config["TOTAL_TIMESTEPS"] // config["NUM_STEPS"] // config["NUM_ENVS"]
     config["MINIBATCH_SIZE"] = config["NUM_ENVS"] * config["NUM_STEPS"] // config["NUM_MINIBATCHES"]
-    env, env_params = gymnax.make(config["ENV_NAME"])
-    obs_size = int(np.prod(env.observation_space(env_params).shape))
-    action_dim = env.action_space(env_params).n
-    env = LogWrapper(env)
+    env, env_params, obs_size, action_dim, continuous, _ = _base_env(config)
+    if continuous:
+        env = VecEnv(env)
+        if config.get("NORMALIZE_ENV"):
+            env = NormalizeVecReward(NormalizeVecObservation(env), config["GAMMA"])
+    else:
+        env = VecEnv(env)
 
     def linear_schedule(count):
         frac = 1.0 - (count // (config["NUM_MINIBATCHES"] * config["UPDATE_EPOCHS"])) / config["NUM_UPDATES"]
@@ -136,7 +290,7 @@ def make_train(config):
 
     def train(rng):
         # INIT NETWORK
-        network = ActorCritic(action_dim, activation=config["ACTIVATION"])
+        network = _network(config, action_dim, continuous)
         rng, _rng = jax.random.split(rng)
         network_params = network.init(_rng, jnp.zeros(obs_size))
         lr = linear_schedule if config["ANNEAL_LR"] else config["LR"]
@@ -146,7 +300,7 @@ def make_train(config):
         # INIT ENV
         rng, _rng = jax.random.split(rng)
         reset_rng = jax.random.split(_rng, config["NUM_ENVS"])
-        obsv, env_state = jax.vmap(env.reset, in_axes=(0, None))(reset_rng, env_params)
+        obsv, env_state = env.reset(reset_rng, env_params)
 
         # TRAIN LOOP
         def _update_step(runner_state, unused):
@@ -154,14 +308,12 @@ def make_train(config):
             def _env_step(runner_state, unused):
                 train_state, env_state, last_obs, rng = runner_state
                 rng, _rng = jax.random.split(rng)
-                logits, value = network.apply(train_state.params, last_obs)
-                action = jax.random.categorical(_rng, logits)
-                log_prob = _categorical_log_prob(logits, action)
+                pi, value = network.apply(train_state.params, last_obs)
+                action = _sample(continuous, pi, _rng)
+                log_prob = _log_prob(continuous, pi, action)
                 rng, _rng = jax.random.split(rng)
                 rng_step = jax.random.split(_rng, config["NUM_ENVS"])
-                obsv, env_state, reward, done, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-                    rng_step, env_state, action, env_params
-                )
+                obsv, env_state, reward, done, info = env.step(rng_step, env_state, action, env_params)
                 transition = Transition(done, action, value, reward, log_prob, last_obs, info)
                 return (train_state, env_state, obsv, rng), transition
 
@@ -192,8 +344,8 @@ def make_train(config):
                     traj_batch, advantages, targets = batch_info
 
                     def _loss_fn(params, traj_batch, gae, targets):
-                        logits, value = network.apply(params, traj_batch.obs)
-                        log_prob = _categorical_log_prob(logits, traj_batch.action)
+                        pi, value = network.apply(params, traj_batch.obs)
+                        log_prob = _log_prob(continuous, pi, traj_batch.action)
 
                         # CALCULATE VALUE LOSS
                         value_pred_clipped = traj_batch.value + (value - traj_batch.value).clip(
@@ -209,7 +361,7 @@ def make_train(config):
                         loss_actor1 = ratio * gae
                         loss_actor2 = jnp.clip(ratio, 1.0 - config["CLIP_EPS"], 1.0 + config["CLIP_EPS"]) * gae
                         loss_actor = -jnp.minimum(loss_actor1, loss_actor2).mean()
-                        entropy = _categorical_entropy(logits).mean()
+                        entropy = _entropy(continuous, pi).mean()
 
                         total_loss = loss_actor + config["VF_COEF"] * value_loss - config["ENT_COEF"] * entropy
                         return total_loss, (value_loss, loss_actor, entropy)
@@ -245,3 +397,46 @@ def make_train(config):
         return {"runner_state": runner_state, "metrics": metric}
 
     return train
+
+
+def obs_stats(runner_state):
+    """(mean, var) of the observation normaliser in a brax runner_state with NORMALIZE_ENV, else None."""
+    state = runner_state[1]
+    while state is not None and not isinstance(state, NormalizeVecObsState):
+        state = getattr(state, "env_state", None)
+    return None if state is None else (state.mean, state.var)
+
+
+def make_evaluate(config, episodes: int = EVAL_EPISODES):
+    """A separate evaluation after training (PureJaxRL-style): `episodes` fresh environments per
+    mode play one episode each with the trained parameters, actions sampled and greedy (argmax /
+    Gaussian mean), the observation normaliser frozen; an episode unfinished at the time limit
+    counts its partial return. -> evaluate(rng, runner_state) -> (sampled [], greedy []), the mean
+    undiscounted return in the environment's own reward."""
+    env, env_params, _, action_dim, continuous, max_steps = _base_env(config)
+    env = VecEnv(env)
+    network = _network(config, action_dim, continuous)
+
+    def evaluate(rng, runner_state):
+        params = runner_state[0].params
+        stats = obs_stats(runner_state)
+        norm = (lambda o: o) if stats is None else (lambda o: (o - stats[0]) / jnp.sqrt(stats[1] + 1e-8))
+        rng, _rng = jax.random.split(rng)
+        obs, state = env.reset(jnp.concatenate([jax.random.split(_rng, episodes)] * 2), env_params)
+        greedy = jnp.arange(2 * episodes) >= episodes
+
+        def _step(carry, rng):
+            obs, state, total, alive = carry
+            rng_act, rng_step = jax.random.split(rng)
+            pi, _ = network.apply(params, norm(obs))
+            best = pi[0] if continuous else jnp.argmax(pi, axis=-1)
+            sampled = _sample(continuous, pi, rng_act)
+            action = jnp.where(greedy[:, None] if continuous else greedy, best, sampled)
+            obs, state, reward, done, _ = env.step(jax.random.split(rng_step, 2 * episodes), state, action, env_params)
+            return (obs, state, total + reward * alive, alive * (1 - done)), None
+
+        carry = (obs, state, jnp.zeros(2 * episodes), jnp.ones(2 * episodes))
+        (_, _, total, _), _ = jax.lax.scan(_step, carry, jax.random.split(rng, max_steps))
+        return total[:episodes].mean(), total[episodes:].mean()
+
+    return evaluate
