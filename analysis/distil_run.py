@@ -74,8 +74,14 @@ def balanced(row_sets, seed: int = 0):
 class Difference:
     """A drift-like view of a - b (each an objective with its params), for a difference panel."""
 
+    title = "difference"
+
     def __init__(self, a, pa, b, pb):
         self.a, self.pa, self.b, self.pb = a, pa, b, pb
+
+    @property
+    def depends_on_progress(self) -> bool:
+        return self.a.depends_on_progress or self.b.depends_on_progress
 
     def drift(self, params, ratio, advantage, progress):
         return self.a.drift(self.pa, ratio, advantage, progress) - self.b.drift(self.pb, ratio, advantage, progress)
