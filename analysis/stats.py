@@ -28,6 +28,7 @@ __all__ = [
     "t_interval",
     "mean_ci",
     "normalize_score",
+    "normalized_ci",
     "summarize",
 ]
 
@@ -270,6 +271,26 @@ def summarize(
         }
         for k, v in arrays.items()
     }
+
+
+def normalized_ci(
+    scores, ref, zero, aggregate_fn: Callable = iqm, reps: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """``aggregate_fn`` of ``scores`` [runs, tasks] normalised per task by the mean of ``ref``
+    [runs_r, tasks] (-> 1) and of ``zero`` [runs_z, tasks] (-> 0), with a stratified percentile
+    bootstrap that resamples the normaliser's runs as well as the scored ones, so the interval
+    carries the normaliser's noise. A normaliser with one run ([1, tasks]) is treated as exact.
+    Returns ``(point, low, high)``."""
+    s, r, z = (_check_scores(a, n) for a, n in ((scores, "scores"), (ref, "ref"), (zero, "zero")))
+    if not s.shape[1] == r.shape[1] == z.shape[1]:
+        raise ValueError(f"scores, ref and zero must have the same tasks, got {s.shape[1]}, {r.shape[1]}, {z.shape[1]}")
+    batched = _batched(aggregate_fn)
+
+    def stat(sb, rb, zb):
+        return batched(normalize_score(sb, rb.mean(-2, keepdims=True), zb.mean(-2, keepdims=True)))
+
+    low, high = _bootstrap(stat, [s, r, z], reps, confidence, seed)
+    return float(aggregate_fn(normalize_score(s, r.mean(0), z.mean(0)))), float(low), float(high)
 
 
 def normalize_score(score, ppo, init):

@@ -68,6 +68,7 @@ examples:
   metadisco evaluate dpo --quick
   metadisco evaluate runs/lpo-cartpole-20261101-120000 --envs Acrobot-v1,Catch-bsuite --tune-lr
   metadisco evaluate runs/RUN runs/RUN:init --quick     # gain from evolution vs from the start point
+  metadisco evaluate runs/RUN --quick --protocol discogen  # every method tuned and scored as in DiscoGen
   metadisco evaluate exports/discovered_drift.json --suite default --seeds 16"""
 
 

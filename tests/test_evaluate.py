@@ -6,11 +6,14 @@ are tested in tests/test_stats.py.
 """
 
 import csv
+import io
 import json
 import subprocess
 import sys
+from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -65,7 +68,8 @@ def tiny_run(tmp_path_factory):
 def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvement_one_half(tmp_path, programs):
     copy = tmp_path / "ppo_copy.json"  # PPO's objectives as a file target: a second label, same program
     save_objectives(copy, Objectives(), Objectives().init(jax.random.key(0)))
-    results = ev.evaluate([str(copy)], envs=["CartPole-v1"], seeds=2, budget=4096, progress=False, programs=programs)
+    results = ev.evaluate([str(copy)], envs=["CartPole-v1"], seeds=2, budget=4096, progress=False, programs=programs,
+                          bootstrap_reps=200)
 
     assert [m["label"] for m in results["methods"]] == ["ppo_copy", "ppo", "dpo"]
     env = results["envs"]["CartPole-v1"]
@@ -86,24 +90,102 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
     json.dumps(results, allow_nan=False)  # plain JSON throughout
 
 
-def test_tune_lr_reports_ppo_at_the_best_learning_rate_of_the_grid(programs):
+def test_tune_lr_scores_every_method_at_its_own_best_rate_of_the_grid(programs):
     results = ev.evaluate(["dpo"], envs=["CartPole-v1"], seeds=2, budget=4096, tune_lr=True, progress=False,
-                          programs=programs)
-    assert [m["label"] for m in results["methods"]] == ["dpo", "ppo", "ppo_tuned"]
+                          programs=programs, bootstrap_reps=200)
+    assert [m["label"] for m in results["methods"]] == ["dpo", "ppo"]  # no extra row: every method is tuned
     env = results["envs"]["CartPole-v1"]
-    tuning = env["tuning"]
     preset_lr = results["settings"]["presets"]["CartPole-v1"]["config"]["lr"]
-    assert tuning["lrs"] == pytest.approx([f * preset_lr for f in ev.LR_FACTORS])
-    assert results["settings"]["lr_grid"]["CartPole-v1"] == pytest.approx(tuning["lrs"])
-    best = int(np.argmax(tuning["tuning_mean_final"]))  # chosen on the tuning seeds ...
-    assert tuning["best_lr"] == pytest.approx(tuning["lrs"][best])
-    tuned, ppo = env["methods"]["ppo_tuned"], env["methods"]["ppo"]  # ... reported on the evaluation seeds
-    assert (tuned["curve"]["seeds"] == ppo["curve"]["seeds"]) == (tuning["best_factor"] == 1.0)
-    agg = results["aggregate"]["held_out"]["methods"]
-    assert {"poi_vs_ppo", "poi_vs_dpo", "poi_vs_ppo_tuned"} <= set(agg["dpo"])
-    # the learning rate is a traced argument: ppo and ppo_tuned share one compiled program
+    assert results["settings"]["lr_grid"]["CartPole-v1"] == pytest.approx([f * preset_lr for f in ev.LR_FACTORS])
+    for label in ("dpo", "ppo"):
+        tuning = env["tuning"][label]
+        assert tuning["lrs"] == pytest.approx(results["settings"]["lr_grid"]["CartPole-v1"])
+        best = int(np.argmax([-np.inf if x is None else x for x in tuning["mean_scores"]]))  # chosen on tuning seeds
+        assert tuning["best_lr"] == pytest.approx(tuning["lrs"][best])
+        assert env["methods"][label]["lr"] == pytest.approx(tuning["best_lr"])  # ... scored at it
+    assert env["ppo_return"] == pytest.approx(env["methods"]["ppo"]["mean"])  # the normaliser is the tuned PPO
+    # the learning rate is a traced argument: every rate of a method shares one compiled program
     config = preset_for("CartPole-v1").replace(total_timesteps=4096)
     assert programs.get(programs.env("CartPole-v1"), config, Objectives(), 2)._cache_size() == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Learning-rate tuning, with a stand-in trainer whose best rate is known for each method
+# --------------------------------------------------------------------------------------------
+
+
+class StandInResult(NamedTuple):
+    returns: jax.Array  # [U]
+    diverged: jax.Array  # []
+
+
+class StandInPrograms(ev.Programs):
+    """Programs whose "training" is a known function of the learning rate: each method's return
+    peaks at its own rate (PPO at x2 the preset's, DPO at x0.5), plus seed noise in [0, 1). No
+    PPO compiles, so the tuning logic is tested exactly and in a second."""
+
+    BEST = {"ppo_clip": 2.0, "dpo": 0.5}
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def get(self, env, config, objectives, num_seeds, grid=0):
+        self.calls.append((objectives.drift.name, num_seeds, grid))
+        best = self.BEST[objectives.drift.name] * float(config.hparams.lr)
+
+        def train(key, params, hp):
+            peak = 100.0 - 10.0 * jnp.log(hp.lr / best) ** 2 + jax.random.uniform(key)
+            return StandInResult(jnp.linspace(0.0, 1.0, config.num_updates) * peak, jnp.array(False))
+
+        fn = jax.vmap(train, in_axes=(0, None, None))
+        return jax.jit(jax.vmap(fn, in_axes=(None, None, 0)) if grid else fn)
+
+
+def test_tuning_picks_each_method_its_own_learning_rate():
+    results = ev.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, tune_lr=True, progress=False,
+                          programs=StandInPrograms(), bootstrap_reps=200)
+    env = results["envs"]["CartPole-v1"]
+    preset_lr = results["settings"]["presets"]["CartPole-v1"]["config"]["lr"]
+    assert env["tuning"]["ppo"]["best_factor"] == 2.0 and env["tuning"]["dpo"]["best_factor"] == 0.5
+    assert env["methods"]["ppo"]["lr"] == pytest.approx(2 * preset_lr)
+    assert env["methods"]["dpo"]["lr"] == pytest.approx(0.5 * preset_lr)
+    # scored on the evaluation seeds, not the tuning seeds (their noise differs)
+    for label in ("ppo", "dpo"):
+        tuned = env["tuning"][label]
+        assert env["methods"][label]["columns"]["train_final"] != pytest.approx(
+            max(x for x in tuned["mean_scores"] if x is not None), abs=1e-6)
+    # each method at its best rate peaks at ~100: normalised against the tuned PPO, DPO is ~1
+    assert env["methods"]["dpo"]["norm_mean"] == pytest.approx(1.0, abs=0.05)
+    md, rows = ev.to_markdown(results), list(csv.DictReader(io.StringIO(ev.to_csv(results))))
+    assert {r["method"]: float(r["lr"]) for r in rows} == pytest.approx({"ppo": 2 * preset_lr, "dpo": 0.5 * preset_lr})
+    assert "each method is scored at its best: dpo 0.000125, ppo 0.0005" in md
+
+
+def test_the_discogen_protocol_tunes_over_ten_rates_up_to_ten_times_the_base_on_eight_seeds():
+    programs = StandInPrograms()
+    results = ev.evaluate(["ppo"], envs=["CartPole-v1"], seeds=2, budget=4096, protocol="discogen", progress=False,
+                          programs=programs, bootstrap_reps=200)
+    protocol = results["settings"]["protocol"]
+    assert protocol["name"] == "discogen" and protocol["tail"] == 0.05 and results["settings"]["tuning_seeds"] == 8
+    factors = results["settings"]["lr_factors"]
+    assert len(factors) == 10 and factors[0] == pytest.approx(1.0) and factors[-1] == pytest.approx(10.0)
+    assert ("ppo_clip", 8, 10) in programs.calls and ("ppo_clip", 2, 0) in programs.calls
+    nearest_two = min(factors, key=lambda f: abs(np.log(f / 2.0)))  # the stand-in PPO's best is x2
+    assert results["envs"]["CartPole-v1"]["tuning"]["ppo"]["best_factor"] == pytest.approx(nearest_two)
+    assert "Protocol discogen" in ev.to_markdown(results)
+
+
+def test_a_probability_of_improvement_interval_that_includes_one_half_is_never_called_above_it():
+    results = ev.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, progress=False,
+                          programs=StandInPrograms(), bootstrap_reps=200)
+    agg = results["aggregate"]["held_out"]["methods"]["dpo"]
+    agg["poi_vs_ppo"] = {"point": 0.6, "low": 0.4974, "high": 0.716}
+    line = next(x for x in ev.to_markdown(results).splitlines() if x.startswith("- dpo against ppo"))
+    assert "above 0.5" not in line and "includes 0.5" in line
+    agg["poi_vs_ppo"] = {"point": 0.7, "low": 0.5026, "high": 0.816}
+    line = next(x for x in ev.to_markdown(results).splitlines() if x.startswith("- dpo against ppo"))
+    assert "better" in line and "above 0.5" in line
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,7 +211,7 @@ def test_evaluate_a_baseline_end_to_end(tmp_path, capsys):
     assert not any("meta-train" in r["flags"] for r in rows)
     for name in ("CartPole-v1", "Acrobot-v1"):
         assert f"## {name}" in md and f"## {name}" in stdout
-        assert len(results["envs"][name]["methods"]["dpo"]["final_returns"]) == 2
+        assert len(results["envs"][name]["methods"]["dpo"]["scores"]) == 2
     assert "Aggregate over held-out environments" in md
     assert str(out) in stdout
 

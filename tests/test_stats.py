@@ -300,3 +300,44 @@ def test_normalize_score_maps_initial_policy_to_0_and_ppo_to_1():
     assert stats.normalize_score(-100.0, -100.0, -500.0) == 1.0
     assert stats.normalize_score(-80.0, -100.0, -500.0) > 1.0
     np.testing.assert_allclose(stats.normalize_score(np.array([20.0, 260.0]), 260.0, 20.0), [0.0, 1.0])
+
+
+# ------------------------------------------------------------- the normaliser's uncertainty
+
+
+def test_normalised_intervals_carry_the_normalisers_noise():
+    rng = np.random.default_rng(3)
+    raw = rng.normal(150.0, 10.0, size=(8, 3))
+    zero = rng.normal(20.0, 1.0, size=(8, 3))
+    noisy_ppo = rng.normal(120.0, 40.0, size=(8, 3))  # a noisy normaliser ...
+    exact_ppo = noisy_ppo.mean(0, keepdims=True)  # ... and the same means treated as exact
+    for agg in (stats.iqm, stats.mean):
+        p_noisy, lo_noisy, hi_noisy = stats.normalized_ci(raw, noisy_ppo, zero, agg, REPS, seed=0)
+        p_exact, lo_exact, hi_exact = stats.normalized_ci(raw, exact_ppo, zero, agg, REPS, seed=0)
+        assert p_noisy == pytest.approx(p_exact)  # same point estimate
+        assert hi_noisy - lo_noisy > 1.5 * (hi_exact - lo_exact)  # a wider interval
+        assert p_exact == pytest.approx(agg(stats.normalize_score(raw, exact_ppo, zero.mean(0))))
+
+
+def test_normalised_interval_with_exact_normaliser_is_the_plain_bootstrap_of_normalised_scores():
+    raw, ppo, zero = _rand(6, 2, seed=1, loc=5.0), np.array([[3.0, 4.0]]), np.array([[1.0, 0.5]])
+    norm = stats.normalize_score(raw, ppo, zero)
+    assert stats.normalized_ci(raw, ppo, zero, stats.mean, REPS, seed=4) == pytest.approx(
+        stats.stratified_bootstrap_ci(norm, stats.mean, REPS, seed=4))
+
+
+def test_default_bootstrap_bounds_are_stable_to_the_two_decimals_printed():
+    """At the default replicates, two bootstrap seeds give bounds within half a unit of the last
+    printed digit (evaluation prints bootstrap estimates with two decimals)."""
+    from analysis.evaluation.protocol import BOOTSTRAP_REPS
+
+    rng = np.random.default_rng(7)
+    raw, ppo, zero = rng.normal(1.2, 0.3, (4, 2)), rng.normal(1.0, 0.2, (4, 2)), rng.normal(0.0, 0.1, (4, 2))
+    for agg in (stats.iqm, stats.mean):
+        a = stats.normalized_ci(raw, ppo, zero, agg, BOOTSTRAP_REPS, seed=0)
+        b = stats.normalized_ci(raw, ppo, zero, agg, BOOTSTRAP_REPS, seed=1)
+        assert max(abs(a[1] - b[1]), abs(a[2] - b[2])) < 0.005, (a, b)
+    a = stats.probability_of_improvement_ci(raw, ppo, BOOTSTRAP_REPS, seed=0)
+    b = stats.probability_of_improvement_ci(raw, ppo, BOOTSTRAP_REPS, seed=1)
+    # a probability of improvement takes values k / (n m tasks): its bounds may differ by one such step
+    assert max(abs(a[1] - b[1]), abs(a[2] - b[2])) <= 1 / (4 * 4 * 2) + 1e-12, (a, b)

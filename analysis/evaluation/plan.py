@@ -4,6 +4,7 @@
 
 A method is a target or a reference (PPO and DPO are always evaluated beside the targets); a job
 is one environment with its PPO config and budget. Every input error raises EvaluationError.
+The protocol (scores, learning-rate grid) is `analysis.evaluation.protocol`.
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ from typing import NamedTuple
 
 from analysis import suites
 from analysis.evaluation.programs import Programs
+from analysis.evaluation.protocol import Protocol
 from analysis.suites import EvaluationError
 from analysis.targets import REFERENCES, Target, builtin, full_params, resolve_target
 from inner_loops import Env, PPOConfig, check_env_name, preset_for
 from meta_objectives import Objectives
 
-__all__ = ["LR_FACTORS", "TUNED", "Method", "EnvJob", "Plan", "plan"]
-
-LR_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
-TUNED = "ppo_tuned"  # PPO at the best learning rate of the grid (tune_lr)
+__all__ = ["Method", "EnvJob", "Plan", "plan"]
 
 
 @dataclass
@@ -70,10 +69,10 @@ def _methods(targets: list[Target]) -> list[Method]:
                 taken.add(t.label)
             continue
         label = t.label
-        if label in taken or label in REFERENCES or label == TUNED:
+        if label in taken or label in REFERENCES:
             label = t.spec
         n, base = 2, label
-        while label in taken or label in REFERENCES or label == TUNED:
+        while label in taken or label in REFERENCES:
             label, n = f"{base}#{n}", n + 1
         methods.append(Method(label, t.objectives, t.params, "target", tuple(t.meta_train_envs)))
         taken.add(label)
@@ -90,11 +89,12 @@ def _task(env_name: str) -> str:
     return env_name.partition(":")[0]
 
 
-def plan(targets, programs: Programs, envs=None, seeds: int = suites.DEFAULT_SEEDS, budget=None,
-         tune_lr: bool = False, quick: bool = False, suite: str | None = None, lr_factors=LR_FACTORS,
-         lr: float | None = None, inner: dict | None = None) -> Plan:
+def plan(targets, programs: Programs, protocol: Protocol, envs=None, seeds: int = suites.DEFAULT_SEEDS,
+         budget=None, quick: bool = False, suite: str | None = None, lr: float | None = None,
+         inner: dict | None = None) -> Plan:
     """Resolve targets, environments, budgets and PPO configs; check that each target fits each
     environment. Builds the environments (through `programs`), compiles nothing."""
+    protocol.check()
     targets = _as_targets(targets)
     if int(seeds) != seeds or seeds < 1:
         raise EvaluationError(f"seeds must be a positive integer, got {seeds!r}")
@@ -102,8 +102,6 @@ def plan(targets, programs: Programs, envs=None, seeds: int = suites.DEFAULT_SEE
         raise EvaluationError(f"the budget (total timesteps per run) must be a positive integer, got {budget!r}")
     if lr is not None and not lr > 0:
         raise EvaluationError(f"the learning rate must be > 0, got {lr!r}")
-    if tune_lr and (not lr_factors or min(lr_factors) <= 0):
-        raise EvaluationError(f"lr_factors must be positive numbers, got {lr_factors!r}")
     names, suite = suites.environments(envs, suite, quick)
     for name in names:
         try:

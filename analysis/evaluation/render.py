@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.evaluation import protocol as scoring
+from analysis.evaluation import summary
 from analysis.suites import EvaluationError
 from analysis.targets import Target
 from meta_objectives.fileio import save_figure, to_jsonable
@@ -53,38 +55,61 @@ def _fmt(x, digits: int = 4) -> str:
     return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}g}"
 
 
-def _ci(point, low, high) -> str:
+def _ci(point, low, high, fmt=_fmt) -> str:
     if point is None:
         return "–"
     if low is None or high is None:
-        return _fmt(point)
-    return f"{_fmt(point)} [{_fmt(low)}, {_fmt(high)}]"
+        return fmt(point)
+    return f"{fmt(point)} [{fmt(low)}, {fmt(high)}]"
+
+
+def _boot(x) -> str:
+    """A bootstrap estimate: two decimals, the digits the default replicates keep stable."""
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.2f}"
+
+
+def _boot_ci(e: dict) -> str:
+    return _ci(e["point"], e["low"], e["high"], _boot)
+
+
+def _tuning_line(tuning: dict) -> str:
+    first = next(iter(tuning.values()))
+    best = ", ".join(f"{m} {_fmt(t['best_lr'], 3)}" for m, t in tuning.items())
+    return (f"Learning rates tuned over {', '.join(_fmt(x, 3) for x in first['lrs'])} on separate tuning seeds "
+            f"(by {first['select']}); each method is scored at its best: {best}.")
 
 
 def to_markdown(results: dict) -> str:
     """A table per environment and the aggregate tables (held-out and meta-train apart)."""
     s = results["settings"]
+    p = s["protocol"]
+    roles = {m["label"]: m["role"] for m in results["methods"]}
     lines = [
         "# Held-out evaluation",
         "",
-        f"{s['seeds']} seeds per method and environment; budgets (environment steps per run): "
+        f"Protocol {p['name']}: {p['summary']}. Score: {p['score_meaning']} ({p['score']}). "
+        f"{s['seeds']} seeds per method and environment"
+        + (f", {s['tuning_seeds']} tuning seeds per learning rate" if s["tune_lr"] else "")
+        + "; budgets (environment steps per run): "
         + ", ".join(f"{e} {s['budgets'][e]:,}" for e in s["envs"]) + ". "
-        "Normalised score: (return - init) / (PPO - init), 0 = the initial policy, 1 = PPO. "
-        "Intervals are 95%: Student-t per environment, stratified bootstrap in the aggregates.",
+        "Normalised score: (score - init) / (PPO - init), 0 = the initial policy, 1 = PPO"
+        + (" at its tuned learning rate" if s["tune_lr"] else "") + ". "
+        "Intervals are 95%: Student-t for scores, stratified bootstrap "
+        f"({s['bootstrap_reps']:,} replicates, resampling PPO's and the initial policy's seeds too) for "
+        "normalised scores and aggregates.",
         "",
     ]
     for name, r in results["envs"].items():
         flags = f" ({', '.join(r['flags'])})" if r["flags"] else ""
         lines += [f"## {name}{flags}", ""]
         if r["tuning"]:
-            t = r["tuning"]
-            lines += [f"PPO learning-rate grid {', '.join(_fmt(x, 3) for x in t['lrs'])} on separate tuning seeds: "
-                      f"best {_fmt(t['best_lr'], 3)} (x{_fmt(t['best_factor'], 3)} the preset).", ""]
-        lines += ["| method | final return [95% CI] | normalised [95% CI] | diverged |", "|---|---|---|---|"]
+            lines += [_tuning_line(r["tuning"]), ""]
+        lines += ["| method | lr | score [95% CI] | normalised [95% CI] | auc | diverged |",
+                  "|---|---|---|---|---|---|"]
         for m, e in r["methods"].items():
-            lines.append(f"| {m} | {_ci(e['mean'], e['ci_low'], e['ci_high'])} | "
-                         f"{_ci(e['norm_mean'], e['norm_ci_low'], e['norm_ci_high'])} | "
-                         f"{e['diverged']}/{len(e['final_returns'])} |")
+            lines.append(f"| {m} | {_fmt(e['lr'], 3)} | {_ci(e['mean'], e['ci_low'], e['ci_high'])} | "
+                         f"{_ci(e['norm_mean'], e['norm_ci_low'], e['norm_ci_high'], _boot)} | "
+                         f"{_fmt(e['columns']['auc'])} | {e['diverged']}/{len(e['scores'])} |")
         lines.append("")
     titles = {"held_out": "Aggregate over held-out environments",
               "meta_train": "Aggregate over meta-training environments"}
@@ -100,9 +125,7 @@ def to_markdown(results: dict) -> str:
                   "| method | IQM [95% CI] | mean [95% CI] | " + " | ".join(f"P(> {r}) [95% CI]" for r in refs) + " |",
                   "|---|---|---|" + "---|" * len(refs)]
         for m, e in agg["methods"].items():
-            cells = [_ci(e["iqm"]["point"], e["iqm"]["low"], e["iqm"]["high"]),
-                     _ci(e["mean"]["point"], e["mean"]["low"], e["mean"]["high"])]
-            cells += [_ci(e[f"poi_vs_{r}"]["point"], e[f"poi_vs_{r}"]["low"], e[f"poi_vs_{r}"]["high"]) for r in refs]
+            cells = [_boot_ci(e["iqm"]), _boot_ci(e["mean"])] + [_boot_ci(e[f"poi_vs_{r}"]) for r in refs]
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
         if len(agg.get("pairwise") or {}) > len(refs) + 1:  # more methods than the reference columns show
@@ -110,23 +133,28 @@ def to_markdown(results: dict) -> str:
             lines += ["Probability of improvement of each row over each column [95% CI]:", "",
                       "| P(row > column) | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
             for m in labels:
-                cells = ["–" if m == n else _ci(agg["pairwise"][m][n]["point"], agg["pairwise"][m][n]["low"],
-                                                  agg["pairwise"][m][n]["high"]) for n in labels]
+                cells = ["–" if m == n else _boot_ci(agg["pairwise"][m][n]) for n in labels]
                 lines.append(f"| {m} | " + " | ".join(cells) + " |")
             lines.append("")
+        readings = [f"- {m} against {r}: P(improvement) {_boot_ci(e[f'poi_vs_{r}'])}, "
+                    f"{summary.reading(e[f'poi_vs_{r}'])}."
+                    for m, e in agg["methods"].items() if "target" in roles.get(m, "") for r in refs if r != m]
+        if readings:
+            lines += ["Reading:", ""] + readings + [""]
     if results["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     return "\n".join(lines)
 
 
 CSV_COLUMNS = [
-    "method", "role", "env", "group", "flags", "seeds", "budget", "mean", "ci_low", "ci_high",
-    "normalized", "norm_ci_low", "norm_ci_high", "diverged",
+    "method", "role", "env", "group", "flags", "seeds", "budget", "lr", "score", "mean", "ci_low", "ci_high",
+    "normalized", "norm_ci_low", "norm_ci_high", "diverged", *scoring.SCORES,
 ]
 
 
 def to_csv(results: dict) -> str:
-    """One row per method x environment."""
+    """One row per method x environment: the headline score with its interval, and the mean of
+    every kind of score (one column each)."""
     roles = {m["label"]: m["role"] for m in results["methods"]}
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
@@ -138,9 +166,10 @@ def to_csv(results: dict) -> str:
             flags = list(r["flags"]) + ([f"diverged:{e['diverged']}"] if e["diverged"] else [])
             writer.writerow({
                 "method": m, "role": roles.get(m, ""), "env": name, "group": group, "flags": ";".join(flags),
-                "seeds": len(e["final_returns"]), "budget": r["budget"], "mean": e["mean"],
-                "ci_low": e["ci_low"], "ci_high": e["ci_high"], "normalized": e["norm_mean"],
+                "seeds": len(e["scores"]), "budget": r["budget"], "lr": e["lr"], "score": r["score"],
+                "mean": e["mean"], "ci_low": e["ci_low"], "ci_high": e["ci_high"], "normalized": e["norm_mean"],
                 "norm_ci_low": e["norm_ci_low"], "norm_ci_high": e["norm_ci_high"], "diverged": e["diverged"],
+                **e["columns"],
             })
     return buf.getvalue()
 

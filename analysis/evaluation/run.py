@@ -3,16 +3,16 @@
 Every method (the targets, plus PPO and DPO as references) trains on each environment with that
 environment's PPO preset, the same budget and the same seeds (common random numbers): one jitted
 program per environment x objectives structure, vmapped over seeds and split over the local
-devices. With `tune_lr`, PPO also trains over a learning-rate grid (LR_FACTORS x the preset's) on
-separate tuning seeds, and "ppo_tuned" (PPO at the best learning rate) is evaluated on the
-evaluation seeds: at short budgets PPO's learning rate moves its return more than any objective
-does, so a fair comparison needs a PPO whose learning rate suits the budget.
+devices. A protocol that tunes (`--tune-lr`, `--protocol discogen`) first trains EVERY method over
+its learning-rate grid on tuning seeds disjoint from the evaluation seeds, then scores each one at
+its own best rate on the evaluation seeds: at short budgets the learning rate moves the return
+more than any objective does, so a comparison at one shared rate mixes the objective's effect
+with the rate's. PPO at its tuned rate is then the normaliser.
 """
 
 from __future__ import annotations
 
 import datetime
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -21,18 +21,19 @@ import jax
 import numpy as np
 
 from analysis import suites
+from analysis.evaluation import protocol as scoring
 from analysis.evaluation import summary
-from analysis.evaluation.plan import LR_FACTORS, TUNED, EnvJob, Method, plan
+from analysis.evaluation.plan import EnvJob, Method, plan
 from analysis.evaluation.programs import Programs, hparams, mesh
+from analysis.evaluation.protocol import Protocol, resolve_protocol
 from analysis.suites import EvaluationError
-from analysis.targets import builtin, full_params
 from inner_loops import PPOConfig, preset_name
 from meta_objectives.fileio import to_jsonable
 
 __all__ = ["FORMAT", "VERSION", "evaluate"]
 
 FORMAT = "metadisco.evaluation"
-VERSION = 1
+VERSION = 2
 
 
 def evaluate(
@@ -45,11 +46,12 @@ def evaluate(
     progress: bool = True,
     suite: str | None = None,
     seed: int = 0,
-    lr_factors: Sequence[float] = LR_FACTORS,
+    lr_factors: Sequence[float] | None = None,
     bootstrap_reps: int = summary.BOOTSTRAP_REPS,
     lr: float | None = None,
     inner: dict | None = None,
     programs: Programs | None = None,
+    protocol: str | Protocol = "default",
 ) -> dict:
     """Train every method on every environment and compute the statistics -> results dict.
 
@@ -57,32 +59,39 @@ def evaluate(
     string); None takes the suite (`suite`, else "quick" if `quick` else "default"). seeds:
     evaluation seeds per method and environment (default DEFAULT_SEEDS). budget: total timesteps
     per run for every environment (an int), per environment (a dict), or None for the BUDGETS
-    table ("quick" scale if `quick` or suite == "quick"). tune_lr: also report "ppo_tuned".
-    lr: one learning rate for every method (default: each preset's), e.g. the one a run was
-    meta-trained with (its inner.lr), so the comparison is made where the objective was found.
+    table ("quick" scale if `quick` or suite == "quick"). protocol: a name of PROTOCOLS or a
+    Protocol (scores, learning-rate grid, tuning seeds). tune_lr: tune every method's learning
+    rate over LR_FACTORS (or `lr_factors`) x the base rate. lr: the base learning rate for every
+    method (default: each preset's), e.g. the one a run was meta-trained with (its inner.lr).
     inner: PPOConfig overrides for every environment (e.g. a run's CPU-sized
     {"num_envs": 64, "num_steps": 16, "hidden": (64, 64)}), applied to each preset.
+    bootstrap_reps: replicates of every bootstrap interval (drawn from `seed`).
     programs: the compiled-program cache to use (default: a new one for this evaluation).
     Every input error raises EvaluationError before anything compiles. The result is plain JSON
     (NaN as None; see `analysis.evaluation.render.save`).
     """
     seeds = suites.DEFAULT_SEEDS if seeds is None else seeds
+    if int(bootstrap_reps) != bootstrap_reps or bootstrap_reps < 1:
+        raise EvaluationError(f"bootstrap replicates must be a positive integer, got {bootstrap_reps!r}")
+    protocol = resolve_protocol(protocol, tune_lr, lr_factors)
     programs = Programs() if programs is None else programs
-    methods, jobs, suite, scale = plan(targets, programs, envs, seeds, budget, tune_lr, quick, suite, lr_factors,
-                                       lr, inner)
+    methods, jobs, suite, scale = plan(targets, programs, protocol, envs, seeds, budget, quick, suite, lr, inner)
+    tuning_seeds = (protocol.tuning_seeds or seeds) if protocol.lr_factors else 0
     root = jax.random.key(seed)
     eval_keys = jax.random.split(jax.random.fold_in(root, 0), seeds)
-    tune_keys = jax.random.split(jax.random.fold_in(root, 1), seeds)
+    tune_keys = jax.random.split(jax.random.fold_in(root, 1), max(tuning_seeds, 1))
     _check_traces(programs, methods, jobs, eval_keys)
 
     from tqdm.auto import tqdm
 
     if progress:
-        runs_per_env = len(methods) + (len(lr_factors) + 1 if tune_lr else 0)
-        steps = sum(j.config.steps_per_run for j in jobs) * seeds * runs_per_env
-        tqdm.write(f"evaluate: {len(methods)} methods ({', '.join(m.label for m in methods)}"
-                   f"{', ppo lr grid' if tune_lr else ''}) x {len(jobs)} environments x {seeds} seeds: "
-                   f"{steps:.3g} environment steps in all", file=sys.stderr)
+        steps = sum(j.config.steps_per_run for j in jobs) * len(methods) * (
+            seeds + tuning_seeds * len(protocol.lr_factors))
+        tqdm.write(f"evaluate: {len(methods)} methods ({', '.join(m.label for m in methods)}) x {len(jobs)} "
+                   f"environments x {seeds} seeds"
+                   + (f", each method's learning rate tuned over {len(protocol.lr_factors)} rates x "
+                      f"{tuning_seeds} tuning seeds" if tuning_seeds else "")
+                   + f": {steps:.3g} environment steps in all", file=sys.stderr)
 
     env_results: dict[str, dict] = {}
     started = time.time()
@@ -90,19 +99,20 @@ def evaluate(
     for job in bar:
         t0 = time.time()
         runs: dict[str, dict] = {}
-        hp = hparams(job.config)
+        tuning: dict[str, dict] = {}
         for m in methods:
+            rate = float(job.config.hparams.lr)
+            if protocol.lr_factors:
+                bar.set_postfix_str(f"{job.name}: {m.label} lr grid")
+                tuning[m.label] = _tune(programs, job, m, protocol, tune_keys)
+                rate = tuning[m.label]["best_lr"]
             bar.set_postfix_str(f"{job.name}: {m.label}")
-            runs[m.label] = _run(programs.get(job.env, job.config, m.objectives, seeds), eval_keys, m.params, hp)
-        tuning = None
-        if tune_lr:
-            bar.set_postfix_str(f"{job.name}: ppo lr grid")
-            tuning, runs[TUNED] = _tune(programs, job, seeds, lr_factors, tune_keys, eval_keys, runs["ppo"])
-        env_results[job.name] = {"runs": runs, "tuning": tuning, "time_s": time.time() - t0}
+            program = programs.get(job.env, job.config, m.objectives, seeds)
+            runs[m.label] = _run(program, eval_keys, m.params, hparams(job.config, lr=rate)) | {"lr": rate}
+        env_results[job.name] = {"runs": runs, "tuning": tuning or None, "time_s": time.time() - t0}
     bar.close()
 
-    labels = [m.label for m in methods] + ([TUNED] if tune_lr else [])
-    roles = {m.label: m.role for m in methods} | ({TUNED: "reference"} if tune_lr else {})
+    labels = [m.label for m in methods]
     results = {
         "format": FORMAT,
         "version": VERSION,
@@ -114,16 +124,18 @@ def evaluate(
             "quick": bool(quick),
             "seeds": int(seeds),
             "seed": int(seed),
-            "tuning_seeds": int(seeds) if tune_lr else 0,
+            "protocol": protocol.to_dict(),
+            "score": protocol.score,
+            "tuning_seeds": int(tuning_seeds),
             "budgets": {j.name: j.budget for j in jobs},
             "steps_per_run": {j.name: j.config.steps_per_run for j in jobs},
             "presets": {j.name: {"family": preset_name(j.name), "config": _config_dict(j.config)} for j in jobs},
-            "tune_lr": bool(tune_lr),
+            "tune_lr": bool(protocol.lr_factors),
             "lr": None if lr is None else float(lr),
             "inner": {k: list(v) if isinstance(v, tuple) else v for k, v in (inner or {}).items()},
-            "lr_factors": [float(f) for f in lr_factors] if tune_lr else None,
-            "lr_grid": ({j.name: [float(f) * float(j.config.hparams.lr) for f in lr_factors] for j in jobs}
-                        if tune_lr else None),
+            "lr_factors": list(protocol.lr_factors) or None,
+            "lr_grid": ({j.name: [f * float(j.config.hparams.lr) for f in protocol.lr_factors] for j in jobs}
+                        if protocol.lr_factors else None),
             "bootstrap_reps": int(bootstrap_reps),
             "confidence": summary.CONFIDENCE,
             "devices": int(mesh(seeds).devices.size),
@@ -134,14 +146,15 @@ def evaluate(
              "objectives": m.objectives.spec()}
             for m in methods if m.role != "reference"
         ],
-        "methods": [{"label": label, "role": roles[label]} for label in labels],
-        "envs": {job.name: summary.env_stats(job, labels, env_results[job.name]) for job in jobs},
+        "methods": [{"label": m.label, "role": m.role} for m in methods],
+        "envs": {job.name: summary.env_stats(job, labels, env_results[job.name], protocol, bootstrap_reps, seed)
+                 for job in jobs},
         "aggregate": {},
         "notes": [],
         "time_s": None,
     }
-    results["aggregate"] = summary.aggregate(results["envs"], labels, bootstrap_reps)
-    results["notes"] = summary.notes(results, jobs, tune_lr)
+    results["aggregate"] = summary.aggregate(results["envs"], labels, bootstrap_reps, seed)
+    results["notes"] = summary.notes(results, jobs, bool(protocol.lr_factors))
     results["time_s"] = round(time.time() - started, 1)
     return to_jsonable(results)
 
@@ -165,34 +178,26 @@ def _run(program, keys, params, hp) -> dict:
     result = jax.device_get(program(keys, params, hp))
     return {
         "returns": np.asarray(result.returns, np.float64),  # [..., S, U]
-        "final": np.asarray(result.final_return, np.float64),  # [..., S]
-        "diverged": np.asarray(result.diverged, bool),
+        "diverged": np.asarray(result.diverged, bool),  # [..., S]
     }
 
 
-def _tune(programs: Programs, job: EnvJob, seeds: int, lr_factors, tune_keys, eval_keys, ppo_run: dict):
-    """PPO over the learning-rate grid on the tuning seeds; the best one on the evaluation seeds."""
-    objectives = builtin("ppo")
-    params = full_params(objectives)
-    base_lr = float(job.config.hparams.lr)
-    lrs = [float(f) * base_lr for f in lr_factors]
+def _tune(programs: Programs, job: EnvJob, method: Method, protocol: Protocol, keys) -> dict:
+    """`method` over the protocol's learning-rate grid on the tuning seeds `keys` -> the grid, its
+    mean `select` score per rate (a diverged or non-finite seed makes a rate's score -inf), the best."""
+    base = float(job.config.hparams.lr)
+    lrs = [f * base for f in protocol.lr_factors]
     hp = hparams(job.config)
     grid_hp = jax.tree.map(lambda x: np.full((len(lrs),), x, np.float32), hp).replace(lr=np.asarray(lrs, np.float32))
-    grid = _run(programs.get(job.env, job.config, objectives, seeds, grid=len(lrs)), tune_keys, params, grid_hp)
-    final = grid["final"]  # [G, S]
-    score = np.where(np.isfinite(final), final, -np.inf).mean(1)
-    best = int(np.argmax(score))
-    if math.isclose(float(lr_factors[best]), 1.0):
-        tuned = ppo_run  # the preset's learning rate won: same program, same seeds, same numbers
-    else:
-        program = programs.get(job.env, job.config, objectives, seeds)
-        tuned = _run(program, eval_keys, params, hparams(job.config, lr=lrs[best]))
-    tuning = {
-        "lrs": lrs, "factors": [float(f) for f in lr_factors],
-        "tuning_mean_final": [float(x) for x in np.nanmean(np.where(np.isfinite(final), final, np.nan), 1)],
-        "best_lr": lrs[best], "best_factor": float(lr_factors[best]),
+    program = programs.get(job.env, job.config, method.objectives, len(keys), grid=len(lrs))
+    values = scoring.score(_run(program, keys, method.params, grid_hp), protocol.select, protocol.tail)  # [G, S]
+    means = np.where(np.isfinite(values), values, -np.inf).mean(1)
+    best = int(np.argmax(means))
+    return {
+        "lrs": lrs, "factors": list(protocol.lr_factors), "select": protocol.select,
+        "mean_scores": [float(x) if np.isfinite(x) else None for x in means],
+        "best_lr": lrs[best], "best_factor": float(protocol.lr_factors[best]),
     }
-    return tuning, tuned
 
 
 def _config_dict(config: PPOConfig) -> dict:

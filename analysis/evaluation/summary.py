@@ -1,29 +1,33 @@
-"""The statistics of an evaluation, from the raw returns of every method on every environment.
+"""The statistics of an evaluation, from the raw runs of every method on every environment.
 
-Per environment: the mean final return with a Student-t 95% interval, and scores normalised by
-PPO, (score - init) / (ppo - init) with init = PPO's mean first-update return and ppo = PPO's
-mean final return (0 = the initial policy, 1 = PPO). Across environments: the IQM and mean of
-normalised scores with stratified-bootstrap 95% intervals and the probability of improvement
-over PPO and DPO (and ppo_tuned), held-out and meta-train environments apart.
+Per environment: each method's mean score (the protocol's headline score, at the learning rate
+it was scored at) with a Student-t 95% interval, and its score normalised by PPO,
+(score - zero) / (ppo - zero), zero = the initial policy's mean and ppo = PPO's mean score
+(0 = the initial policy, 1 = PPO; PPO at its tuned rate when the protocol tunes). The normalised
+intervals, per environment and in the aggregates (IQM and mean over environments), come from a
+stratified bootstrap that resamples PPO's and the initial policy's seeds along with the method's,
+so they carry the normaliser's noise. The probability of improvement (over PPO, DPO and every
+other method) is computed within each environment, where normalising changes nothing. Held-out
+and meta-train environments are aggregated apart.
 
-An environment where PPO's mean final return does not exceed its initial return ("ppo-flat") has
-no usable normaliser: its raw returns are reported but it is left out of both aggregates.
-"ppo-weak" marks one where PPO's 95% interval still includes the initial return (kept, flagged).
+An environment where PPO's mean score does not exceed the initial policy's ("ppo-flat") has no
+usable normaliser: its raw scores are reported but it is left out of both aggregates.
+"ppo-weak" marks one where PPO's 95% interval still includes the initial score (kept, flagged).
 """
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from analysis import stats
-from analysis.evaluation.plan import TUNED, EnvJob
+from analysis.evaluation import protocol as scoring
+from analysis.evaluation.plan import EnvJob
+from analysis.evaluation.protocol import BOOTSTRAP_REPS, Protocol
+from analysis.targets import REFERENCES
 from inner_loops import preset_for, preset_name
 
-__all__ = ["CONFIDENCE", "BOOTSTRAP_REPS", "env_stats", "aggregate", "notes"]
+__all__ = ["CONFIDENCE", "BOOTSTRAP_REPS", "env_stats", "aggregate", "reading", "notes"]
 
-BOOTSTRAP_REPS = 2000
 CONFIDENCE = 0.95
 
 
@@ -31,42 +35,48 @@ def _finite_or(x: np.ndarray, fill: float) -> np.ndarray:
     return np.where(np.isfinite(x), x, fill)
 
 
-def env_stats(job: EnvJob, labels: list[str], env_result: dict) -> dict:
-    """One environment's entry of the results: flags, normaliser, and per method its final
-    returns, interval, normalised scores and learning-curve band. `env_result` is
-    {"runs": {label: {"returns" [S, U], "final" [S], "diverged" [S]}}, "tuning", "time_s"}."""
+def env_stats(job: EnvJob, labels: list[str], env_result: dict, protocol: Protocol,
+              reps: int = BOOTSTRAP_REPS, seed: int = 0) -> dict:
+    """One environment's entry of the results: flags, normaliser, and per method its scores (every
+    kind of SCORES, the headline one with its interval), learning rate, normalised scores and
+    learning-curve band. `env_result` is {"runs": {label: {"returns" [S, U], "diverged" [S],
+    "lr"}}, "tuning": {label: ...} | None, "time_s"}."""
     runs = env_result["runs"]
-    ppo = runs["ppo"]
-    init = float(np.nanmean(ppo["returns"][:, 0]))
-    ppo_final = float(np.nanmean(ppo["final"]))
+    kind = protocol.score
+    zero_seeds = scoring.zero(runs["ppo"], kind)
+    init = float(np.nanmean(zero_seeds))
+    zero_seeds = _finite_or(zero_seeds, init)
+    ppo_seeds = _finite_or(scoring.score(runs["ppo"], kind, protocol.tail), init)
+    ppo_mean = float(ppo_seeds.mean())
     flags = []
     if job.meta_train_for:
         flags.append("meta-train")
-    flat = not (ppo_final - init > 0)
+    flat = not (ppo_mean - init > 0)
     if flat:
         flags.append("ppo-flat")
-    elif len(ppo["final"]) > 1 and stats.mean_ci(_finite_or(ppo["final"], init), CONFIDENCE)[1] <= init:
+    elif len(ppo_seeds) > 1 and stats.mean_ci(ppo_seeds, CONFIDENCE)[1] <= init:
         flags.append("ppo-weak")
     excluded = None
     if flat:
-        excluded = (f"PPO's mean final return ({ppo_final:.4g}) does not exceed its initial return ({init:.4g}): "
+        excluded = (f"PPO's mean score ({ppo_mean:.4g}) does not exceed the initial policy's ({init:.4g}): "
                     "no normaliser, so this environment is left out of the aggregates")
     methods = {}
     for label in labels:
         run = runs[label]
-        final = run["final"]
-        nonfinite = int((~np.isfinite(final)).sum())
-        clean = _finite_or(final, init)  # a non-finite final return counts as the initial policy's
+        values = scoring.score(run, kind, protocol.tail)
+        nonfinite = int((~np.isfinite(values)).sum())
+        clean = _finite_or(values, init)  # a non-finite score counts as the initial policy's
         mean, low, high = stats.mean_ci(clean, CONFIDENCE)
         entry = {
-            "final_returns": clean, "mean": mean, "ci_low": low, "ci_high": high,
+            "lr": run["lr"], "scores": clean, "mean": mean, "ci_low": low, "ci_high": high,
+            "columns": _columns(run, protocol),
             "diverged": int(run["diverged"].sum()), "nonfinite": nonfinite,
             "normalized": None, "norm_mean": None, "norm_ci_low": None, "norm_ci_high": None,
         }
         if not flat:
-            norm = np.asarray(stats.normalize_score(clean, ppo_final, init), np.float64)
-            entry["normalized"] = norm
-            entry["norm_mean"], entry["norm_ci_low"], entry["norm_ci_high"] = stats.mean_ci(norm, CONFIDENCE)
+            entry["normalized"] = np.asarray(stats.normalize_score(clean, ppo_mean, init), np.float64)
+            entry["norm_mean"], entry["norm_ci_low"], entry["norm_ci_high"] = stats.normalized_ci(
+                clean[:, None], ppo_seeds[:, None], zero_seeds[:, None], stats.mean, reps, CONFIDENCE, seed)
         curves = np.where(np.isfinite(run["returns"]), run["returns"], np.nan)
         band = stats.t_interval(curves, CONFIDENCE)
         entry["curve"] = {"mean": band[0], "low": band[1], "high": band[2], "seeds": curves}
@@ -78,8 +88,10 @@ def env_stats(job: EnvJob, labels: list[str], env_result: dict) -> dict:
         "budget": job.budget,
         "num_updates": job.config.num_updates,
         "steps_per_update": job.config.batch_size,
+        "score": kind,
         "init_return": init,
-        "ppo_return": ppo_final,
+        "ppo_return": ppo_mean,
+        "normaliser": {"ppo": ppo_seeds, "zero": zero_seeds},
         "excluded_from_aggregate": excluded,
         "tuning": env_result["tuning"],
         "time_s": round(env_result["time_s"], 1),
@@ -87,12 +99,26 @@ def env_stats(job: EnvJob, labels: list[str], env_result: dict) -> dict:
     }
 
 
-def _poi(x, y, reps: int) -> dict:
-    point, low, high = stats.probability_of_improvement_ci(x, y, reps, CONFIDENCE)
+def _columns(run: dict, protocol: Protocol) -> dict:
+    """{kind: mean over the seeds with a finite value (None if none)} for every kind of SCORES."""
+    out = {}
+    for kind in scoring.SCORES:
+        values = scoring.score(run, kind, protocol.tail)
+        finite = values[np.isfinite(values)]
+        out[kind] = float(finite.mean()) if finite.size else None
+    return out
+
+
+def _poi(x, y, reps: int, seed: int) -> dict:
+    point, low, high = stats.probability_of_improvement_ci(x, y, reps, CONFIDENCE, seed)
     return {"point": point, "low": low, "high": high}
 
 
-def aggregate(envs: dict, labels: list[str], reps: int = BOOTSTRAP_REPS) -> dict:
+def _ci(triple) -> dict:
+    return dict(zip(("point", "low", "high"), map(float, triple)))
+
+
+def aggregate(envs: dict, labels: list[str], reps: int = BOOTSTRAP_REPS, seed: int = 0) -> dict:
     """IQM, mean and probabilities of improvement over the held-out and the meta-train envs, apart.
     `envs` is {name: env_stats(...)}."""
     usable = [e for e, r in envs.items() if r["excluded_from_aggregate"] is None]
@@ -105,42 +131,59 @@ def aggregate(envs: dict, labels: list[str], reps: int = BOOTSTRAP_REPS) -> dict
         if not names:
             out[group] = {"envs": [], "methods": None}
             continue
-        scores = {m: np.stack([envs[e]["methods"][m]["normalized"] for e in names], axis=1) for m in labels}
-        summary = stats.summarize(scores, baseline="ppo", reps=reps, confidence=CONFIDENCE)
-        methods = {}
-        for m in labels:
-            entry = {"iqm": summary[m]["iqm"], "mean": summary[m]["mean"], "poi_vs_ppo": summary[m]["prob_improvement"]}
-            for ref in ("dpo", TUNED):
-                if ref in scores:
-                    entry[f"poi_vs_{ref}"] = _poi(scores[m], scores[ref], reps)
-            methods[m] = entry
+
+        def stack(get):
+            return np.stack([np.asarray(get(envs[e]), np.float64) for e in names], axis=1)  # [S, tasks]
+
+        ref, zero = stack(lambda r: r["normaliser"]["ppo"]), stack(lambda r: r["normaliser"]["zero"])
+        raw = {m: stack(lambda r, m=m: r["methods"][m]["scores"]) for m in labels}
+        norm = {m: stack(lambda r, m=m: r["methods"][m]["normalized"]) for m in labels}
         # P(row > column) for every ordered pair: a discovered objective against its controls
         # (RUN_DIR:init, a PPO variant), not only against PPO and DPO.
-        pairwise = {m: {} for m in labels}
-        for m, n in itertools.permutations(labels, 2):
-            pairwise[m][n] = _poi(scores[m], scores[n], reps)
+        pairwise = {m: {n: _poi(norm[m], norm[n], reps, seed) for n in labels if n != m} for m in labels}
+        methods = {}
+        for m in labels:
+            methods[m] = {"iqm": _ci(stats.normalized_ci(raw[m], ref, zero, stats.iqm, reps, CONFIDENCE, seed)),
+                          "mean": _ci(stats.normalized_ci(raw[m], ref, zero, stats.mean, reps, CONFIDENCE, seed))}
+            for r in REFERENCES:
+                methods[m][f"poi_vs_{r}"] = pairwise[m].get(r) or _poi(norm[m], norm[r], reps, seed)
         out[group] = {"envs": names, "methods": methods, "pairwise": pairwise}
     return out
 
 
+def reading(poi: dict) -> str:
+    """Words for a probability-of-improvement interval {"point", "low", "high"}: "better" only when
+    the whole interval is above 0.5, "worse" only when it is below; otherwise it includes 0.5."""
+    low, high = poi.get("low"), poi.get("high")
+    if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
+        return "no interval (too few seeds)"
+    if low > 0.5:
+        return "better: the whole 95% interval is above 0.5"
+    if high < 0.5:
+        return "worse: the whole 95% interval is below 0.5"
+    return "not distinguishable: the 95% interval includes 0.5"
+
+
 def notes(results: dict, jobs: list[EnvJob], tune_lr: bool) -> list[str]:
     """What a reader must know to read the numbers: exclusions, weak normalisers, divergences,
-    and a PPO left at its preset learning rate on a short budget."""
+    and methods left at the preset learning rate on a short budget."""
     out = []
     for name, r in results["envs"].items():
         if r["excluded_from_aggregate"]:
             out.append(f"{name}: {r['excluded_from_aggregate']}.")
         if "ppo-weak" in r["flags"]:
-            out.append(f"{name}: PPO's 95% interval includes its initial return; normalised scores there are noisy.")
+            out.append(f"{name}: PPO's 95% interval includes the initial policy's score; normalised scores there are "
+                       "noisy (their intervals carry PPO's noise).")
         for m, e in r["methods"].items():
             if e["diverged"] or e["nonfinite"]:
-                out.append(f"{name}: {m} diverged in {e['diverged']} of {len(e['final_returns'])} seeds "
-                           f"({e['nonfinite']} non-finite final returns counted as the initial return).")
+                out.append(f"{name}: {m} diverged in {e['diverged']} of {len(e['scores'])} seeds "
+                           f"({e['nonfinite']} non-finite scores counted as the initial policy's).")
     short = [j.name for j in jobs if j.budget < preset_for(j.name).total_timesteps]
     if short and not tune_lr and results["settings"].get("lr") is None:
         out.append(
-            "PPO ran at its preset learning rate on budgets below the preset's "
-            f"({', '.join(short)}); at short budgets PPO's learning rate moves its return more than the objective "
-            "does: rerun with --tune-lr (tune_lr=True) for a PPO whose learning rate suits the budget."
+            "every method ran at the preset's learning rate on budgets below the preset's "
+            f"({', '.join(short)}); at short budgets the learning rate moves the return more than the objective "
+            "does: rerun with --tune-lr (tune_lr=True) or --protocol discogen to score each method at its own "
+            "tuned rate."
         )
     return out

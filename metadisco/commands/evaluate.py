@@ -6,6 +6,8 @@ import argparse
 import sys
 
 from analysis import suites
+from analysis.evaluation import protocol
+from analysis.evaluation.protocol import BOOTSTRAP_REPS
 from meta_objectives.errors import ConfigError
 
 
@@ -16,6 +18,8 @@ def run(args) -> None:
         raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
     if args.timesteps is not None and args.timesteps < 1:
         raise ConfigError(f"--timesteps must be >= 1, got {args.timesteps}")
+    if args.bootstrap < 1:
+        raise ConfigError(f"--bootstrap must be >= 1, got {args.bootstrap}")
 
     from analysis import evaluate as ev
 
@@ -27,7 +31,7 @@ def run(args) -> None:
     results = ev.evaluate(
         targets, envs=args.envs, suite=args.suite, seeds=args.seeds, budget=args.timesteps,
         tune_lr=args.tune_lr, quick=args.quick, progress=not args.no_progress, seed=args.seed, lr=args.lr,
-        inner=inner,
+        inner=inner, protocol=args.protocol, bootstrap_reps=args.bootstrap,
     )
     path = ev.save(results, out)
     print(ev.to_markdown(results))
@@ -82,7 +86,7 @@ def add(subparsers) -> None:
         description="Train PPO with each TARGET's objectives (and PPO and DPO as references) on the same "
                     "environments, budgets and seeds; report per-environment returns with 95% intervals, "
                     "PPO-normalised scores, IQM and probability of improvement across environments.",
-        epilog=suites.help_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=suites.help_text() + "\n" + protocol.help_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("targets", nargs="+", metavar="TARGET", help="ppo, dpo, an objectives JSON file, or RUN_DIR[:best]")
     p.add_argument("--envs", help="comma-separated environments (see `metadisco envs`); default: the held-out set "
@@ -93,9 +97,14 @@ def add(subparsers) -> None:
     p.add_argument("--seeds", type=int, help="evaluation seeds per method and environment (default 8)")
     p.add_argument("--timesteps", type=int, help="environment steps per training run, for every environment")
     p.add_argument("--tune-lr", action="store_true",
-                   help="also tune PPO's learning rate (x0.25..x4 on separate seeds) and report ppo_tuned")
-    p.add_argument("--lr", type=float, help="one PPO learning rate for every method (default: each preset's); "
+                   help="tune every method's learning rate (x0.25..x4 the base, on tuning seeds disjoint from the "
+                        "evaluation seeds) and score each at its own best rate")
+    p.add_argument("--protocol", choices=tuple(protocol.PROTOCOLS), default="default",
+                   help="how methods are scored (see below); discogen: scored as in DiscoGen")
+    p.add_argument("--lr", type=float, help="the base learning rate for every method (default: each preset's); "
                                             "use the run's inner.lr to compare where the objective was found")
+    p.add_argument("--bootstrap", type=int, default=BOOTSTRAP_REPS, metavar="N",
+                   help=f"bootstrap replicates of every interval (default {BOOTSTRAP_REPS:,})")
     p.add_argument("--inner", action="append", metavar="FIELD=VALUE",
                    help="a PPO setting for every environment, as in a run's inner section; repeat it, e.g. "
                         "--inner num_envs=64 --inner num_steps=16 --inner hidden=64,64 for CPU-sized Brax")
