@@ -178,11 +178,13 @@ def symbolic_fit(data: FitData, generations: int = 20, seed: int = 0, population
     out = []
     for member in result.front:
         *b, c = (round_sig(w) for w in member["coefficients"])
-        if c <= 0 and not b:
+        shape = transform_expression(plug, member["tree"])
+        parts = [f"{b[0]!r}*e**2/2"] if b and b[0] != 0 else []
+        if c > 0 and shape != 0:
+            parts.append(f"{c!r}*({shape})")
+        if not parts:  # nothing but zero: L2 itself, or no drift at all
             continue
-        term = f"{c!r}*({transform_expression(plug, member['tree'])})"
-        if b:
-            term = f"{b[0]!r}*e**2/2 + {term}"
+        term = " + ".join(parts)
         try:
             out.append(candidate(term, data, "symbolic", 1, program=tree_str(member["tree"])))
         except ValueError as e:  # an expression the safe parser refuses (counted, not kept)

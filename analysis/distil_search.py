@@ -19,12 +19,19 @@ What the transform cannot guarantee is checked: finiteness (exp can overflow) an
 loss, that the gradient step moves v toward its target (e dL/de >= 0 for |e| > 1) on the check
 grid of meta_objectives.constraints. Those candidates count as considered and invalid.
 
-One set of rules (`_RULES`) evaluates a tree both ways: numerically with directional derivatives
-(numpy; the search) and symbolically (sympy; the expression strings the search hands back).
+One set of rules (`evaluate` over `_unary` / `_binary`) evaluates a tree both ways: numerically
+with directional derivatives (numpy backend; the search) and symbolically (sympy backend; the
+expression strings handed back, `transform_expression`).
 
-    result = search(data, generations=..., population_size=..., seed=...)
-    result.candidates   [{"expression", "tree", "coefficients", ...}] the Pareto front of size vs error
-    result.stats        {"n_considered", "n_valid", "valid_share", "seconds", ...}
+    result = search(Problem(Plug("drift"), r, A, D, dD_dr, fit="value"), generations=20, seed=0)
+    result.front   [{"tree", "size", "rmse", "coefficients"}] the Pareto front of size against error
+    result.stats   {"n_considered", "n_valid", "valid_share", "seconds", "generations", ...}
+
+Why a transform rather than a filter (gplearn's programs, checked afterwards) or a grammar of
+validity-preserving operations: the filter wastes most of the budget (an unconstrained program is
+almost never exactly flat at r = 1), and a grammar of products with (r - 1)^2 cannot write the
+KL-like r - 1 - log r, a Bregman divergence, without an infinite series. The transform keeps the
+search over unconstrained g (so crossover and mutation stay simple) and makes every g count.
 """
 
 from __future__ import annotations
