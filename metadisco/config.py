@@ -40,7 +40,7 @@ class ESConfig:
     lr_limit: float = 0.0001
     optimizer: str = "adam"  # adam | sgd
     antithetic: bool = True
-    fitness_shaping: str = "default"  # the strategy's own; or centered_rank | z_score | normalize | raw
+    fitness_shaping: str = "auto"  # centered ranks, or the strategy's own weights (CMA-ES, NES); see strategy.py
 
 
 @dataclass(frozen=True)
@@ -413,10 +413,10 @@ def check_static(cfg: RunConfig) -> None:
         raise ConfigError(f"es.optimizer must be adam or sgd, got {es.optimizer!r}")
     if es.fitness_shaping not in FITNESS_SHAPING:
         raise ConfigError(f"es.fitness_shaping must be one of {', '.join(FITNESS_SHAPING)}")
-    if es.fitness_shaping != "default" and es.strategy in WEIGHTED_STRATEGIES:
+    if es.fitness_shaping not in ("auto", "default") and es.strategy in WEIGHTED_STRATEGIES:
         raise ConfigError(
             f"es.fitness_shaping={es.fitness_shaping} does not apply to {es.strategy}: its update takes "
-            "recombination weights, which it computes from the ranks itself; leave es.fitness_shaping=default"
+            "recombination weights, which it computes from the ranks itself; leave es.fitness_shaping=auto"
         )
     if cfg.fitness not in FITNESS_KINDS:
         raise ConfigError(f"fitness must be one of {', '.join(FITNESS_KINDS)}, got {cfg.fitness!r}")

@@ -29,9 +29,11 @@ UNSUPPORTED_STRATEGIES = {
     "SV_CMA_ES": "Stein variational strategies evolve several populations at once",
     "SV_Open_ES": "Stein variational strategies evolve several populations at once",
 }
-# "default": the strategy's own (centered ranks for Open_ES and PGPE, raw fitness for ARS and the
+# "auto": centered ranks (the published LPO/OPEN/EvIL setting), except for the weighted strategies,
+# which keep their own recombination weights; "default": always the strategy's own evosax default
+# (centered ranks for Open_ES and PGPE, raw fitness for ARS and the
 # genetic algorithms, recombination weights for CMA-ES and the NES family).
-FITNESS_SHAPING = ("default", "centered_rank", "z_score", "normalize", "raw")
+FITNESS_SHAPING = ("auto", "default", "centered_rank", "z_score", "normalize", "raw")
 
 
 def _shaping_fn(name: str):
@@ -79,8 +81,11 @@ def make_strategy(cfg, solution):
         kwargs["std_schedule"] = _decay(cfg.sigma_init, cfg.sigma_decay, cfg.sigma_limit)
     if "use_antithetic_sampling" in takes:
         kwargs["use_antithetic_sampling"] = cfg.antithetic
-    if "fitness_shaping_fn" in takes and cfg.fitness_shaping != "default":
-        kwargs["fitness_shaping_fn"] = _shaping_fn(cfg.fitness_shaping)
+    shaping = cfg.fitness_shaping
+    if shaping == "auto":
+        shaping = "default" if cfg.strategy in WEIGHTED_STRATEGIES else "centered_rank"
+    if "fitness_shaping_fn" in takes and shaping != "default":
+        kwargs["fitness_shaping_fn"] = _shaping_fn(shaping)
     es = cls(cfg.population_size, solution, **kwargs)
     params = es.default_params
     if hasattr(params, "std_init"):
