@@ -517,8 +517,10 @@ def train(ppo: PPO, key: jax.Array, meta_params: dict, hparams: PPOHyperparams |
 
     The initial and the final policy are evaluated (`evaluate`), and with eval_points = K the
     policy after each of `config.eval_updates` (K scans of updates, each followed by an evaluation).
-    Cost, measured on 2 CPU cores (benchmarks/eval_overhead.py), 16 episodes per mode: CartPole-v1
-    PureJaxRL preset at 5e5 steps +1.5%; Breakout-MinAtar 64 envs at 1e6 steps +3%.
+    Cost of the default evaluation (16 episodes per mode, initial and final policy) against
+    eval_episodes=0, compile excluded (benchmarks/eval_overhead.py, 5 alternating calls on 2 shared
+    CPU cores, fastest / median): CartPole-v1 preset at 5e5 steps +1.2% / +4.4%; Breakout-MinAtar
+    preset at 1e6 steps +1.5% / +1.3% (a fixed cost: a smaller share of longer runs).
     """
     config = ppo.config
     hp = config.hparams if hparams is None else hparams
