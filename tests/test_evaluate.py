@@ -76,6 +76,14 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
     mine, ppo = env["methods"]["ppo_copy"], env["methods"]["ppo"]
     assert mine["curve"]["seeds"] == ppo["curve"]["seeds"]  # common random numbers, bit for bit
     assert np.mean(ppo["normalized"]) == pytest.approx(1.0)  # PPO normalised by itself
+    # the score is the final policy's evaluation (sampled), its zero the initial policy's
+    assert env["score"] == "eval" and results["settings"]["protocol"]["name"] == "default"
+    for e in (mine, ppo):
+        assert set(e["columns"]) == {"eval", "eval_greedy", "train_final", "auc"}
+        assert e["mean"] == pytest.approx(e["columns"]["eval"])
+        assert e["lr"] == results["settings"]["presets"]["CartPole-v1"]["config"]["lr"]
+    assert env["ppo_return"] == pytest.approx(np.mean(env["normaliser"]["ppo"]))
+    assert env["init_return"] == pytest.approx(np.mean(env["normaliser"]["zero"]))
     agg = results["aggregate"]["held_out"]
     assert agg["envs"] == ["CartPole-v1"] and results["aggregate"]["meta_train"]["envs"] == []
     assert agg["methods"]["ppo_copy"]["poi_vs_ppo"]["point"] == 0.5
@@ -117,6 +125,10 @@ def test_tune_lr_scores_every_method_at_its_own_best_rate_of_the_grid(programs):
 class StandInResult(NamedTuple):
     returns: jax.Array  # [U]
     diverged: jax.Array  # []
+    eval_return: jax.Array  # []
+    eval_return_greedy: jax.Array
+    init_eval_return: jax.Array
+    init_eval_return_greedy: jax.Array
 
 
 class StandInPrograms(ev.Programs):
@@ -136,7 +148,9 @@ class StandInPrograms(ev.Programs):
 
         def train(key, params, hp):
             peak = 100.0 - 10.0 * jnp.log(hp.lr / best) ** 2 + jax.random.uniform(key)
-            return StandInResult(jnp.linspace(0.0, 1.0, config.num_updates) * peak, jnp.array(False))
+            zero = jnp.float32(0.0)
+            return StandInResult(jnp.linspace(0.0, 1.0, config.num_updates) * peak, jnp.array(False),
+                                 peak, peak + 1.0, zero, zero)
 
         fn = jax.vmap(train, in_axes=(0, None, None))
         return jax.jit(jax.vmap(fn, in_axes=(None, None, 0)) if grid else fn)
@@ -153,7 +167,7 @@ def test_tuning_picks_each_method_its_own_learning_rate():
     # scored on the evaluation seeds, not the tuning seeds (their noise differs)
     for label in ("ppo", "dpo"):
         tuned = env["tuning"][label]
-        assert env["methods"][label]["columns"]["train_final"] != pytest.approx(
+        assert env["methods"][label]["mean"] != pytest.approx(
             max(x for x in tuned["mean_scores"] if x is not None), abs=1e-6)
     # each method at its best rate peaks at ~100: normalised against the tuned PPO, DPO is ~1
     assert env["methods"]["dpo"]["norm_mean"] == pytest.approx(1.0, abs=0.05)
@@ -173,6 +187,12 @@ def test_the_discogen_protocol_tunes_over_ten_rates_up_to_ten_times_the_base_on_
     assert ("ppo_clip", 8, 10) in programs.calls and ("ppo_clip", 2, 0) in programs.calls
     nearest_two = min(factors, key=lambda f: abs(np.log(f / 2.0)))  # the stand-in PPO's best is x2
     assert results["envs"]["CartPole-v1"]["tuning"]["ppo"]["best_factor"] == pytest.approx(nearest_two)
+    assert protocol["score"] == "eval_greedy" and protocol["select"] == "train_final"
+    assert results["settings"]["presets"]["CartPole-v1"]["config"]["eval_episodes"] == 16
+    env = results["envs"]["CartPole-v1"]
+    assert env["score"] == "eval_greedy" and env["methods"]["ppo"]["mean"] == pytest.approx(
+        env["methods"]["ppo"]["columns"]["eval_greedy"])  # the stand-in's greedy = sampled + 1
+    assert env["methods"]["ppo"]["columns"]["eval_greedy"] == pytest.approx(env["methods"]["ppo"]["columns"]["eval"] + 1)
     assert "Protocol discogen" in ev.to_markdown(results)
 
 
@@ -208,6 +228,8 @@ def test_evaluate_a_baseline_end_to_end(tmp_path, capsys):
     assert [m["label"] for m in results["methods"]] == ["dpo", "ppo"]  # a baseline target is its own reference
     assert list(results["envs"]) == ["CartPole-v1", "Acrobot-v1"]
     assert len(rows) == 4 and {r["method"] for r in rows} == {"dpo", "ppo"}
+    assert all(r["score"] == "eval" and float(r["mean"]) == pytest.approx(float(r["eval"])) for r in rows)
+    assert all(r["eval_greedy"] and r["auc"] and float(r["lr"]) > 0 for r in rows)
     assert not any("meta-train" in r["flags"] for r in rows)
     for name in ("CartPole-v1", "Acrobot-v1"):
         assert f"## {name}" in md and f"## {name}" in stdout
@@ -281,6 +303,7 @@ BAD_INPUTS = {
         lambda root: [str(_shaping_file(root)), "--envs", "Acrobot-v1"], ["shape (4,)", "shape (6,)"]),
     "budget below one rollout": (lambda root: ["dpo", "--envs", "CartPole-v1", "--timesteps", "100"], ["--timesteps"]),
     "envs and suite": (lambda root: ["dpo", "--envs", "CartPole-v1", "--suite", "quick"], ["not both"]),
+    "no bootstrap replicates": (lambda root: ["dpo", "--envs", "CartPole-v1", "--bootstrap", "0"], ["--bootstrap"]),
 }
 
 

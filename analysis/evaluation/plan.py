@@ -114,9 +114,15 @@ def plan(targets, programs: Programs, protocol: Protocol, envs=None, seeds: int 
     for name in names:
         steps = suites.budget_for(name, scale, budget)
         try:
-            config = preset_for(name).replace(**(inner or {}))
+            config = preset_for(name)
+            if protocol.eval_episodes is not None:
+                config = config.replace(eval_episodes=protocol.eval_episodes)
+            config = config.replace(**(inner or {}))
             config = config.replace(total_timesteps=steps, **({"lr": float(lr)} if lr else {}))
             config.validate()
+            if protocol.needs_evaluation and not config.eval_episodes:
+                raise ValueError(f"protocol {protocol.name!r} scores final-policy evaluation episodes, but "
+                                 "eval_episodes is 0")
         except ValueError as e:
             raise EvaluationError(
                 f"{name} with a budget of {steps} steps: {e} "

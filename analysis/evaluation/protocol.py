@@ -7,7 +7,15 @@
     resolve_protocol(...)       a protocol from a name and the --tune-lr shortcut
 
 A run is the dict `analysis.evaluation.run` makes from a TrainResult: "returns" [..., S, U] (the
-learning curve: mean return of the episodes that ended in each update) and "diverged" [..., S].
+learning curve: mean return of the episodes that ended in each update), "eval", "eval_greedy"
+[..., S] (the final policy's mean return over complete evaluation episodes, actions sampled or
+greedy), "init_eval", "init_eval_greedy" [..., S] (the same for the initial policy) and
+"diverged" [..., S].
+
+The default score is the final policy's evaluation with sampled actions: the quantity that
+meta-training maximises by default (fitness final_eval), measured on complete episodes of the
+policy itself rather than on the episodes that happened to end during training (which favour
+short episodes and older policies). DiscoGen's protocol scores greedy episodes.
 Learning-rate tuning trains every method over a grid (factors x the base rate) on tuning seeds
 disjoint from the evaluation seeds, picks the rate with the best mean `select` score (a seed that
 diverged counts as -inf), and scores the method at that rate on the evaluation seeds.
@@ -24,7 +32,8 @@ import numpy as np
 
 from analysis.suites import EvaluationError
 
-__all__ = ["LR_FACTORS", "BOOTSTRAP_REPS", "SCORES", "Protocol", "PROTOCOLS", "score", "zero", "resolve_protocol", "help_text"]
+__all__ = ["LR_FACTORS", "BOOTSTRAP_REPS", "SCORES", "EVAL_SCORES", "Protocol", "PROTOCOLS", "score", "zero",
+           "resolve_protocol", "help_text"]
 
 LR_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)  # --tune-lr: x the base rate
 # Replicates of every bootstrap interval (--bootstrap); rliable's default. Measured: two bootstrap
@@ -33,9 +42,12 @@ LR_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)  # --tune-lr: x the base rate
 BOOTSTRAP_REPS = 50_000
 
 SCORES = {
+    "eval": "the final policy's mean return over complete evaluation episodes, actions sampled",
+    "eval_greedy": "the final policy's mean return over complete evaluation episodes, greedy actions",
     "train_final": "mean return of the episodes that ended in the last {tail:.0%} of training",
     "auc": "mean return over the whole learning curve (its area per update)",
 }
+EVAL_SCORES = ("eval", "eval_greedy")  # need evaluation episodes (PPOConfig.eval_episodes > 0)
 
 
 def _tail(curve: np.ndarray, fraction: float) -> np.ndarray:
@@ -46,6 +58,8 @@ def _tail(curve: np.ndarray, fraction: float) -> np.ndarray:
 
 def score(run: dict, kind: str, tail: float = 0.1) -> np.ndarray:
     """Per-seed values [..., S] of `kind` (a key of SCORES) from a run."""
+    if kind in EVAL_SCORES:
+        return run[kind]
     if kind == "train_final":
         return _tail(run["returns"], tail)
     if kind == "auc":
@@ -54,10 +68,16 @@ def score(run: dict, kind: str, tail: float = 0.1) -> np.ndarray:
 
 
 def zero(ppo_run: dict, kind: str) -> np.ndarray:
-    """The initial policy's per-seed values [S] for `kind`: PPO's first-update return."""
+    """The initial policy's per-seed values [S] for `kind`: its evaluation, greedy for
+    "eval_greedy" and sampled otherwise (the training returns are the sampled policy's); without
+    evaluation episodes (NaN), a training score's zero is the first update's return."""
     if kind not in SCORES:
         raise EvaluationError(f"unknown score {kind!r}; choose one of {', '.join(SCORES)}")
-    return ppo_run["returns"][..., 0]
+    if kind == "eval_greedy":
+        return ppo_run["init_eval_greedy"]
+    if kind == "eval":
+        return ppo_run["init_eval"]
+    return np.where(np.isnan(ppo_run["init_eval"]), ppo_run["returns"][..., 0], ppo_run["init_eval"])
 
 
 @dataclass(frozen=True)
@@ -68,9 +88,10 @@ class Protocol:
     summary: str
     lr_factors: tuple[float, ...] = ()  # the grid, x the base rate; () = every method at the base rate
     tuning_seeds: int | None = None  # seeds per grid point (None: as many as the evaluation seeds)
-    select: str = "train_final"  # the score that picks the learning rate (on the tuning seeds)
-    score: str = "train_final"  # the headline score: reported, normalised, aggregated
+    select: str = "eval"  # the score that picks the learning rate (on the tuning seeds)
+    score: str = "eval"  # the headline score: reported, normalised, aggregated
     tail: float = 0.1  # fraction of training in "train_final"
+    eval_episodes: int | None = None  # final-policy episodes per mode (None: the preset's)
 
     def check(self) -> Protocol:
         for kind in (self.select, self.score):
@@ -82,7 +103,14 @@ class Protocol:
             raise EvaluationError(f"tuning_seeds must be a positive integer, got {self.tuning_seeds!r}")
         if not 0 < self.tail <= 1:
             raise EvaluationError(f"tail must be in (0, 1], got {self.tail!r}")
+        if self.eval_episodes is not None and (int(self.eval_episodes) != self.eval_episodes or self.eval_episodes < 1):
+            raise EvaluationError(f"eval_episodes must be a positive integer, got {self.eval_episodes!r}")
         return self
+
+    @property
+    def needs_evaluation(self) -> bool:
+        """Whether its scores need final-policy evaluation episodes."""
+        return self.select in EVAL_SCORES or self.score in EVAL_SCORES
 
     def describe(self, kind: str | None = None) -> str:
         """The meaning of score `kind` (default: the headline) under this protocol."""
@@ -95,13 +123,16 @@ class Protocol:
 
 PROTOCOLS: dict[str, Protocol] = {
     "default": Protocol(
-        "default", "every method at the preset's learning rate (or --lr); with --tune-lr each method's own rate "
-                   "is tuned over x0.25..x4 the base on tuning seeds disjoint from the evaluation seeds"),
+        "default", "the final policy's evaluation, actions sampled (the preset's eval_episodes); every method at "
+                   "the preset's learning rate (or --lr), or with --tune-lr at its own rate tuned over x0.25..x4 "
+                   "the base (by the same score) on tuning seeds disjoint from the evaluation seeds"),
     "discogen": Protocol(
         "discogen", "as DiscoGen's on-policy RL domain scores a loss: each method's learning rate tuned over 10 "
-                    "rates geometrically spaced from the base to 10x the base, 8 tuning seeds, the mean of the "
-                    "last 5% of training returns at the best rate",
-        lr_factors=tuple(10 ** (i / 9) for i in range(10)), tuning_seeds=8, select="train_final", tail=0.05),
+                    "rates geometrically spaced from the base to 10x the base on 8 tuning seeds, picked by the "
+                    "mean of the last 5% of training returns; the method at its best rate is then scored by 16 "
+                    "greedy episodes of its final policy (observation normaliser frozen)",
+        lr_factors=tuple(10 ** (i / 9) for i in range(10)), tuning_seeds=8, select="train_final",
+        score="eval_greedy", tail=0.05, eval_episodes=16),
 }
 
 

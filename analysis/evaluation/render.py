@@ -92,7 +92,7 @@ def to_markdown(results: dict) -> str:
         + (f", {s['tuning_seeds']} tuning seeds per learning rate" if s["tune_lr"] else "")
         + "; budgets (environment steps per run): "
         + ", ".join(f"{e} {s['budgets'][e]:,}" for e in s["envs"]) + ". "
-        "Normalised score: (score - init) / (PPO - init), 0 = the initial policy, 1 = PPO"
+        "Normalised score: (score - init) / (PPO - init), 0 = the initial policy's evaluation, 1 = PPO"
         + (" at its tuned learning rate" if s["tune_lr"] else "") + ". "
         "Intervals are 95%: Student-t for scores, stratified bootstrap "
         f"({s['bootstrap_reps']:,} replicates, resampling PPO's and the initial policy's seeds too) for "
@@ -104,12 +104,14 @@ def to_markdown(results: dict) -> str:
         lines += [f"## {name}{flags}", ""]
         if r["tuning"]:
             lines += [_tuning_line(r["tuning"]), ""]
-        lines += ["| method | lr | score [95% CI] | normalised [95% CI] | auc | diverged |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["| method | lr | score [95% CI] | normalised [95% CI] | final policy, sampled | greedy | "
+                  "training, last part | auc | diverged |", "|---|---|---|---|---|---|---|---|---|"]
         for m, e in r["methods"].items():
+            c = e["columns"]
             lines.append(f"| {m} | {_fmt(e['lr'], 3)} | {_ci(e['mean'], e['ci_low'], e['ci_high'])} | "
                          f"{_ci(e['norm_mean'], e['norm_ci_low'], e['norm_ci_high'], _boot)} | "
-                         f"{_fmt(e['columns']['auc'])} | {e['diverged']}/{len(e['scores'])} |")
+                         f"{_fmt(c['eval'])} | {_fmt(c['eval_greedy'])} | {_fmt(c['train_final'])} | "
+                         f"{_fmt(c['auc'])} | {e['diverged']}/{len(e['scores'])} |")
         lines.append("")
     titles = {"held_out": "Aggregate over held-out environments",
               "meta_train": "Aggregate over meta-training environments"}

@@ -178,6 +178,10 @@ def _run(program, keys, params, hp) -> dict:
     result = jax.device_get(program(keys, params, hp))
     return {
         "returns": np.asarray(result.returns, np.float64),  # [..., S, U]
+        "eval": np.asarray(result.eval_return, np.float64),  # [..., S] the final policy, sampled
+        "eval_greedy": np.asarray(result.eval_return_greedy, np.float64),
+        "init_eval": np.asarray(result.init_eval_return, np.float64),  # [..., S] the initial policy
+        "init_eval_greedy": np.asarray(result.init_eval_return_greedy, np.float64),
         "diverged": np.asarray(result.diverged, bool),  # [..., S]
     }
 

@@ -2,8 +2,10 @@
 
 Per environment: each method's mean score (the protocol's headline score, at the learning rate
 it was scored at) with a Student-t 95% interval, and its score normalised by PPO,
-(score - zero) / (ppo - zero), zero = the initial policy's mean and ppo = PPO's mean score
-(0 = the initial policy, 1 = PPO; PPO at its tuned rate when the protocol tunes). The normalised
+(score - zero) / (ppo - zero), zero = the initial policy's mean evaluation (`protocol.zero`) and
+ppo = PPO's mean score (0 = the initial policy, 1 = PPO; PPO at its tuned rate when the protocol
+tunes). Every kind of score is reported as a column (final-policy evaluation sampled and greedy,
+the end of training, the learning-curve AUC). The normalised
 intervals, per environment and in the aggregates (IQM and mean over environments), come from a
 stratified bootstrap that resamples PPO's and the initial policy's seeds along with the method's,
 so they carry the normaliser's noise. The probability of improvement (over PPO, DPO and every
