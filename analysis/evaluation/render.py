@@ -105,7 +105,7 @@ def to_markdown(results: dict) -> str:
         if r["tuning"]:
             lines += [_tuning_line(r["tuning"]), ""]
         lines += ["| method | lr | score [95% CI] | normalised [95% CI] | final policy, sampled | greedy | "
-                  "training, last part | auc | diverged |", "|---|---|---|---|---|---|---|---|---|"]
+                  f"training, last {p['tail']:.0%} | auc | diverged |", "|---|---|---|---|---|---|---|---|---|"]
         for m, e in r["methods"].items():
             c = e["columns"]
             lines.append(f"| {m} | {_fmt(e['lr'], 3)} | {_ci(e['mean'], e['ci_low'], e['ci_high'])} | "
