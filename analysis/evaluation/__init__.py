@@ -1,5 +1,6 @@
 """The steps of a held-out evaluation, one module each (`analysis.evaluate` is the entry point):
 
+    protocol  what is scored and how each method's learning rate is tuned (jax-free)
     plan      every check that can fail, before anything compiles -> methods x environment jobs
     programs  the compiled training programs of one evaluation (a cache object)
     run       train every method on every environment (common random numbers) -> raw returns
