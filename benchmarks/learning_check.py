@@ -77,7 +77,7 @@ def render(rows: list[dict], seeds: int) -> str:
         f"Final-policy return, mean over {seeds} seeds [95% t-interval]; 16 evaluation episodes per seed and mode.",
         "",
         "| environment | steps per run | metadisco sampled | reference sampled | metadisco greedy | reference greedy |"
-        " within interval | time metadisco / reference (s) |",
+        " within interval | time metadisco / reference (s, compile included) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

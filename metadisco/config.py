@@ -54,6 +54,8 @@ class InnerConfig:
     num_minibatches: int | None = None
     hidden: tuple[int, ...] | None = None
     normalize_obs: bool | None = None
+    normalize_reward: bool | None = None
+    eval_episodes: int | None = None  # final-policy evaluation episodes per mode (final_eval fitness)
     lr: float | None = None
     gamma: float | None = None
     gae_lambda: float | None = None
@@ -425,6 +427,8 @@ def check_static(cfg: RunConfig) -> None:
             f"{len(cfg.envs)} meta-training environments need a normalised fitness so that their returns "
             f"can be averaged: use fitness={cfg.fitness}_norm"
         )
+    if cfg.inner.eval_episodes == 0 and "eval" in cfg.fitness:
+        raise ConfigError(f"fitness={cfg.fitness} scores evaluation episodes: inner.eval_episodes must be >= 1")
     if cfg.fitness.endswith("_norm") and cfg.baseline_seeds < 2:
         raise ConfigError(
             f"fitness={cfg.fitness} checks that PPO beats its initial policy beyond noise, which takes "

@@ -308,6 +308,7 @@ def test_every_strategy_runs_by_name(strategy, tmp_path):
     ({"objectives": ObjectivesConfig(drift="lpoo")}, "Did you mean lpo"),
     ({"envs": ("CartPole-v1", "Acrobot-v1")}, "normalised fitness"),
     ({"fitness": "final_eval_norm", "baseline_seeds": 1}, "baseline_seeds >= 2"),
+    ({"inner": InnerConfig(eval_episodes=0)}, "eval_episodes must be >= 1"),
     ({"inner": InnerConfig(num_minibatches=3)}, "does not split"),
 ])
 def test_bad_configs_fail_before_any_compute(override, message):
