@@ -5,6 +5,7 @@
     symbolic_fit(data)           genetic programming whose candidates are valid by construction
                                  (analysis.distil_search): its Pareto front of size against error
     drift_library(), value_loss_library(scale)   the term libraries sparse_fit draws from
+                                                 (drift_library lives in meta_objectives.drift_terms)
 
 Each matches what `data.fit` says: the target's values or its slopes along r (or e).
 """
@@ -19,6 +20,7 @@ from scipy.optimize import least_squares, nnls
 
 from analysis.distil_data import FitData, candidate, round_sig
 from analysis.distil_search import Plug, Problem, search, transform_expression, tree_str
+from meta_objectives.drift_terms import drift_library
 from meta_objectives.formulas import DPO_FORMULA, dpo_expression
 
 # ---------------------------------------------------------------------------------------------
@@ -47,47 +49,6 @@ def fit_dpo_data(data: FitData) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Sparse regression over a constrained library
 # ---------------------------------------------------------------------------------------------
-
-_SIDES = {"A>=0": "A >= 0", "A<0": "A < 0"}
-
-
-def _on_side(term: str, side: str | None) -> str:
-    return term if side is None else f"Piecewise(({term}, {_SIDES[side]}), (0, True))"
-
-
-def drift_library(tanh_scales=(0.5, 1.0, 2.0), clip_eps=(0.1, 0.2, 0.3)) -> list[tuple[str, str]]:
-    """Candidate terms (name, expression), each >= 0 and 0 with zero slope at r = 1 for every A.
-
-    With x in {(r-1)A, log(r)A}: DPO-style hinges relu(x - c tanh(x/c)) and relu(c tanh(x/c) - x)
-    (O(x^3) at x = 0), relu(+-x)^2, (r-1)^2, log(r)^2, (r-1)^2 |A|, (r-1)^2 A^2, the PPO-clip
-    term relu((r - clip(r, 1-eps, 1+eps)) A) and smooth walls relu(r - 1 - eps)^2 |A|,
-    relu(1 - eps - r)^2 |A|; each alone and restricted to A >= 0 or A < 0.
-    """
-    xs = {"(r-1)A": "(r - 1)*A", "log(r)A": "log(r)*A"}
-    terms: list[tuple[str, str]] = []
-    for xname, x in xs.items():
-        for c in tanh_scales:
-            for side in _SIDES:
-                terms.append((f"relu({xname} - {c}tanh(x/{c}))[{side}]",
-                              _on_side(f"Max(0, {x} - {c}*tanh({x}/{c}))", side)))
-                terms.append((f"relu({c}tanh(x/{c}) - {xname})[{side}]",
-                              _on_side(f"Max(0, {c}*tanh({x}/{c}) - {x})", side)))
-        for side in _SIDES:
-            terms.append((f"relu({xname})^2[{side}]", _on_side(f"Max(0, {x})**2", side)))
-            terms.append((f"relu(-{xname})^2[{side}]", _on_side(f"Max(0, -{x})**2", side)))
-    smooth = {"(r-1)^2": "(r - 1)**2", "log(r)^2": "log(r)**2", "(r-1)^2|A|": "(r - 1)**2*Abs(A)",
-              "(r-1)^2A^2": "(r - 1)**2*A**2"}
-    for eps in clip_eps:
-        smooth[f"ppo_clip({eps})"] = f"Max(0, (r - Min(Max(r, {1 - eps!r}), {1 + eps!r}))*A)"
-        # smooth walls beyond 1 +- eps: learned networks make walls that bend, not PPO's kink
-        smooth[f"wall_up({eps})"] = f"Max(0, r - {1 + eps!r})**2*Abs(A)"
-        smooth[f"wall_down({eps})"] = f"Max(0, {1 - eps!r} - r)**2*Abs(A)"
-    for name, term in smooth.items():
-        terms.append((name, term))
-        for side in _SIDES:
-            terms.append((f"{name}[{side}]", _on_side(term, side)))
-    return terms
-
 
 def sparse_fit(data, max_terms=3, library=None, max_subsets=2000, beam_width=20, threshold=0.05):
     library = drift_library() if library is None else list(library)
