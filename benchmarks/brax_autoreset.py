@@ -80,7 +80,7 @@ def main() -> None:
 
     def brax_wrapper(key):
         k_reset, k_run = jax.random.split(key)
-        state = wrapped.reset(jax.random.split(k_reset, n))
+        state = wrapped.reset(jax.random.key_data(jax.random.split(k_reset, n)))  # brax wants raw keys
 
         def body(state, key):
             action = jax.random.uniform(key, (n, env.num_actions), minval=-1.0, maxval=1.0)

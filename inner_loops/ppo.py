@@ -551,7 +551,8 @@ def train(ppo: PPO, key: jax.Array, meta_params: dict, hparams: PPOHyperparams |
                 return runner, (info, evaluation(runner))
 
             runner, (later, evals) = jax.lax.scan(segment, runner, first + chunk * jnp.arange(len(rest)))
-            info = jax.tree.map(lambda a, b: jnp.concatenate([a, b.reshape((b.shape[0] * b.shape[1],) + b.shape[2:])]), info, later)
+            flat = jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), later)
+            info = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), info, flat)
             curve.append(evals)
         curve = jnp.concatenate(curve)  # [eval_points, 2]
         final_eval = curve[-1]
