@@ -10,16 +10,17 @@ from __future__ import annotations
 import importlib
 
 _SUBMODULES = ("drift", "value_loss", "shaping", "closed_form", "base", "io", "objectives", "errors", "fileio",
-               "plugs", "plugins", "expressions", "formulas", "constraints")
+               "plugs", "plugins", "expressions", "formulas", "constraints", "families", "drift_terms")
 _EXPORTS = {
     "PLUGS": "plugs", "PLUG_METHODS": "plugs",
     "MetaObjective": "base", "from_spec": "base", "make_objective": "base", "names": "base", "register": "base",
     "check_options": "base", "objective_class": "base", "check_contract": "base", "objective_name": "base",
     "PluginError": "plugins", "check_objective": "constraints", "Violation": "constraints",
     "PPOClip": "drift", "DPO": "drift", "LPO": "drift", "TALPO": "drift",
-    "L2": "value_loss", "ClippedL2": "value_loss", "LearnedValueLoss": "value_loss",
+    "L2": "value_loss", "ClippedL2": "value_loss", "LearnedValueLoss": "value_loss", "LearnedClippedValueLoss": "value_loss",
     "NoShaping": "shaping", "PotentialShaping": "shaping",
     "ClosedFormDrift": "closed_form", "ClosedFormValueLoss": "closed_form",
+    "DPOSchedule": "families", "DriftMix": "families",
     "ObjectiveFileError": "io", "load_objectives": "io", "save_objectives": "io",
     "Objectives": "objectives",
     "MetadiscoError": "errors",

@@ -16,6 +16,7 @@ The three plug points of the inner PPO (see inner_loops.ppo), their methods and 
 
 Everything else asks the objective about itself through the contract, never by its name:
 `title` (figures, reports), `depends_on_progress`, `plotted` (drawn even when not evolved),
+`closed_form(params)` (the objective as one expression, where it has one),
 `reads_observations` / `for_env(obs_shape)` / `incompatibility(obs_shape, env_name)`,
 `default_params()` and `options()`.
 
@@ -97,6 +98,13 @@ class MetaObjective:
         network or a discovered closed form (not a hand-designed baseline)."""
         return self.learned
 
+    def closed_form(self, params: Params) -> str | None:
+        """This objective at `params` as one expression string (a drift over r, A, p; a value loss
+        over e, t; see meta_objectives.expressions), equal to the plug method up to float rounding,
+        or None where there is none (a network; a loss that reads the old value). A parametric
+        family answers it for every member, so export writes what evolved without fitting."""
+        return None
+
     def for_env(self, obs_shape: tuple[int, ...]) -> MetaObjective:
         """This objective sized for an environment with observations of `obs_shape`."""
         return self
@@ -176,7 +184,7 @@ def register(cls: type) -> type:
     return cls
 
 
-BUILTIN_MODULES = tuple(f"meta_objectives.{m}" for m in ("drift", "value_loss", "shaping", "closed_form"))
+BUILTIN_MODULES = tuple(f"meta_objectives.{m}" for m in ("drift", "value_loss", "shaping", "closed_form", "families"))
 
 
 def _load_builtins() -> None:

@@ -18,10 +18,10 @@ from meta_objectives.expressions import (
     parse_expression,
     to_latex,
 )
-from meta_objectives.formulas import ppo_clip_expression
+from meta_objectives.formulas import L2_EXPRESSION, ppo_clip_expression
 
 PPO_CLIP_EXPRESSION = ppo_clip_expression(0.2)
-VALUE_LOSS_L2_EXPRESSION = "e**2/2"
+VALUE_LOSS_L2_EXPRESSION = L2_EXPRESSION
 
 
 @register
@@ -56,6 +56,9 @@ class ClosedFormDrift(MetaObjective):
     def drift(self, params, ratio, advantage, progress):
         return compile_function(self.expression, "drift")(ratio, advantage, progress)
 
+    def closed_form(self, params) -> str:
+        return self.expression
+
     def latex(self) -> str:
         return to_latex(self.expression)
 
@@ -86,6 +89,9 @@ class ClosedFormValueLoss(MetaObjective):
 
     def value_loss(self, params, value, target, old_value):
         return compile_function(self.expression, "value_loss")(value, target)
+
+    def closed_form(self, params) -> str:
+        return self.expression
 
     def latex(self) -> str:
         return to_latex(self.expression, variables=VALUE_LOSS_VARIABLES)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from meta_objectives._nets import apply_mlp, init_mlp
 from meta_objectives.base import MetaObjective, register
-from meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA
+from meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, dpo_expression, number, ppo_clip_expression
 
 
 @register
@@ -33,6 +33,9 @@ class PPOClip(MetaObjective):
 
     def drift(self, params, ratio, advantage, progress):
         return PPO_CLIP_FORMULA(ratio, advantage, progress, eps=self.clip_eps)
+
+    def closed_form(self, params) -> str:
+        return ppo_clip_expression(self.clip_eps)
 
 
 @register
@@ -56,6 +59,10 @@ class DPO(MetaObjective):
 
     def drift(self, params, ratio, advantage, progress):
         return DPO_FORMULA(ratio, advantage, progress, alpha=params["alpha"], beta=params["beta"])
+
+    def closed_form(self, params) -> str:
+        # alpha tanh(x / alpha) is even in alpha: a sign evolution flipped changes nothing
+        return dpo_expression(*(abs(float(number(params[k]))) for k in ("alpha", "beta")))
 
 
 def lpo_features(ratio, advantage):

@@ -46,8 +46,14 @@ def monotone_transform(params, reward):
 class PotentialShaping(MetaObjective):
     """Learned potential Phi(s) = MLP(obs) (zero output layer: no shaping at init).
 
+    Potential-based shaping alone (the default) is policy-invariant: it changes how fast PPO
+    learns, never which policy is optimal (Ng et al. 1999).
+
     obs_shape: one observation's shape (set from the environment through `for_env`).
-    transform: also learn the monotone reward transform g (identity at init).
+    transform: also learn the monotone reward transform g (identity at init). NOT policy-invariant:
+      only positive affine maps of the reward keep the optimal policy, and a strictly increasing
+      g is not one (it reweighs rewards of different sizes), so with it evolution may change the
+      task being solved, not only how it is learned. The title says so when it is on.
     """
 
     obs_shape: tuple[int, ...] = field(default=(), metadata={FROM_ENV: True})
@@ -61,6 +67,8 @@ class PotentialShaping(MetaObjective):
 
     def __post_init__(self):
         object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
+        if self.transform:  # the instance's title, for figures and reports (not a field)
+            object.__setattr__(self, "title", "learned potential + reward transform (not policy-invariant)")
 
     def for_env(self, obs_shape):
         return replace(self, obs_shape=tuple(obs_shape))

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 from meta_objectives._nets import apply_mlp, init_mlp
 from meta_objectives.base import MetaObjective, register
+from meta_objectives.formulas import L2_EXPRESSION
 
 
 def l2(value, target):
@@ -33,6 +34,9 @@ class L2(MetaObjective):
     def value_loss(self, params, value, target, old_value):
         return l2(value, target)
 
+    def closed_form(self, params) -> str:
+        return L2_EXPRESSION
+
 
 @register
 @dataclass(frozen=True)
@@ -51,33 +55,73 @@ class ClippedL2(MetaObjective):
         return clipped_l2(value, target, old_value, self.clip_eps)
 
 
+BASES = ("l2", "clipped_l2")  # the hand-designed loss a learned value loss adds its residual to
+
+
 @register
 @dataclass(frozen=True)
 class LearnedValueLoss(MetaObjective):
-    """L2 plus a learned residual of the prediction error e = v - t (and optionally of t).
+    """A hand-designed base loss plus a learned residual of the prediction error e = v - t.
 
-    L = 0.5 e^2 + net([e, e|e|, (e tanh t, e|e| tanh t)]), net bias-free with a tanh hidden layer.
-    Every feature is 0 at e = 0, so a perfect prediction always costs 0; the initial parameters
-    (zero output layer) give exactly L2, so evolution starts from the baseline.
+    L = base(v, t, v_old) + net(x), net bias-free with a tanh hidden layer, x the features of e:
+      odd  [e, e|e|]        bias the critic toward over- or under-prediction;
+      even [e^2, |e|^3]     (even=True) change the loss alike on both sides: a Huber-like
+                            softening or a steeper wall, which odd features alone cannot express;
+      each times tanh(t) as well with use_target=True.
+    base: "l2" (0.5 e^2) or "clipped_l2" (PPO's clipped loss at clip_eps, which reads v_old).
+    Every feature is 0 at e = 0, so a perfect prediction adds nothing; the initial parameters
+    (zero output layer) give exactly the base loss, so evolution starts from it.
     """
 
     hidden: int = 16
     use_target: bool = False
+    even: bool = False
+    base: str = "l2"
+    clip_eps: float = 0.2
     plug = "value_loss"
     name = "learned"
     title = "learned"
     learned = True
 
+    def __post_init__(self):
+        if self.base not in BASES:
+            raise ValueError(f"value_loss {self.name!r}: base must be one of {', '.join(BASES)}, got {self.base!r}")
+
+    @property
+    def num_features(self) -> int:
+        return (4 if self.even else 2) * (2 if self.use_target else 1)
+
     def init(self, key):
-        return init_mlp(key, 4 if self.use_target else 2, self.hidden, bias=False)
+        return init_mlp(key, self.num_features, self.hidden, bias=False)
 
     def features(self, value, target):
+        """[..., num_features]: odd, then even (with `even`), then the same times tanh(t)."""
         e = value - target
         x = [e, e * jnp.abs(e)]
+        if self.even:
+            x += [e * e, jnp.abs(e) ** 3]
         if self.use_target:
             t = jnp.tanh(target)
-            x += [e * t, e * jnp.abs(e) * t]
+            x += [f * t for f in x]
         return jnp.stack(x, axis=-1)
 
+    def base_loss(self, value, target, old_value):
+        if self.base == "clipped_l2":
+            return clipped_l2(value, target, old_value, self.clip_eps)
+        return l2(value, target)
+
     def value_loss(self, params, value, target, old_value):
-        return l2(value, target) + apply_mlp(params, self.features(value, target))[..., 0]
+        return self.base_loss(value, target, old_value) + apply_mlp(params, self.features(value, target))[..., 0]
+
+
+@register
+@dataclass(frozen=True)
+class LearnedClippedValueLoss(LearnedValueLoss):
+    """LearnedValueLoss from PPO's own clipped value loss, with odd and even features: at its
+    initial parameters it is PPO's value loss bit for bit, so "evolved vs PPO" measures what
+    evolution found (the plain `learned` starts at L2, itself a change from PPO)."""
+
+    even: bool = True
+    base: str = "clipped_l2"
+    name = "learned_clipped"
+    title = "learned (from clipped L2)"

@@ -1,0 +1,165 @@
+"""Parametric closed-form drift families: search spaces made for small budgets (issue 14).
+
+A network drift (LPO: 1,152 parameters) needs about a thousand generations; these families have
+a few to a few tens of traced constants, every member evolution proposes is a valid drift by
+construction (>= 0, 0 and flat at r = 1, for any parameters), and `closed_form(params)` writes
+the member as one expression: what evolved *is* the formula, no distillation loss.
+
+    DPOSchedule ("dpo_schedule", 4 parameters)  DPO whose alpha and beta follow training progress;
+                                                starts at DPO exactly
+    DriftMix    ("drift_mix", 40 parameters)    a non-negative, progress-dependent combination of
+                                                the valid terms of drift_terms.mix_terms, per sign
+                                                of A; starts at PPO-clip exactly
+
+Progress dependence is linear between the start (p = 0) and the end (p = 1) of training, so a
+member is read as "this at the start, that at the end".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from meta_objectives.base import MetaObjective, register
+from meta_objectives.drift_terms import SIDES, mix_terms, on_side
+from meta_objectives.expressions import compile_function
+from meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, number, ppo_clip_expression, with_constants
+
+LOG_LIMIT = 6.0  # DPOSchedule: a constant moves at most e^6 (about 400x) away from its base value
+
+
+def interpolate(start, end, progress):
+    """start + p (end - start): exactly `start` when end == start (so init reproduces a baseline
+    bit for bit, where (1 - p) start + p end would round)."""
+    return start + progress * (end - start)
+
+
+@register
+@dataclass(frozen=True)
+class DPOSchedule(MetaObjective):
+    """DPO (Lu et al. 2022, the drift of eq. (11) with the discovered constants) whose constants
+    follow training progress p = n / N:
+
+        alpha(p) = alpha * exp(m(p)),  m(p) = clip(m0 + p (m1 - m0), -LOG_LIMIT, LOG_LIMIT)
+
+    and beta(p) likewise. Params {"log_alpha": [m0, m1], "log_beta": [m0, m1]} (float32), the
+    log-multipliers at the start and the end of training: an ES step of 0.1 moves a constant by
+    about 10% at any scale, and no step can make it <= 0. DPO is a valid drift for every alpha,
+    beta > 0 and these do not depend on r, so every member is valid.
+
+    Starts at DPO exactly (m = 0; alpha = 2, beta = 0.6 by default): PPO-clip is not a member
+    (its kink is not DPO's smooth hinge), and DPO is this family's best-known point, so "evolved
+    vs its start" is "evolved vs DPO", a baseline the evaluation tunes too. `drift_mix` is the
+    family that starts at PPO-clip.
+    """
+
+    alpha: float = 2.0
+    beta: float = 0.6
+    plug = "drift"
+    name = "dpo_schedule"
+    title = "DPO schedule"
+
+    @property
+    def depends_on_progress(self) -> bool:
+        return True
+
+    @property
+    def plotted(self) -> bool:
+        return True
+
+    def init(self, key):
+        return {"log_alpha": jnp.zeros(2, jnp.float32), "log_beta": jnp.zeros(2, jnp.float32)}
+
+    def constants(self, params, progress):
+        """(alpha(p), beta(p)), each of progress's shape."""
+        def scheduled(base, m):
+            return base * jnp.exp(jnp.clip(interpolate(m[0], m[1], progress), -LOG_LIMIT, LOG_LIMIT))
+
+        return scheduled(self.alpha, params["log_alpha"]), scheduled(self.beta, params["log_beta"])
+
+    def drift(self, params, ratio, advantage, progress):
+        alpha, beta = self.constants(params, jnp.asarray(progress, jnp.float32))
+        return DPO_FORMULA(ratio, advantage, progress, alpha=alpha, beta=beta)
+
+    def closed_form(self, params) -> str:
+        def scheduled(base, m):
+            m0, m1 = (float(v) for v in np.asarray(m, np.float32))
+            if m0 == m1:
+                return number(base * np.exp(np.clip(m0, -LOG_LIMIT, LOG_LIMIT)))
+            if max(abs(m0), abs(m1)) <= LOG_LIMIT:  # m(p) is linear: the clip acts nowhere on [0, 1]
+                return f"{number(base * np.exp(m0))}*exp({number(m1 - m0)}*p)"
+            return f"{number(base)}*exp(Min(Max({number(m0)} + {number(m1 - m0)}*p, {-LOG_LIMIT!r}), {LOG_LIMIT!r}))"
+
+        return with_constants(DPO_FORMULA, alpha=scheduled(self.alpha, params["log_alpha"]),
+                              beta=scheduled(self.beta, params["log_beta"]))
+
+
+@register
+@dataclass(frozen=True)
+class DriftMix(MetaObjective):
+    """A non-negative combination of valid drift terms with weights that follow training progress:
+
+        D(r, A, p) = sum_k w_k(p, s) T_k(r, A),  s = [A >= 0] or [A < 0]
+        w_k(p, s) = relu(start[k, s]) + p (relu(end[k, s]) - relu(start[k, s])) >= 0
+
+    T_k = drift_terms.mix_terms(clip_eps) (K = 10: PPO-clip's term, smooth walls, quadratic and
+    KL-like trust regions, squares of (r-1)A, DPO's hinges). Each T_k is a valid drift, so every
+    member is. Params {"start": [K, 2], "end": [K, 2]} (float32; columns A >= 0, A < 0).
+
+    Starts at PPO-clip exactly: weight 1 on PPO-clip's term (on both sides, at both ends), 0 on
+    the rest, so a PPO run with it at init is PPO's bit for bit. The relu puts the other weights
+    on the edge of their domain: of an antithetic pair, one member adds the term and the other
+    leaves it out, which still gives the ES a signal (a square would give none: both members equal).
+    """
+
+    clip_eps: float = 0.2
+    plug = "drift"
+    name = "drift_mix"
+    title = "drift mix"
+
+    @property
+    def terms(self) -> list[tuple[str, str]]:
+        return mix_terms(self.clip_eps)
+
+    @property
+    def depends_on_progress(self) -> bool:
+        return True
+
+    @property
+    def plotted(self) -> bool:
+        return True
+
+    def init(self, key):
+        start = jnp.zeros((len(self.terms), len(SIDES)), jnp.float32).at[0].set(1.0)
+        return {"start": start, "end": start}
+
+    def weights(self, params, progress):
+        """w_k(p, s): [..., K, 2] for progress of shape [...]."""
+        p = jnp.asarray(progress, jnp.float32)[..., None, None]
+        return interpolate(jax.nn.relu(params["start"]), jax.nn.relu(params["end"]), p)
+
+    def drift(self, params, ratio, advantage, progress):
+        ratio, advantage = jnp.broadcast_arrays(ratio, advantage)
+        ppo = PPO_CLIP_FORMULA(ratio, advantage, progress, eps=self.clip_eps)  # as drift.PPOClip computes it
+        others = [compile_function(term, "drift")(ratio, advantage, progress) for _, term in self.terms[1:]]
+        values = jnp.stack(jnp.broadcast_arrays(ppo, *others), axis=-1)  # [..., K]
+        w = self.weights(params, progress)
+        side = jnp.where((advantage >= 0)[..., None], w[..., 0], w[..., 1])  # [..., K]
+        return jnp.sum(side * values, axis=-1)
+
+    def closed_form(self, params) -> str:
+        start, end = (np.maximum(np.asarray(params[k], np.float32), 0.0) for k in ("start", "end"))
+        expressions = [ppo_clip_expression(self.clip_eps)] + [term for _, term in self.terms[1:]]
+        parts = []
+        for k, term in enumerate(expressions):
+            weights = [(start[k, j], end[k, j]) for j in range(len(SIDES))]
+            sides = [(None, weights[0])] if weights[0] == weights[1] else list(zip(SIDES, weights))
+            for side, (a, b) in sides:
+                if a == 0 and b == 0:
+                    continue
+                coefficient = number(a) if a == b else f"({number(a)} + {number(b - a)}*p)"
+                parts.append(on_side(term, side) if coefficient == "1.0" else f"{coefficient}*{on_side(term, side)}")
+        return " + ".join(parts) or "0"
