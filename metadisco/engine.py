@@ -17,7 +17,7 @@ from flax import struct
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from analysis.stats import normalize_score
+from analysis.stats import mean_ci, normalize_score
 from inner_loops import make_env, make_train
 from meta_objectives import Objectives
 from meta_objectives import names as objective_names
@@ -298,6 +298,10 @@ class MetaTrainer:
             row[f"eval/{name}/ppo"] = float(np.mean(theirs))
         row["eval_mean_fitness"] = float(np.mean([np.mean(o) for o, _ in out]))
         row["eval_ppo_fitness"] = float(np.mean([np.mean(t) for _, t in out]))
+        # paired by seed (both trained on the same seeds): the difference's 95% t-interval
+        diff = np.mean([np.asarray(o) - np.asarray(t) for o, t in out], axis=0)
+        diff = diff[np.isfinite(diff)]  # a diverged seed has no score
+        row["eval_diff"], row["eval_diff_low"], row["eval_diff_high"] = mean_ci(diff) if diff.size else (np.nan,) * 3
         return row
 
 

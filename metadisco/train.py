@@ -152,10 +152,12 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         log(f"resuming {run.path} at generation {int(state.generation)}/{cfg.generations}")
     else:
         if is_main:
-            run.create(cfg.to_dict(), overwrite=overwrite)
+            run.refuse_existing(overwrite)
         _describe(trainer, run, log)
         t0 = time.perf_counter()
-        baseline = trainer.baseline()
+        baseline = trainer.baseline()  # before anything is written: a refused normaliser leaves no run behind
+        if is_main:
+            run.create(cfg.to_dict(), overwrite=overwrite)
         state = trainer.init()
         if is_main and cfg.fitness.endswith("_norm"):
             b = fetch(baseline)
@@ -235,15 +237,23 @@ def _update_bar(bar, row: dict, log, total: int | None = None) -> None:
             f"best so far {row['best_fitness']:.4g}, {row['num_diverged']} diverged, "
             f"{row['wall_time_s']:.1f} s ({row['env_steps_per_s']:.3g} env steps/s)")
         if "eval_mean_fitness" in row:
-            log(f"gen {gen}: ES mean {row['eval_mean_fitness']:.4g} vs PPO {row['eval_ppo_fitness']:.4g} "
-                "on the same fresh seeds")
+            log(f"gen {gen}: {es_mean_vs_ppo(row)}")
         return
     bar.set_postfix(best=f"{row['best_fitness']:.3g}", mean=f"{row['fitness_mean']:.3g}",
                     sps=f"{row['env_steps_per_s']:.3g}")
     bar.update(1)
     if "eval_mean_fitness" in row:
-        bar.write(f"gen {row['generation'] + 1}: ES mean {row['eval_mean_fitness']:.4g} vs PPO "
-                  f"{row['eval_ppo_fitness']:.4g} on the same fresh seeds")
+        bar.write(f"gen {row['generation'] + 1}: {es_mean_vs_ppo(row)}")
+
+
+def es_mean_vs_ppo(row: dict) -> str:
+    """The ES mean against PPO on the same fresh seeds, with the paired difference's 95% interval."""
+    text = f"ES mean {row['eval_mean_fitness']:.4g} vs PPO {row['eval_ppo_fitness']:.4g} on the same fresh seeds"
+    low, high = row.get("eval_diff_low"), row.get("eval_diff_high")
+    if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
+        return text
+    verdict = "better than PPO" if low > 0 else "worse than PPO" if high < 0 else "no difference shown"
+    return f"{text}: difference {row['eval_diff']:+.4g} [{low:+.4g}, {high:+.4g}] (95% t-interval; {verdict})"
 
 
 def _summary(run: RunDir, log) -> None:
@@ -257,8 +267,7 @@ def _summary(run: RunDir, log) -> None:
     evals = [r for r in rows if "eval_mean_fitness" in r]
     if evals:
         e = evals[-1]
-        log(f"ES mean vs PPO on fresh seeds (generation {e['generation'] + 1}): "
-            f"{e['eval_mean_fitness']:.4g} vs {e['eval_ppo_fitness']:.4g}")
+        log(f"after generation {e['generation'] + 1}: {es_mean_vs_ppo(e)}")
     log(f"run directory: {run.path}")
     log(f"  objectives: {run.objectives_dir}/best.json, mean.json")
     log(f"next: metadisco plot {run.path}   |   metadisco evaluate {run.path} --quick")

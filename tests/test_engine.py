@@ -185,6 +185,10 @@ def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted, trainer):
     row = trainer.evaluate(state, baseline, 0)
     assert row["eval_mean_fitness"] == row["eval_ppo_fitness"]
     assert row["eval/CartPole-v1/mean"] == row["eval/CartPole-v1/ppo"]
+    assert row["eval_diff"] == row["eval_diff_low"] == row["eval_diff_high"] == 0.0  # paired by seed
+    for e in evals:  # later: the paired difference and its interval, which the run summary prints
+        assert e["eval_diff_low"] <= e["eval_diff"] <= e["eval_diff_high"]
+        assert e["eval_diff"] == pytest.approx(e["eval_mean_fitness"] - e["eval_ppo_fitness"], abs=1e-4)
 
 
 def test_a_generation_compiles_once(tmp_path):
