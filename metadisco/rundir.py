@@ -153,13 +153,24 @@ class RunDir(Run):
         """
         from flax import serialization
 
-        warnings = []
+        warnings, mismatched = [], 0
         for path in reversed(self.checkpoints()):
             try:
                 raw = serialization.msgpack_restore(path.read_bytes())
-                return serialization.from_state_dict(template, raw), path, warnings
-            except Exception as e:  # noqa: BLE001  (any decode/structure error means unusable)
+            except Exception as e:  # noqa: BLE001  (any decode error means unusable)
                 warnings.append(f"checkpoint {path.name} is unreadable ({type(e).__name__}: {e}); trying an older one")
+                continue
+            try:
+                return serialization.from_state_dict(template, raw), path, warnings
+            except Exception as e:  # noqa: BLE001  (a structure that is not this version's run state)
+                mismatched += 1
+                warnings.append(f"checkpoint {path.name} does not fit this version's run state ({type(e).__name__})")
+        if mismatched:
+            raise RunDirError(
+                f"the checkpoints in {self.checkpoint_dir} hold a run state of another metadisco version, which this "
+                f"one cannot resume. `metadisco evaluate`, `plot` and `distil` still read {self.path}; resume it with "
+                "the version that wrote it, or start a new run."
+            )
         raise RunDirError(
             f"no usable checkpoint in {self.checkpoint_dir}"
             + (f" ({'; '.join(warnings)})" if warnings else "")

@@ -175,3 +175,17 @@ def test_sigterm_writes_a_checkpoint_and_the_resumed_run_equals_an_uninterrupted
     assert full.returncode == 0, full.stderr[-2000:]
     assert metric_rows(run_dir) == metric_rows(tmp_path / "full")
     assert objective_params(run_dir) == objective_params(tmp_path / "full")
+
+
+def test_a_checkpoint_of_another_versions_run_state_says_so(tmp_path):
+    """A checkpoint that decodes but does not fit this version's run state (a field added since)
+    is not called corrupt: the message says which version can resume it and what still works."""
+    import numpy as np
+
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.save_checkpoint(3, {"state": {"a": np.zeros(2)}})
+    with pytest.raises(MetadiscoError, match="another metadisco version") as err:
+        run_dir.load_checkpoint({"state": {"a": np.zeros(2), "b": np.zeros(1)}})
+    assert "evaluate" in str(err.value)
+    tree, path, warnings = run_dir.load_checkpoint({"state": {"a": np.ones(2)}})
+    assert path.name == "gen_000003.msgpack" and not warnings and np.all(tree["state"]["a"] == 0)
