@@ -1,0 +1,228 @@
+"""Search spaces made for small budgets (issue 14): the closed-form drift families, the learned
+value loss from PPO's clipped loss, and the label on the reward transform.
+
+What a user relies on: every member the ES proposes is a valid drift (not only the start), the
+families start exactly at the baseline they name (in a full PPO run, bit for bit), and the member
+evolution found is its own closed form.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+import meta_objectives
+from inner_loops import PPOConfig, make_env, make_train
+from meta_objectives import (
+    DPO,
+    ClippedL2,
+    ClosedFormDrift,
+    DPOSchedule,
+    DriftMix,
+    LearnedClippedValueLoss,
+    LearnedValueLoss,
+    Objectives,
+    PotentialShaping,
+    PPOClip,
+)
+from meta_objectives.constraints import check_drift_constraints, check_objective
+
+pytestmark = pytest.mark.timeout(240)
+
+FAMILIES = {"dpo_schedule": DPOSchedule(), "drift_mix": DriftMix(), "drift_mix(eps=0.3)": DriftMix(clip_eps=0.3)}
+ES_SCALES = (0.01, 0.05, 0.3, 1.0, 10.0)  # sigma of a member around its mean; the larger ones stand for a mean that moved
+N = 32
+
+
+def es_member(objective, key, scale):
+    """What an evolution strategy proposes: the mean (here the initial parameters) plus Gaussian
+    noise of std `scale` on every parameter (additive, as OpenES / SNES / CMA-ES sample)."""
+    params = objective.default_params()
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(key, len(leaves))
+    return jax.tree.unflatten(treedef, [x + scale * jax.random.normal(k, jnp.shape(x)) for x, k in zip(leaves, keys)])
+
+
+def test_the_families_are_registered_and_picked_up_by_the_registry_tests():
+    drifts, losses = meta_objectives.names("drift"), meta_objectives.names("value_loss")
+    assert {"dpo_schedule", "drift_mix"} <= set(drifts)  # tests/test_objectives.py parametrises over these
+    assert "learned_clipped" in losses
+    assert DPOSchedule.options() == {"alpha": (float, 2.0), "beta": (float, 0.6)}
+    assert sum(np.size(x) for x in jax.tree.leaves(DriftMix().default_params())) == 40  # tens, not a thousand
+    assert sum(np.size(x) for x in jax.tree.leaves(DPOSchedule().default_params())) == 4
+    assert DPOSchedule().depends_on_progress and DriftMix().depends_on_progress
+    assert DPOSchedule().plotted and DriftMix().plotted
+
+
+@functools.cache
+def member_checks(name):
+    """Jitted (seed, scale, r, A, progress) -> (D, D(1, A), dD/dr at 1) for an ES member."""
+    objective = FAMILIES[name]
+
+    @jax.jit
+    def checks(seed, scale, ratio, adv, progress):
+        params = es_member(objective, jax.random.key(seed), scale)
+        ones = jnp.ones_like(adv)
+        slope = jax.vmap(jax.grad(lambda r, a: objective.drift(params, r, a, progress)))(ones, adv)
+        return objective.drift(params, ratio, adv, progress), objective.drift(params, ones, adv, progress), slope
+
+    return checks
+
+
+def _f32(lo, hi):
+    return arrays(np.float32, (N,), elements=st.floats(float(np.float32(lo)), float(np.float32(hi)), width=32))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from(ES_SCALES), ratio=_f32(0.05, 5.0), adv=_f32(-5.0, 5.0),
+       progress=st.floats(0.0, 1.0, width=32).map(np.float32))
+def test_every_member_the_es_proposes_is_a_valid_drift(name, seed, scale, ratio, adv, progress):
+    drift, at_one, slope = member_checks(name)(seed, scale, ratio, adv, progress)
+    assert np.isfinite(drift).all(), name
+    assert (np.asarray(drift) >= 0).all(), f"{name}: D < 0 at a member"
+    np.testing.assert_allclose(at_one, 0.0, atol=1e-6, err_msg=f"{name}: D(1, A) != 0")
+    np.testing.assert_allclose(slope, 0.0, atol=1e-6, err_msg=f"{name}: dD/dr(1, A) != 0")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_members_pass_the_constraint_checker_including_no_kink(name):
+    objective = FAMILIES[name]
+    assert check_objective(objective) == []
+    for i, scale in enumerate((0.05, 1.0, 10.0)):
+        params = es_member(objective, jax.random.key(100 + i), scale)
+        assert check_drift_constraints(objective, params) == [], (name, scale)
+
+
+@pytest.mark.parametrize("family, baseline", [(DriftMix(), PPOClip()), (DriftMix(clip_eps=0.3), PPOClip(clip_eps=0.3)),
+                                              (DPOSchedule(), DPO()), (DPOSchedule(alpha=1.0, beta=2.0), DPO(1.0, 2.0))])
+def test_a_family_at_its_initial_parameters_is_its_baseline_exactly(family, baseline):
+    k_r, k_a = jax.random.split(jax.random.key(0))
+    ratio, adv = jnp.exp(jax.random.normal(k_r, (4096,))), 3.0 * jax.random.normal(k_a, (4096,))
+    for progress in (0.0, 0.37, 1.0):
+        np.testing.assert_array_equal(family.drift(family.default_params(), ratio, adv, progress),
+                                      baseline.drift(baseline.default_params(), ratio, adv, progress))
+    # ... and so is its closed form, which is the baseline's own expression
+    assert ClosedFormDrift(family.closed_form(family.default_params())).drift({}, 1.3, 2.0, 0.5) == \
+        pytest.approx(float(baseline.drift(baseline.default_params(), 1.3, 2.0, 0.5)))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_member_is_its_own_closed_form(name):
+    objective = FAMILIES[name]
+    k_r, k_a = jax.random.split(jax.random.key(1))
+    ratio, adv = jnp.exp(0.5 * jax.random.normal(k_r, (2048,))), 2.0 * jax.random.normal(k_a, (2048,))
+    for i, scale in enumerate((0.05, 1.0)):
+        params = es_member(objective, jax.random.key(i), scale)
+        expression = objective.closed_form(params)
+        closed = ClosedFormDrift(expression)  # parses under the safe grammar
+        assert closed.depends_on_progress == (name == "dpo_schedule" or "p" in expression)
+        for progress in (0.0, 0.5, 1.0):
+            np.testing.assert_allclose(closed.drift({}, ratio, adv, progress), objective.drift(params, ratio, adv, progress),
+                                       rtol=1e-5, atol=1e-5, err_msg=f"{name} at p={progress}: {expression}")
+
+
+@pytest.mark.parametrize("plug, name", [(plug, name) for plug in ("drift", "value_loss")
+                                         for name in meta_objectives.names(plug)])
+def test_every_closed_form_hook_is_its_objective(plug, name):
+    """Where an objective answers closed_form(params), the expression computes what it computes
+    (export writes that string); None where it has none (a network, a loss reading the old value)."""
+    objective = meta_objectives.make_objective(plug, name)
+    params = objective.default_params()
+    expression = objective.closed_form(params)
+    if expression is None:
+        assert objective.learned or name == "clipped_l2", f"{plug} {name} should have a closed form"
+        return
+    closed = meta_objectives.make_objective(plug, "closed_form", expression=expression)
+    k1, k2 = jax.random.split(jax.random.key(4))
+    x, y = jnp.exp(0.5 * jax.random.normal(k1, (512,))), 2.0 * jax.random.normal(k2, (512,))
+    if plug == "drift":
+        got, want = closed.drift({}, x, y, 0.5), objective.drift(params, x, y, 0.5)
+    else:
+        got, want = closed.value_loss({}, y, x, y), objective.value_loss(params, y, x, y)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=expression)
+
+
+def test_closed_forms_are_readable():
+    # weights that are 0 are left out; progress dependence reads as start + slope * p
+    mix = DriftMix()
+    params = mix.default_params()
+    params = {"start": params["start"].at[6, 0].set(0.5), "end": params["end"].at[6, 0].set(1.5)}
+    expression = mix.closed_form(params)
+    assert expression.count("Piecewise") == 1 and "(0.5 + 1.0*p)*" in expression, expression
+    assert "log(r)" not in expression  # the terms at weight 0 are not written
+    assert mix.closed_form(mix.default_params()) == PPOClip().closed_form({})
+    schedule = DPOSchedule()
+    assert schedule.closed_form({"log_alpha": jnp.float32([0.0, np.log(2.0)]), "log_beta": jnp.zeros(2)}).count("exp(") == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Value loss: from PPO's own clipped loss, symmetric changes as well as asymmetric ones
+# --------------------------------------------------------------------------------------------
+
+
+def test_learned_clipped_value_loss_at_init_is_ppos_clipped_loss_exactly():
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    value, target, old = (10 * jax.random.normal(k, (4096,)) for k in (k1, k2, k3))
+    for objective in (LearnedClippedValueLoss(), LearnedClippedValueLoss(use_target=True, clip_eps=0.5)):
+        for seed in range(2):
+            params = objective.init(jax.random.key(seed))
+            np.testing.assert_array_equal(objective.value_loss(params, value, target, old),
+                                          ClippedL2(objective.clip_eps).value_loss({}, value, target, old))
+
+
+def _residual(objective, params, e):
+    """The learned part L - base at error e (old value = value, where the clip does not act)."""
+    t = jnp.zeros_like(e)
+    return objective.value_loss(params, e, t, e) - objective.base_loss(e, t, e)
+
+
+def test_even_features_learn_symmetric_changes_odd_ones_cannot():
+    e = jnp.linspace(-3.0, 3.0, 61)
+    odd_only = LearnedValueLoss()
+    for seed in range(3):  # any parameters: the learned part of the odd family is odd in e
+        params = es_member(odd_only, jax.random.key(seed), 1.0)
+        np.testing.assert_allclose(_residual(odd_only, params, e), -_residual(odd_only, params, -e), atol=1e-5)
+    both = LearnedClippedValueLoss()
+    params = both.default_params()
+    params = {"w1": params["w1"].at[:2].set(0.0), "w2": jnp.ones_like(params["w2"])}  # read only e^2, |e|^3
+    symmetric = _residual(both, params, e)
+    np.testing.assert_allclose(symmetric, _residual(both, params, -e), atol=1e-6)
+    assert float(jnp.abs(symmetric).max()) > 0.1  # a real, symmetric change of the loss
+    assert _residual(both, params, jnp.zeros(1))[0] == 0.0  # a perfect prediction still costs nothing
+
+
+def test_value_loss_base_is_checked():
+    with pytest.raises(ValueError, match="base must be one of l2, clipped_l2"):
+        LearnedValueLoss(base="huber")
+
+
+def test_the_reward_transform_is_labelled_for_what_it_is():
+    assert PotentialShaping(obs_shape=(3,)).title == "learned potential"
+    assert "not policy-invariant" in PotentialShaping(obs_shape=(3,), transform=True).title
+    assert PotentialShaping.options()["transform"] == (bool, False)  # potential-based shaping alone by default
+
+
+# --------------------------------------------------------------------------------------------
+# A full PPO run: the families start at PPO bit for bit
+# --------------------------------------------------------------------------------------------
+
+TINY = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), num_minibatches=2).replace(lr=2.5e-3)
+
+
+@pytest.mark.timeout(300)
+def test_a_ppo_run_with_drift_mix_and_learned_clipped_at_init_is_ppo_bit_for_bit():
+    env = make_env("CartPole-v1")
+    key = jax.random.key(3)
+    ppo = jax.jit(make_train(env, TINY))(key, {})
+    objectives = Objectives(drift=DriftMix(), value_loss=LearnedClippedValueLoss())
+    params = objectives.init(jax.random.key(5), plugs=("drift", "value_loss"))
+    evolved_start = jax.jit(make_train(env, TINY, objectives))(key, params)
+    for field, want in vars(ppo).items():
+        np.testing.assert_array_equal(np.asarray(getattr(evolved_start, field)), np.asarray(want), err_msg=field)
+    assert np.asarray(ppo.returns).std() > 0  # a real learning curve, not a constant
