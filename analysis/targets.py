@@ -1,6 +1,7 @@
 """What an evaluation compares: a TARGET spec -> objectives with their full parameters.
 
-A TARGET is "ppo" or "dpo" (built-in baselines), an objectives JSON file (an exported closed
+A TARGET is "ppo" or "dpo" (built-in baselines), zoo:NAME (a discovered objective shipped with
+metadisco, meta_objectives.discovered), an objectives JSON file (an exported closed
 form, a run's objectives/best.json), `module:attr` (an objective class of the user's own, at its
 initial parameters, the other plug points PPO's), or a run directory (its objectives/mean.json; RUN_DIR:best
 picks best.json, RUN_DIR:init the objectives at their initial parameters). Only files are read
@@ -14,7 +15,7 @@ from typing import NamedTuple
 
 from analysis.runs import Run, RunDirError, run_containing
 from analysis.suites import EvaluationError
-from meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, load_objectives, make_objective
+from meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, discovered, load_objectives, make_objective
 from meta_objectives.plugins import is_import_path, load
 
 __all__ = ["REFERENCES", "Target", "builtin", "full_params", "resolve_target"]
@@ -29,7 +30,7 @@ class Target(NamedTuple):
     objectives: Objectives
     params: dict  # full meta-params, keyed by plug point
     meta_train_envs: tuple[str, ...]  # environments it was meta-trained on (flagged, never held out)
-    source: str  # "builtin" | "file" | "run" | "plugin"
+    source: str  # "builtin" | "file" | "run" | "plugin" | "zoo"
     spec: str  # as given
     run_dir: str | None = None  # the run it came from: a run-directory target, or a file inside one
 
@@ -51,7 +52,7 @@ def _envs_from(value) -> tuple[str, ...]:
 
 
 def resolve_target(spec: str) -> Target:
-    """"ppo" | "dpo" | an objectives JSON file | RUN_DIR | RUN_DIR:best | RUN_DIR:mean |
+    """"ppo" | "dpo" | zoo:NAME | an objectives JSON file | RUN_DIR | RUN_DIR:best | RUN_DIR:mean |
     RUN_DIR:init -> Target. RUN_DIR:init is the run's objectives at their initial parameters, the
     point evolution started from: the control that separates what evolution found from what the
     parameterisation gives before any search (e.g. a learned value loss starts at L2, not at
@@ -64,6 +65,13 @@ def resolve_target(spec: str) -> Target:
     if spec in REFERENCES:
         objectives = builtin(spec)
         return Target(spec, objectives, full_params(objectives), (), "builtin", spec)
+    zoo_name = discovered.split_target(spec)
+    if zoo_name is not None:  # an objective shipped in the zoo (`metadisco zoo` lists them)
+        try:
+            objectives, params, extra = discovered.load(zoo_name)
+        except discovered.ZooError as e:
+            raise EvaluationError(f"target {spec!r}: {e}") from None
+        return Target(spec, objectives, full_params(objectives, params), _envs_from(extra.get("envs")), "zoo", spec)
     path, which = Path(spec), None
     if not path.exists() and ":" in spec:
         base, _, suffix = spec.rpartition(":")
@@ -78,7 +86,7 @@ def resolve_target(spec: str) -> Target:
     if is_import_path(spec):  # an objective of the user's own: PPO with it at its plug point
         return _plugin_target(spec)
     raise EvaluationError(
-        f"target {spec!r}: no run directory or objectives file at {path}. A TARGET is ppo, dpo, an objectives "
+        f"target {spec!r}: no run directory or objectives file at {path}. A TARGET is ppo, dpo, zoo:NAME, an objectives "
         "JSON file (an exported closed form or RUN_DIR/objectives/best.json), or a run directory "
         "(RUN_DIR evaluates objectives/mean.json, RUN_DIR:best objectives/best.json, RUN_DIR:init the "
         "objectives at their initial parameters)."

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 
 _SUBMODULES = ("drift", "value_loss", "shaping", "closed_form", "base", "io", "objectives", "errors", "fileio",
-               "plugs", "plugins", "expressions", "formulas", "constraints", "families", "drift_terms")
+               "plugs", "plugins", "expressions", "formulas", "constraints", "families", "drift_terms",
+               "discovered")
 _EXPORTS = {
     "PLUGS": "plugs", "PLUG_METHODS": "plugs",
     "MetaObjective": "base", "from_spec": "base", "make_objective": "base", "names": "base", "register": "base",
