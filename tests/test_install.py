@@ -127,7 +127,7 @@ PACKAGES = ("metadisco", "inner_loops", "meta_objectives", "analysis")
 def _build_wheel(out: Path) -> Path:
     """Build metadisco's wheel offline from a copy of the source (the checkout stays clean)."""
     src = out / "src"
-    for name in (*PACKAGES, "experiments"):
+    for name in (*PACKAGES, "experiments", "zoo"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
@@ -143,7 +143,7 @@ def _build_wheel(out: Path) -> Path:
     return wheel
 
 
-def test_wheel_ships_every_experiment_and_lists_them_from_anywhere(tmp_path):
+def test_wheel_ships_every_experiment_and_the_zoo_and_lists_them_from_anywhere(tmp_path):
     # A pip-installed metadisco used to list `experiments: (none)` (issue 19): the experiments were
     # read from beside the source tree, which a wheel does not carry.
     wheel = _build_wheel(tmp_path)
@@ -152,6 +152,9 @@ def test_wheel_ships_every_experiment_and_lists_them_from_anywhere(tmp_path):
     members = set(zipfile.ZipFile(wheel).namelist())
     assert {f"metadisco/experiments/{e}.toml" for e in experiments} <= members
     assert not any(m.startswith("experiments/") for m in members)  # no top-level package `experiments`
+    zoo = sorted(p.stem for p in (ROOT / "zoo").glob("*.json"))
+    assert zoo and {f"meta_objectives/zoo/{z}.json" for z in zoo} <= members
+    assert not any(m.startswith("zoo/") for m in members)
     subpackages = {str(p.parent.relative_to(ROOT)) for name in PACKAGES for p in (ROOT / name).rglob("__init__.py")}
     assert {f"{s}/__init__.py" for s in subpackages} <= members, "a subpackage is missing from pyproject's packages"
 
@@ -165,13 +168,16 @@ def test_wheel_ships_every_experiment_and_lists_them_from_anywhere(tmp_path):
     # from the venv's site-packages, metadisco only from the installed wheel.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])}
     script = ("import metadisco, metadisco.config as c; print(metadisco.__file__); print(*c.list_experiments()); "
-              "[c.load_experiment(e) for e in c.list_experiments()]")
+              "[c.load_experiment(e) for e in c.list_experiments()]; "
+              "from meta_objectives import discovered as z; print(*z.names()); "
+              "from analysis.targets import resolve_target; [resolve_target('zoo:' + n) for n in z.names()]")
     proc = subprocess.run([sys.executable, "-S", "-c", script], cwd=elsewhere, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    where, listed = proc.stdout.splitlines()
+    where, listed, listed_zoo = proc.stdout.splitlines()
     assert Path(where).is_relative_to(target), where
     assert listed.split() == experiments
+    assert listed_zoo.split() == zoo  # the zoo from the installed wheel: every entry resolves as zoo:NAME
     proc = subprocess.run([sys.executable, "-S", "-m", "metadisco.cli", "train", "--help"], cwd=elsewhere, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]

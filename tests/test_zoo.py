@@ -1,0 +1,97 @@
+"""The zoo: discovered objectives shipped with metadisco, listed by `metadisco zoo`, evaluable as zoo:NAME.
+
+What a user relies on: every entry loads into objectives that are valid and train, says where it
+comes from (config, commit, budget, held-out record and under which yardstick), and a mistyped
+name fails with the close matches, before any compute. (The wheel carries the entries: see
+tests/test_install.py.)
+"""
+
+import subprocess
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from analysis.suites import EvaluationError
+from analysis.targets import resolve_target
+from inner_loops import PPOConfig, make_env, make_train
+from meta_objectives import Objectives, discovered
+from meta_objectives.constraints import check_objective
+from tests.helpers import metadisco
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = discovered.names()
+PROVENANCE = ("summary", "plugs", "experiment", "config", "commit", "budget", "how", "heldout", "yardstick", "verdict")
+
+
+def test_the_zoo_holds_the_best_objective_each_reported_experiment_found():
+    assert {"value_loss_cartpole", "drift_and_value_loss", "talpo_transfer_lr_mixture", "lpo_minatar_walls",
+            "value_loss_long"} <= set(NAMES)
+    assert NAMES == sorted(p.stem for p in (ROOT / "zoo").glob("*.json"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_entry_loads_is_valid_and_says_where_it_comes_from(name):
+    objectives, params, extra = discovered.load(name)
+    entry = discovered.entry(name)
+    prov = entry.provenance
+    assert set(PROVENANCE) <= set(prov), sorted(set(PROVENANCE) - set(prov))
+    assert {"envs", "budget", "table", "rows"} <= set(prov["heldout"]) and prov["heldout"]["rows"]
+    assert entry.envs and tuple(extra["envs"]) == entry.envs  # evaluate flags them as meta-training envs
+    assert prov["commit"] in prov["config"] and prov["commit"] in prov["how"]
+    assert "old yardstick" in prov["yardstick"] and "\n" not in entry.summary
+    # the plug points it lists are exactly those that differ from PPO's
+    ppo = Objectives().spec()
+    assert set(entry.plugs) == {plug for plug, spec in objectives.spec().items() if spec != ppo[plug]}
+    for plug in entry.plugs:
+        objective = getattr(objectives, plug)
+        assert objective.closed_form(params[plug]) is not None  # a formula a user can read and export
+        assert check_objective(objective, params[plug]) == [], (name, plug)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_commit_an_entry_names_is_in_this_repositorys_history(name):
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    commit = discovered.entry(name).provenance["commit"]
+    proc = subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{name}: commit {commit} is not an ancestor of HEAD ({proc.stderr.strip()})"
+
+
+def test_zoo_targets_resolve_to_objectives_and_unknown_names_fail_with_close_matches():
+    target = resolve_target("zoo:lpo_minatar_walls")
+    assert (target.label, target.source) == ("zoo:lpo_minatar_walls", "zoo")
+    assert target.meta_train_envs == ("Breakout-MinAtar", "SpaceInvaders-MinAtar")
+    assert target.objectives.drift.name == "closed_form" and set(target.params) == {"drift", "value_loss", "shaping"}
+    with pytest.raises(EvaluationError, match="Did you mean zoo:lpo_minatar, zoo:lpo_minatar_walls") as err:
+        resolve_target("zoo:lpo_minatr")
+    assert err.value.exit_code == 2
+
+
+def test_a_zoo_entry_trains_without_meta_training():
+    target = resolve_target("zoo:drift_and_value_loss")
+    config = PPOConfig(num_envs=4, num_steps=32, total_timesteps=2048, hidden=(16,), num_minibatches=2)
+    result = jax.jit(make_train(make_env("CartPole-v1"), config, target.objectives))(jax.random.key(0), target.params)
+    assert not bool(result.diverged) and np.isfinite(np.asarray(result.eval_return))
+
+
+def test_metadisco_zoo_lists_every_entry_and_explains_one():
+    proc = metadisco("zoo", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    listed = [line.split()[0] for line in proc.stdout.splitlines()[:-1]]
+    assert listed == NAMES
+    assert "drift+value_loss" in proc.stdout  # the plug points it discovered
+    proc = metadisco("zoo", "zoo:value_loss_long", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "L(e, t) = e**2/2 + 1.88*5.39*tanh(e/5.39)" in proc.stdout and "old yardstick" in proc.stdout
+    assert "metadisco evaluate zoo:value_loss_long" in proc.stdout
+
+
+@pytest.mark.parametrize("verb", [("zoo", "value_los_long"), ("evaluate", "zoo:value_los_long")])
+def test_an_unknown_zoo_name_exits_2_with_close_matches(verb):
+    proc = metadisco(*verb, timeout=120)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Did you mean zoo:value_loss_long" in proc.stderr and "Traceback" not in proc.stderr
