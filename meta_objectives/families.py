@@ -37,6 +37,15 @@ def interpolate(start, end, progress):
     return start + progress * (end - start)
 
 
+def linear(value: float, slope: float) -> str:
+    """value + slope p as the shortest expression: "0.5", "0.2*p", "(0.5 - 0.2*p)"."""
+    if slope == 0:
+        return number(value)
+    if value == 0:
+        return f"{number(slope)}*p"
+    return f"({number(value)} {'+' if slope > 0 else '-'} {number(abs(slope))}*p)"
+
+
 @register
 @dataclass(frozen=True)
 class DPOSchedule(MetaObjective):
@@ -90,8 +99,8 @@ class DPOSchedule(MetaObjective):
             if m0 == m1:
                 return number(base * np.exp(np.clip(m0, -LOG_LIMIT, LOG_LIMIT)))
             if max(abs(m0), abs(m1)) <= LOG_LIMIT:  # m(p) is linear: the clip acts nowhere on [0, 1]
-                return f"{number(base * np.exp(m0))}*exp({number(m1 - m0)}*p)"
-            return f"{number(base)}*exp(Min(Max({number(m0)} + {number(m1 - m0)}*p, {-LOG_LIMIT!r}), {LOG_LIMIT!r}))"
+                return f"{number(base * np.exp(m0))}*exp({linear(0.0, m1 - m0)})"
+            return f"{number(base)}*exp(Min(Max({linear(m0, m1 - m0)}, {-LOG_LIMIT!r}), {LOG_LIMIT!r}))"
 
         return with_constants(DPO_FORMULA, alpha=scheduled(self.alpha, params["log_alpha"]),
                               beta=scheduled(self.beta, params["log_beta"]))
@@ -160,6 +169,6 @@ class DriftMix(MetaObjective):
             for side, (a, b) in sides:
                 if a == 0 and b == 0:
                     continue
-                coefficient = number(a) if a == b else f"({number(a)} + {number(b - a)}*p)"
+                coefficient = linear(a, b - a)
                 parts.append(on_side(term, side) if coefficient == "1.0" else f"{coefficient}*{on_side(term, side)}")
         return " + ".join(parts) or "0"

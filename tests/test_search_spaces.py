@@ -155,6 +155,8 @@ def test_closed_forms_are_readable():
     params = {"start": params["start"].at[6, 0].set(0.5), "end": params["end"].at[6, 0].set(1.5)}
     expression = mix.closed_form(params)
     assert expression.count("Piecewise") == 1 and "(0.5 + 1.0*p)*" in expression, expression
+    params = {"start": params["start"].at[6, 0].set(0.0), "end": params["end"]}
+    assert "+ 1.5*p*Piecewise" in mix.closed_form(params)
     assert "log(r)" not in expression  # the terms at weight 0 are not written
     assert mix.closed_form(mix.default_params()) == PPOClip().closed_form({})
     schedule = DPOSchedule()
@@ -226,3 +228,22 @@ def test_a_ppo_run_with_drift_mix_and_learned_clipped_at_init_is_ppo_bit_for_bit
     for field, want in vars(ppo).items():
         np.testing.assert_array_equal(np.asarray(getattr(evolved_start, field)), np.asarray(want), err_msg=field)
     assert np.asarray(ppo.returns).std() > 0  # a real learning curve, not a constant
+
+
+@pytest.mark.timeout(300)
+def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path):
+    """No distillation: `metadisco export RUN` writes the evolved member's own closed form."""
+    from meta_objectives import load_objectives
+    from tests.helpers import metadisco
+
+    run_dir = tmp_path / "run"
+    out = metadisco("train", "generations=1", "inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64",
+                    "inner.hidden=16,16", "es.population_size=4", "eval_every=0", "objectives.drift=drift_mix",
+                    "es.sigma_init=0.3", "--run-dir", str(run_dir), "--no-progress")
+    assert out.returncode == 0, out.stderr[-2000:]
+    out = metadisco("export", str(run_dir))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "own closed form, no fit" in out.stdout and not (run_dir / "distil").exists()
+    mean, params, _ = load_objectives(run_dir / "objectives" / "mean.json")
+    exported, _, _ = load_objectives(run_dir / "export" / "discovered_drift.json")
+    assert exported.drift.expression == mean.drift.closed_form(params["drift"])

@@ -29,6 +29,10 @@ def run(args) -> None:
         if given[plug] is not None:
             expressions[plug], sources[plug] = given[plug], "given on the command line"
             continue
+        own = getattr(objectives, plug).closed_form(params.get(plug, {})) if args.candidate is None else None
+        if own is not None:  # a closed-form family (drift_mix, dpo_schedule): the member is its formula
+            expressions[plug], sources[plug] = own, "the evolved member's own closed form, no fit"
+            continue
         report = stored_report(run, plug)
         if report is None:
             print(f"no {plug} distillation yet: running `metadisco distil` first", file=sys.stderr)
