@@ -64,6 +64,17 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def total_memory_mb() -> float:
+    """The machine's RAM, MB (Linux /proc/meminfo; 0 where it cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def median(xs) -> float:
     return float(statistics.median(xs))
 
