@@ -15,8 +15,10 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
+# The like-for-like inner-loop benchmark (metadisco vs the PureJaxRL-style reference); long:
+# see docs/benchmarks.md. ARGS=--quick for a smoke check (then it writes nothing to docs/).
 bench: $(STAMP)
-	$(VENV)/bin/python benchmarks/inner_loop.py
+	$(VENV)/bin/python benchmarks/inner_loop.py $(if $(filter --quick,$(ARGS)),,--out docs/benchmark_results/inner_loop.json --markdown docs/benchmark_results/inner_loop.md) $(ARGS)
 
 clean:
 	rm -rf $(VENV)
