@@ -35,7 +35,7 @@ Usage (from the repository root):
     make bench      # = the line below: the full run, JSON + markdown into docs/benchmark_results/
     .venv/bin/python benchmarks/inner_loop.py --out docs/benchmark_results/inner_loop.json \\
         --markdown docs/benchmark_results/inner_loop.md
-    .venv/bin/python benchmarks/inner_loop.py --quick                 # smoke check, about 1-2 min
+    .venv/bin/python benchmarks/inner_loop.py --quick                 # smoke check, ~3 min, mostly compiling
     .venv/bin/python benchmarks/inner_loop.py --envs CartPole-v1 --pops 1,64 --devices 1
     .venv/bin/python benchmarks/inner_loop.py --table docs/benchmark_results/inner_loop.json
     .venv/bin/python benchmarks/inner_loop.py --profile prof --envs Breakout-MinAtar --pops 64 --devices 1
@@ -77,7 +77,7 @@ WORKLOADS = {
     "CartPole-v1": Workload(100_000, 2_048),  # classic preset: 4 envs x 128 steps
     "Breakout-MinAtar": Workload(32_768, 8_192),  # minatar preset: 64 envs x 128 steps
     # brax preset (positional backend, obs + reward normalisation) at 64 envs instead of 2048: CPU-sized.
-    "brax/hopper": Workload(12_800, 1_280, overrides=(("num_envs", 64),)),
+    "brax/hopper": Workload(6_400, 1_280, overrides=(("num_envs", 64),)),
 }
 DEFAULTS = {"envs": ",".join(WORKLOADS), "pops": "1,8,64,256", "devices": "1,all", "reps": 3, "calls": 2}
 QUICK = {"envs": ",".join(WORKLOADS), "pops": "2", "devices": "all", "reps": 1, "calls": 1}
