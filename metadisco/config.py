@@ -181,6 +181,40 @@ class HeldoutConfig:
     inner_from_run: bool = False  # evaluate with the run's inner settings (lr, rollout shape)
 
 
+# How DistributionConfig's draws are shared and how per-environment fitness is combined.
+LR_DRAWS = ("pair", "generation")
+ENV_FITNESS = ("mean", "rank")
+
+
+@dataclass(frozen=True)
+class DistributionConfig:
+    """The training distribution each generation draws its problems from (issue 14): so that what
+    evolution finds is not tied to one environment, one learning rate or one training length.
+
+    Every draw is a function of (seed, generation) only, so a resumed run draws what it would have.
+    Environments and horizons are drawn once per generation (every member trains on the same ones:
+    each is a separate compiled program, selected by `lax.switch`, so only what is drawn runs); a
+    learning-rate factor per antithetic pair (members i and i + P/2 in evosax's mirrored layout share
+    it, and their seeds) or per generation. The defaults draw nothing: every env, the preset's lr,
+    the full length.
+
+        [distribution]
+        envs_per_generation = 1   # a subset of 1 of `envs` per generation
+        lr_range = [0.5, 2.0]     # lr = preset lr * a log-uniform factor in [0.5, 2]
+        horizons = [0.5, 1.0]     # total_timesteps * one of these; progress is relative to it
+    """
+
+    envs_per_generation: int = 0  # k in 1..len(envs): a subset of k drawn per generation; 0: all of them
+    lr_range: tuple[float, ...] = ()  # (low, high) factors on each env's lr, drawn log-uniformly; (): the preset
+    lr_draw: str = "pair"  # pair: one factor per antithetic pair (per member without pairs); generation: one for all
+    horizons: tuple[float, ...] = ()  # fractions of inner.total_timesteps, one drawn per generation; (): 1.0 only
+    env_fitness: str = "mean"  # mean: the ES ranks the mean over envs; rank: the mean of per-env centred ranks
+
+    def draws(self, num_envs: int) -> bool:
+        """Whether anything is drawn (False: every generation trains on the same point)."""
+        return bool(self.lr_range or len(self.horizons) > 1 or 0 < self.envs_per_generation < num_envs)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One meta-training run. The defaults are the CPU demo (`metadisco train`)."""
@@ -191,6 +225,7 @@ class RunConfig:
     objectives: ObjectivesConfig = field(default_factory=ObjectivesConfig)
     es: ESConfig = field(default_factory=ESConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
+    distribution: DistributionConfig = field(default_factory=DistributionConfig)
     fitness: str = "final_eval"
     seeds_per_member: int = 2
     generations: int = 60
@@ -434,11 +469,35 @@ def check_static(cfg: RunConfig) -> None:
             f"fitness={cfg.fitness} checks that PPO beats its initial policy beyond noise, which takes "
             f"baseline_seeds >= 2 (got {cfg.baseline_seeds})"
         )
+    _check_distribution(cfg)
     for name in ("seeds_per_member", "generations", "checkpoint_every", "eval_seeds", "baseline_seeds"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} must be >= 1, got {getattr(cfg, name)}")
     if cfg.eval_every < 0 or cfg.devices < 0:
         raise ConfigError("eval_every and devices must be >= 0")
+
+
+def _check_distribution(cfg: RunConfig) -> None:
+    d = cfg.distribution
+    if not 0 <= d.envs_per_generation <= len(cfg.envs):
+        raise ConfigError(
+            f"distribution.envs_per_generation = {d.envs_per_generation} must be between 1 and the {len(cfg.envs)} "
+            "environment(s) in envs (0: all of them every generation)"
+        )
+    if d.lr_range and not (len(d.lr_range) == 2 and 0 < d.lr_range[0] <= d.lr_range[1]):
+        raise ConfigError(
+            f"distribution.lr_range = {list(d.lr_range)} must be [low, high] with 0 < low <= high: factors on "
+            "each environment's preset lr, e.g. distribution.lr_range=0.5,2 (empty: the preset's lr)"
+        )
+    if d.lr_draw not in LR_DRAWS:
+        raise ConfigError(f"distribution.lr_draw must be one of {', '.join(LR_DRAWS)}, got {d.lr_draw!r}")
+    if any(not 0 < h <= 1 for h in d.horizons) or len(set(d.horizons)) != len(d.horizons):
+        raise ConfigError(
+            f"distribution.horizons = {list(d.horizons)} must be distinct fractions in (0, 1] of "
+            "inner.total_timesteps, e.g. distribution.horizons=0.5,1"
+        )
+    if d.env_fitness not in ENV_FITNESS:
+        raise ConfigError(f"distribution.env_fitness must be one of {', '.join(ENV_FITNESS)}, got {d.env_fitness!r}")
 
 
 def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
@@ -461,6 +520,11 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
                               f"but envs have {sorted(shapes)}")
     for env in cfg.envs:  # PPO shapes: fails here, not inside jit
         ppo_config(cfg, env).validate()
+        for h in cfg.distribution.horizons:
+            try:
+                ppo_config(cfg, env, h).validate()
+            except ValueError as e:
+                raise ConfigError(f"distribution.horizons: {h:g} of the run's length on {env}: {e}") from None
     _check_plugin_envs((*cfg.envs, *cfg.heldout.envs))
     return dataclasses.replace(cfg, objectives=o)
 
@@ -482,11 +546,15 @@ def _obs_shape(env_name: str):
     return make_env(env_name).obs_shape
 
 
-def ppo_config(cfg: RunConfig, env_name: str):
-    """The PPO config of one meta-training environment: its preset with the run's overrides."""
+def ppo_config(cfg: RunConfig, env_name: str, horizon: float = 1.0):
+    """The PPO config of one meta-training environment: its preset with the run's overrides, and
+    `horizon` (a fraction, distribution.horizons) of its total_timesteps."""
     from inner_loops import preset_for
 
-    return preset_for(env_name).replace(**cfg.inner.overrides())
+    config = preset_for(env_name).replace(**cfg.inner.overrides())
+    if horizon == 1.0:
+        return config
+    return config.replace(total_timesteps=max(1, round(horizon * config.total_timesteps)))
 
 
 def diff(a: dict, b: dict, prefix: str = "") -> list[str]:

@@ -8,6 +8,7 @@ metrics (one transfer) and, every few generations, writes a checkpoint.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -40,6 +41,46 @@ class RunState:
     best_fitness: jax.Array  # [] best member fitness so far (metadisco sign: higher is better)
     best_params: Any  # meta-params of that member (pytree like the ES solution)
     generation: jax.Array  # [] int32, completed generations
+
+
+@struct.dataclass
+class Draw:
+    """One generation's draw from the training distribution (config.DistributionConfig).
+
+    A function of the generation's key alone, i.e. of (seed, generation). P = population size.
+    """
+
+    envs: jax.Array  # [k] int32 indices into cfg.envs: a subset drawn without replacement, or all in order
+    horizon: jax.Array  # [] int32 index into MetaTrainer.horizons (0 when the run has one)
+    lr_factor: jax.Array  # [P] factor on each env's preset lr; members i and i + P/2 (an antithetic pair) equal
+
+
+# The strategies whose ask mirrors members i and i + P/2 (+z, -z) always, beside those that do it
+# with es.antithetic (strategy.ANTITHETIC_STRATEGIES); tests check the layout against evosax.
+MIRRORED_STRATEGIES = ("ARS", "ASEBO", "CR_FM_NES", "GuidedES", "NoiseReuseES", "PGPE", "PersistentES")
+
+
+def mirrored(es_cfg) -> bool:
+    """Whether the strategy's population is antithetic pairs (+z, -z) at members i and i + P/2."""
+    return es_cfg.strategy in MIRRORED_STRATEGIES or (
+        es_cfg.antithetic and es_cfg.strategy in strategies.ANTITHETIC_STRATEGIES)
+
+
+# The generation key's stream for the draw: folded out, so that a run that draws nothing splits
+# its generation key exactly as before the distribution existed.
+DRAW_STREAM = 0x64726177
+
+
+def centered_ranks(fitness, worst):
+    """Per column, the centred rank of each row in [-0.5, 0.5] (ties share their mean rank).
+
+    fitness: [P, k] (one column per environment); worst: [P] bool, rows ranked below every other
+    (diverged members). Returns [P, k].
+    """
+    x = jnp.where(worst[:, None], -jnp.inf, fitness)
+    below = (x[None, :, :] < x[:, None, :]).sum(1)  # [P, k]: members strictly worse
+    ties = (x[None, :, :] == x[:, None, :]).sum(1) - 1
+    return (below + 0.5 * ties) / (x.shape[0] - 1) - 0.5
 
 
 # What a fitness kind scores (its `_norm` variant divides by PPO's gain on the same score):
@@ -86,26 +127,27 @@ class Baseline:
         return jax.tree.map(lambda x: x.mean(-1), self)
 
     def as_dict(self, envs) -> dict:
-        """{env: {field: value}} (baseline.json)."""
+        """{name: {field: value}} (baseline.json), one name per problem (MetaTrainer.problem_names)."""
         return {env: {k: float(v[i]) for k, v in vars(self).items()} for i, env in enumerate(envs)}
 
 
-def fitness_from(result, kind: str, baseline: Baseline | None, env_index: int):
+def fitness_from(result, kind: str, baseline: Baseline | None, index):
     """TrainResult (any leading axes) -> fitness of the same leading shape: the score of `kind`
-    (SCORES), normalised for `*_norm` kinds so that the initial policy scores 0 and PPO 1."""
+    (SCORES), normalised for `*_norm` kinds so that the initial policy scores 0 and PPO 1 on the
+    training problem `index` (an env, or an (env, horizon) pair: MetaTrainer.problems; may be traced)."""
     name = kind.removesuffix("_norm")
     score, ppo_field, init_field = SCORES[name]
     raw = score(result)
     if kind != name:
         ppo, init = getattr(baseline, ppo_field), getattr(baseline, init_field)
-        raw = normalize_score(raw, ppo[env_index], init[env_index])
+        raw = normalize_score(raw, ppo[index], init[index])
     return raw
 
 
 def check_normaliser(per_seed: Baseline, kind: str, envs) -> None:
     """Refuse a normalised fitness where PPO's gain over its initial policy is within noise.
 
-    per_seed: fields [num_envs, seeds]. On each env the gain (PPO's score minus the initial
+    per_seed: fields [num_problems, seeds]; envs: their names. On each env the gain (PPO's score minus the initial
     policy's, paired by seed) must exceed GUARD_SE standard errors of its mean; otherwise the
     normaliser's denominator is mostly noise and that env's fitness with it (one such env
     dominates the mean over envs). Raises NormaliserError naming every such env, with advice.
@@ -124,7 +166,8 @@ def check_normaliser(per_seed: Baseline, kind: str, envs) -> None:
             f"fitness={kind} divides by PPO's gain over its initial policy, but PPO does not improve beyond "
             f"noise ({GUARD_SE:g} standard errors over {gain.shape[-1]} baseline seeds) on:\n  " + "\n  ".join(bad)
             + "\nGive PPO a budget it learns in (inner.total_timesteps, inner.lr), raise baseline_seeds if the "
-            "gain is real but noisy, or drop that environment from envs."
+            "gain is real but noisy, or drop that environment from envs (env@fraction: that horizon from "
+            "distribution.horizons)."
         )
 
 
@@ -133,11 +176,21 @@ class MetaTrainer:
 
     def __init__(self, cfg: RunConfig, devices=None, trains=None, ppo_trains=None):
         """trains / ppo_trains: optional replacement inner loops (the evolved one and the PPO
-        reference), one `train(key, meta_params) -> TrainResult` per env, for meta-problems with a
-        known answer in tests or custom inner loops."""
+        reference), one `train(key, meta_params) -> TrainResult` per training problem (`problems`:
+        per env, or per (env, horizon) with distribution.horizons), for meta-problems with a known
+        answer in tests or custom inner loops. With distribution.lr_range the evolved one is called
+        as `train(key, meta_params, hparams)`, hparams.lr the drawn rate."""
         self.cfg = cfg
+        dist = cfg.distribution
         self.envs = [make_env(name) for name in cfg.envs]
         self.ppo_configs = [ppo_config(cfg, name) for name in cfg.envs]
+        # A training problem is an (env index, horizon) pair, env-major: a separate compiled program each.
+        self.horizons = tuple(dist.horizons) or (1.0,)
+        self.problems = [(e, h) for e in range(len(cfg.envs)) for h in self.horizons]
+        self.problem_names = [cfg.envs[e] if len(self.horizons) == 1 else f"{cfg.envs[e]}@{h:g}" for e, h in self.problems]
+        self.problem_configs = [ppo_config(cfg, cfg.envs[e], h) for e, h in self.problems]
+        self.env_slots = dist.envs_per_generation or len(cfg.envs)  # envs each generation trains on
+        self.paired = mirrored(cfg.es)
         self.objectives = build_objectives(cfg.objectives, self.envs[0].obs_shape)
         self.evolve = tuple(cfg.objectives.evolve)
         init_params = self.objectives.init(jax.random.key(cfg.seed))
@@ -153,8 +206,12 @@ class MetaTrainer:
                 f"nothing to evolve: the objectives {[getattr(cfg.objectives, p).name for p in self.evolve]} chosen for "
                 f"{list(self.evolve)} have no parameters; pick a learned one ({learned})"
             )
-        self.trains = trains or [make_train(env, pc, self.objectives) for env, pc in zip(self.envs, self.ppo_configs)]
-        self.ppo_trains = ppo_trains or [make_train(env, pc, Objectives()) for env, pc in zip(self.envs, self.ppo_configs)]
+        self.trains = trains or [make_train(self.envs[e], pc, self.objectives)
+                                 for (e, _), pc in zip(self.problems, self.problem_configs)]
+        self.ppo_trains = ppo_trains or [make_train(self.envs[e], pc, Objectives())
+                                         for (e, _), pc in zip(self.problems, self.problem_configs)]
+        if len(self.trains) != len(self.problems) or len(self.ppo_trains) != len(self.problems):
+            raise ValueError(f"need one train per training problem {self.problem_names}")
         self.es, self.es_params = strategies.make_strategy(cfg.es, self.initial_solution)
         devices = list(devices if devices is not None else jax.devices())
         if cfg.devices:
@@ -162,9 +219,9 @@ class MetaTrainer:
         n = max(d for d in range(1, len(devices) + 1) if cfg.es.population_size % d == 0)
         self.mesh = Mesh(np.array(devices[:n]), ("pop",))
         self.num_params = int(sum(x.size for x in jax.tree.leaves(self.initial_solution)))
-        self.steps_per_generation = cfg.es.population_size * cfg.seeds_per_member * sum(
-            pc.steps_per_run for pc in self.ppo_configs
-        )
+        # expected over the draw: k of the envs, each at the mean of its horizons
+        self.steps_per_generation = round(cfg.es.population_size * cfg.seeds_per_member * self.env_slots / len(cfg.envs)
+                                          * sum(pc.steps_per_run for pc in self.problem_configs) / len(self.horizons))
         # Pinning shardings keeps one compiled program for every generation: outputs come back in
         # exactly the layout that the next call takes (otherwise generation 2 would recompile).
         replicated = NamedSharding(self.mesh, P())
@@ -201,34 +258,92 @@ class MetaTrainer:
         return self.objectives.merge(solution, self.default_params)
 
     # ---------------------------------------------------------------- jitted pieces
-    def _members(self, pop, seeds, baseline: Baseline):
-        """Fitness of a (local shard of the) population: pop leaves [P_local, ...], seeds [S]."""
-        fitness, diverged = [], []
-        for i, train in enumerate(self.trains):
-            result = jax.vmap(lambda p: jax.vmap(lambda k: train(k, p))(seeds))(pop)  # leaves [P, S, ...]
-            f = fitness_from(result, self.cfg.fitness, baseline, i)
-            bad = result.diverged | ~jnp.isfinite(f)
-            fitness.append(jnp.where(bad, jnp.nan, f).mean(1))
-            diverged.append(bad.any(1))
-        return jnp.stack(fitness).mean(0), jnp.stack(diverged).any(0)
+    def draw(self, key) -> Draw:
+        """The generation's draw (Draw) from the run's training distribution, from its `key`."""
+        dist, n, pop_size = self.cfg.distribution, len(self.envs), self.cfg.es.population_size
+        k_env, k_horizon, k_lr = jax.random.split(key, 3)
+        envs = jnp.arange(n)
+        if self.env_slots < n:
+            envs = jax.random.choice(k_env, n, (self.env_slots,), replace=False)
+        horizon = jax.random.randint(k_horizon, (), 0, len(self.horizons))
+        lr_factor = jnp.ones(pop_size)
+        if dist.lr_range:
+            # evosax's mirrored sampling puts the pair (+z, -z) at members i and i + P/2: one factor
+            # per pair, tiled, so that a pair's two members differ only in their sign of z
+            draws = 1 if dist.lr_draw == "generation" else pop_size // 2 if self.paired else pop_size
+            low, high = np.log(dist.lr_range)
+            lr_factor = jnp.tile(jnp.exp(jax.random.uniform(k_lr, (draws,), minval=low, maxval=high)), pop_size // draws)
+        return Draw(envs.astype(jnp.int32), horizon, lr_factor)
+
+    def _problem(self, p: int, pop, lr_factor, seeds, baseline: Baseline):
+        """Fitness on training problem `p` (static): pop leaves [P_local, ...], lr_factor [P_local],
+        seeds [S] -> (fitness [P_local] mean over seeds, NaN where a seed diverged; diverged [P_local])."""
+        train = self.trains[p]
+        if self.cfg.distribution.lr_range:
+            hp = self.ppo_configs[self.problems[p][0]].hparams
+            train = functools.partial(_at_lr, train, hp)
+        else:
+            train = functools.partial(_ignoring_lr, train)
+        result = jax.vmap(lambda m, f: jax.vmap(lambda k: train(k, m, f))(seeds))(pop, lr_factor)  # leaves [P, S, ...]
+        f = fitness_from(result, self.cfg.fitness, baseline, p)
+        bad = result.diverged | ~jnp.isfinite(f)
+        return jnp.where(bad, jnp.nan, f).mean(1), bad.any(1)
+
+    def _members(self, pop, lr_factor, seeds, baseline: Baseline, envs, horizon):
+        """Fitness of a (local shard of the) population on the drawn problems: pop leaves
+        [P_local, ...], lr_factor [P_local], seeds [S]; envs [k] and horizon [] (Draw, replicated).
+        Returns (fitness [P_local, k] per drawn env, diverged [P_local])."""
+        nh = len(self.horizons)
+        args = (pop, lr_factor, seeds, baseline)
+        if self.env_slots < len(self.envs):
+            # one program per problem, compiled once; `switch` on an unbatched index runs only the
+            # drawn one, and `map` runs the k slots one after another through the same program
+            branches = [functools.partial(self._problem, p) for p in range(len(self.problems))]
+            fitness, bad = jax.lax.map(lambda e: jax.lax.switch(e * nh + horizon, branches, *args), envs)
+        else:  # every env, in order (envs = arange): a static loop, no switch over envs
+            fitness, bad = zip(*(
+                jax.lax.switch(horizon, [functools.partial(self._problem, e * nh + h) for h in range(nh)], *args)
+                for e in range(len(self.envs))
+            ))
+            fitness, bad = jnp.stack(fitness), jnp.stack(bad)
+        return fitness.T, bad.any(0)
+
+    def members_fitness(self, pop, draw: Draw, seeds, baseline: Baseline):
+        """Fitness of a population on a draw: pop leaves [P, ...] (split over the mesh), seeds [S]
+        (every member's). Returns (fitness [P, k] per drawn env, mean over seeds and NaN where a
+        seed diverged; diverged [P])."""
+        members = jax.shard_map(
+            self._members, mesh=self.mesh, in_specs=(P("pop"), P("pop"), P(), P(), P(), P()),
+            out_specs=(P("pop"), P("pop")), check_vma=False,
+        )
+        return members(pop, draw.lr_factor, seeds, baseline, draw.envs, draw.horizon)
 
     def _generation_impl(self, state: RunState, key_data, baseline: Baseline):
         # keys cross the jit boundary as raw uint32 data: typed keys cannot become global arrays
-        k_ask, k_seeds, k_tell = jax.random.split(jax.random.wrap_key_data(key_data), 3)
+        key = jax.random.wrap_key_data(key_data)
+        k_ask, k_seeds, k_tell = jax.random.split(key, 3)
         pop, es_state = self.es.ask(k_ask, state.es_state, self.es_params)
-        # common random numbers: every member trains on the same seeds this generation
+        # common random numbers: every member trains on the same seeds (and envs, horizon) this
+        # generation, and the two members of an antithetic pair on the same learning rate
         seeds = jax.random.split(k_seeds, self.cfg.seeds_per_member)
-        members = jax.shard_map(
-            self._members, mesh=self.mesh, in_specs=(P("pop"), P(), P()), out_specs=(P("pop"), P("pop")),
-            check_vma=False,
-        )
-        fitness, diverged = members(pop, seeds, baseline)
+        draw = self.draw(jax.random.fold_in(key, DRAW_STREAM))
+        per_env, diverged = self.members_fitness(pop, draw, seeds, baseline)  # [P, k], [P]
+        fitness = per_env.mean(1)
         diverged = diverged | ~jnp.isfinite(fitness)
         # A diverged member gets the worst fitness of the generation (ties the worst finite one).
         worst = jnp.min(jnp.where(diverged, jnp.inf, fitness))
         worst = jnp.where(jnp.isfinite(worst), worst, -1e6)
         clean = jnp.where(diverged, worst, fitness)
-        es_state, _ = self.es.tell(k_tell, pop, strategies.to_es_loss(clean), es_state, self.es_params)
+        # what the ES ranks: the mean over envs, or (env_fitness=rank) the mean of each env's ranks,
+        # so that no env dominates by the spread of its fitness
+        told = clean if self.cfg.distribution.env_fitness == "mean" else centered_ranks(per_env, diverged).mean(1)
+        if self.cfg.distribution.lr_range and self.cfg.distribution.lr_draw == "pair" and self.paired:
+            # Each pair trained at its own rate, which moves both members' fitness alike. The pair's
+            # mean is a control variate: the mirrored gradient sum_i f_i z_i is unchanged by it, but
+            # the ES's ranks then compare what z did, not which rate a pair drew.
+            half = told.shape[0] // 2
+            told = told - jnp.tile((told[:half] + told[half:]) / 2, 2)
+        es_state, _ = self.es.tell(k_tell, pop, strategies.to_es_loss(told), es_state, self.es_params)
         best_idx = jnp.argmax(clean)
         improved = clean[best_idx] > state.best_fitness
         best_params = jax.tree.map(lambda b, p: jnp.where(improved, p[best_idx], b), state.best_params, pop)
@@ -244,11 +359,24 @@ class MetaTrainer:
             "best_fitness": new_state.best_fitness,
             "sigma": strategies.sigma_of(es_state),
             "num_diverged": diverged.sum(),
+            **self._draw_metrics(draw),
         }
         return new_state, metrics
 
+    def _draw_metrics(self, draw: Draw) -> dict:
+        """What was drawn, for the metrics row (only the levers the run uses)."""
+        out = {}
+        if self.env_slots < len(self.envs):
+            out |= {f"draw/{name}": jnp.isin(e, draw.envs).astype(jnp.float32) for e, name in enumerate(self.cfg.envs)}
+        if len(self.horizons) > 1:
+            out["draw/horizon"] = jnp.asarray(self.horizons)[draw.horizon]
+        if self.cfg.distribution.lr_range:
+            out["draw/lr_factor"] = jnp.exp(jnp.log(draw.lr_factor).mean())  # geometric mean over members
+        return out
+
     def _evaluate_impl(self, solution, key_data, baseline: Baseline):
-        """Fitness of one solution and of PPO on the same `eval_seeds` seeds, per env."""
+        """Fitness of one solution and of PPO on the same `eval_seeds` seeds, per training problem
+        (every env and horizon), at the preset's learning rate."""
         seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.eval_seeds)
         params = self.full_params(solution)
         out = []
@@ -259,41 +387,50 @@ class MetaTrainer:
         return out
 
     def _baseline_impl(self, key_data):
-        """Baseline with fields [num_envs, baseline_seeds]."""
+        """Baseline with fields [num_problems, baseline_seeds] (PPO at the preset's lr)."""
         seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.baseline_seeds)
         results = [Baseline.of(jax.vmap(lambda k: ppo(k, {}))(seeds)) for ppo in self.ppo_trains]
         return jax.tree.map(lambda *x: jnp.stack(x), *results)
 
     def baseline_template(self) -> Baseline:
         """A Baseline of the right structure (0 for the initial policy, 1 for PPO)."""
-        n = len(self.envs)
+        n = len(self.problems)
         return Baseline(*(jnp.zeros(n) if f.startswith("init") else jnp.ones(n) for f in Baseline.__dataclass_fields__))
 
     # ---------------------------------------------------------------- public calls
     def baseline(self) -> Baseline:
-        """PPO on the meta-training envs (seeds disjoint from the generations' seeds), mean over
-        seeds. Raises NormaliserError (check_normaliser) where PPO does not beat its initial policy."""
+        """PPO on the meta-training problems (every env and horizon, the preset's lr; seeds disjoint
+        from the generations' seeds), mean over seeds: fields [num_problems]. Raises NormaliserError
+        (check_normaliser) where PPO does not beat its initial policy."""
         if not self.cfg.fitness.endswith("_norm"):
             return self.baseline_template()
         key = jax.random.fold_in(jax.random.key(self.cfg.seed), 2**30)
         per_seed = fetch(self._baseline(self.replicate(jax.random.key_data(key))))
-        check_normaliser(per_seed, self.cfg.fitness, self.cfg.envs)
+        check_normaliser(per_seed, self.cfg.fitness, self.problem_names)
         return per_seed.mean()
 
     def generation(self, state: RunState, baseline: Baseline, index: int):
         """Run generation `index` (= state.generation, known to the host loop, so no device read)
         -> (new state, metrics on device). `state` and `baseline` are replicated (`replicate`)."""
-        key = jax.random.fold_in(jax.random.key(self.cfg.seed), index)
-        return self._generation(state, self.replicate(jax.random.key_data(key)), baseline)
+        return self._generation(state, self.replicate(jax.random.key_data(self.generation_key(index))), baseline)
+
+    def generation_key(self, index: int):
+        """The key of generation `index`: everything random in it (ask, seeds, draw, tell) comes from it."""
+        return jax.random.fold_in(jax.random.key(self.cfg.seed), index)
+
+    def draw_of(self, index: int) -> Draw:
+        """What generation `index` trained on (its Draw): a function of (seed, generation) only."""
+        return self.draw(jax.random.fold_in(self.generation_key(index), DRAW_STREAM))
 
     def evaluate(self, state: RunState, baseline: Baseline, completed: int) -> dict:
-        """ES mean vs PPO on fresh seeds (the same for both), mean over seeds, per env and overall.
+        """ES mean vs PPO on fresh seeds (the same for both), mean over seeds, per training problem
+        (`problem_names`) and overall.
         `completed`: generations done (= state.generation); it picks the seeds."""
         key = jax.random.fold_in(jax.random.key(self.cfg.seed + 1), completed)
         mean = self.replicate(fetch(self.mean_params(fetch(state))))  # host-side: same in every process
         out = fetch(self._evaluate(mean, self.replicate(jax.random.key_data(key)), baseline))
         row = {}
-        for name, (ours, theirs) in zip(self.cfg.envs, out):
+        for name, (ours, theirs) in zip(self.problem_names, out):
             row[f"eval/{name}/mean"] = float(np.mean(ours))
             row[f"eval/{name}/ppo"] = float(np.mean(theirs))
         row["eval_mean_fitness"] = float(np.mean([np.mean(o) for o, _ in out]))
@@ -303,6 +440,15 @@ class MetaTrainer:
         diff = diff[np.isfinite(diff)]  # a diverged seed has no score
         row["eval_diff"], row["eval_diff_low"], row["eval_diff_high"] = mean_ci(diff) if diff.size else (np.nan,) * 3
         return row
+
+
+def _at_lr(train, hparams, key, meta_params, lr_factor):
+    """`train` at `lr_factor` times the rate of `hparams` (a traced leaf: no recompilation)."""
+    return train(key, meta_params, hparams.replace(lr=hparams.lr * lr_factor))
+
+
+def _ignoring_lr(train, key, meta_params, lr_factor):
+    return train(key, meta_params)
 
 
 def _strong(tree):

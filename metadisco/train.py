@@ -161,7 +161,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         state = trainer.init()
         if is_main and cfg.fitness.endswith("_norm"):
             b = fetch(baseline)
-            run.write_json("baseline.json", b.as_dict(cfg.envs))
+            run.write_json("baseline.json", b.as_dict(trainer.problem_names))
             log(f"PPO baseline for fitness normalisation: {time.perf_counter() - t0:.1f} s")
         save_state(run, trainer, state, baseline)
     state = trainer.replicate(fetch(state))
