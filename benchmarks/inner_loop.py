@@ -355,7 +355,7 @@ def render(payload: dict) -> str:
     reps = settings.get("reps", "?")
     out = ["# Inner-loop throughput: metadisco vs the PureJaxRL-style reference, like for like", "",
            f"metadisco/reference environment steps per second, both on the same devices, median "
-           f"[min-max] of {reps} paired repetitions in alternating processes.", ""]
+           f"[min-max] of {reps} paired repetition{'' if reps == 1 else 's'} in alternating processes.", ""]
     pops = sorted({r["pop"] for r in rows})
     if rows:
         out += ["| environment | devices | " + " | ".join(f"{p} agent{'s' * (p > 1)}" for p in pops) + " |",
