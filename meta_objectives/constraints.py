@@ -287,8 +287,10 @@ def check_shaping_constraints(shaping: MetaObjective, params: Params, *, initial
 
 def perturbed_params(objective: MetaObjective, key: jax.Array, scale: float) -> Params:
     """Random parameters around `objective.default_params()`: output layers (w2) random normal *
-    scale, hidden layers (w1) kept, every other leaf (DPO's alpha, a user's constant) scaled by a
-    positive factor, so that each constraint is checked away from the initial point too."""
+    scale, hidden layers (w1) kept, every other non-zero leaf (DPO's alpha, a user's constant)
+    scaled by a positive factor, and zero leaves (a family's weights or log-multipliers at their
+    start) moved by random normal * scale, as the ES moves them, so that each constraint is checked
+    away from the initial point too."""
     params = objective.default_params()
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
     keys = jax.random.split(key, max(1, len(leaves)))
@@ -300,7 +302,8 @@ def perturbed_params(objective: MetaObjective, key: jax.Array, scale: float) -> 
         elif last == "w1":
             out.append(leaf)
         else:
-            out.append(leaf * jnp.exp(jax.random.normal(k, jnp.shape(leaf))))
+            noise = jax.random.normal(k, jnp.shape(leaf))
+            out.append(jnp.where(leaf == 0, scale * noise, leaf * jnp.exp(noise)))
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
