@@ -10,10 +10,8 @@ generation and inner training timed alternately so that slow drift hits both ali
 
 - generation: `trainer.generation(state, baseline, index)` plus fetching its metrics to the host, i.e.
   one iteration of the real host loop (ask, 2 x P PPO runs, fitness, tell, metrics transfer);
-- inner training: the engine's members function alone, jitted the way the engine builds it,
-  `jax.jit(jax.shard_map(trainer._members, mesh=trainer.mesh, in_specs=(P('pop'), P(), P()),
-  out_specs=(P('pop'), P('pop')), check_vma=False))`, on a population from `es.ask` sharded over
-  the mesh;
+- inner training: the engine's members function alone (`trainer.members_fitness`, shard_map'd over
+  the mesh as in a generation), jitted, on a population from `es.ask` sharded over the mesh;
 - overhead = generation - inner training: everything that is not PPO (ask, tell with its fitness
   shaping, divergence handling, metrics, host dispatch and transfer), reported in ms and as % of
   a generation (target: below 1% at the demo's scale). Being a difference of two ~equal timings it
@@ -92,10 +90,8 @@ def measure(devices: int, pops: list[int], timesteps: int | None, seeds: int, re
         state, gen_first_s, _ = one_generation(state)  # compiles
 
         # the inner training alone, built as in MetaTrainer._generation_impl
-        members = jax.jit(jax.shard_map(
-            trainer._members, mesh=mesh, in_specs=(P("pop"), P(), P()), out_specs=(P("pop"), P("pop")),
-            check_vma=False,
-        ))
+        draw = trainer.draw_of(0)
+        members = jax.jit(lambda pop, seeds, baseline: trainer.members_fitness(pop, draw, seeds, baseline))
         population, _ = jax.jit(trainer.es.ask)(jax.random.key(1), state.es_state, trainer.es_params)
         population = jax.device_put(population, split)
 

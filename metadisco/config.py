@@ -195,8 +195,9 @@ class DistributionConfig:
     Environments and horizons are drawn once per generation (every member trains on the same ones:
     each is a separate compiled program, selected by `lax.switch`, so only what is drawn runs); a
     learning-rate factor per antithetic pair (members i and i + P/2 in evosax's mirrored layout share
-    it, and their seeds) or per generation. The defaults draw nothing: every env, the preset's lr,
-    the full length.
+    it, and their seeds; the ES then ranks each member against its pair's mean, so that the rate a
+    pair drew cancels) or per generation. The normaliser of *_norm fitness is PPO per env and horizon
+    at the preset's lr. The defaults draw nothing: every env, the preset's lr, the full length.
 
         [distribution]
         envs_per_generation = 1   # a subset of 1 of `envs` per generation
@@ -209,10 +210,6 @@ class DistributionConfig:
     lr_draw: str = "pair"  # pair: one factor per antithetic pair (per member without pairs); generation: one for all
     horizons: tuple[float, ...] = ()  # fractions of inner.total_timesteps, one drawn per generation; (): 1.0 only
     env_fitness: str = "mean"  # mean: the ES ranks the mean over envs; rank: the mean of per-env centred ranks
-
-    def draws(self, num_envs: int) -> bool:
-        """Whether anything is drawn (False: every generation trains on the same point)."""
-        return bool(self.lr_range or len(self.horizons) > 1 or 0 < self.envs_per_generation < num_envs)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ class Draw:
 
     envs: jax.Array  # [k] int32 indices into cfg.envs: a subset drawn without replacement, or all in order
     horizon: jax.Array  # [] int32 index into MetaTrainer.horizons (0 when the run has one)
-    lr_factor: jax.Array  # [P] factor on each env's preset lr; members i and i + P/2 (an antithetic pair) equal
+    lr_factor: jax.Array  # [P] factor on each env's preset lr; equal within an antithetic pair (i, i + P/2)
 
 
 # The strategies whose ask mirrors members i and i + P/2 (+z, -z) always, beside those that do it
@@ -105,9 +105,10 @@ class NormaliserError(MetadiscoError):
 
 @struct.dataclass
 class Baseline:
-    """PPO (default objectives) on each meta-training env, the normaliser of *_norm fitness.
+    """PPO (default objectives) on each meta-training problem (env, or env and horizon), the
+    normaliser of *_norm fitness.
 
-    Each field is [num_envs], a mean over the baseline seeds ([num_envs, seeds] before `mean`).
+    Each field is [num_problems], a mean over the baseline seeds ([num_problems, seeds] before `mean`).
     """
 
     init_eval: jax.Array  # the initial policy's evaluation, sampled actions
