@@ -84,6 +84,11 @@ class PlugChoice:
     name: str
     options: tuple[tuple[str, Any], ...] = ()  # (option, value) pairs, sorted by option
 
+    def __str__(self) -> str:
+        """As a user would write it: lpo, or lpo(hidden=64)."""
+        options = ", ".join(f"{k}={v}" for k, v in self.options)
+        return f"{self.name}({options})" if options else self.name
+
     @classmethod
     def read(cls, value, path: str) -> PlugChoice:
         """A name, a section dict {"name": ..., OPTION: VALUE} or a PlugChoice -> PlugChoice."""

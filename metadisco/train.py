@@ -218,6 +218,13 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
         log(f"  inner loop: PPO on {env}, {pc.steps_per_run:,} steps per run ({pc.num_updates} updates)")
     log(f"  fitness: {cfg.fitness}; population split over {trainer.mesh.devices.size} "
         f"{jax.devices()[0].platform} device(s) in {jax.process_count()} process(es)")
+    d = cfg.distribution
+    drawn = [f"{d.envs_per_generation} of {len(cfg.envs)} envs" if d.envs_per_generation else "",
+             f"lr x [{d.lr_range[0]:g}, {d.lr_range[1]:g}] per {d.lr_draw}" if d.lr_range else "",
+             f"horizons {', '.join(f'{h:g}' for h in d.horizons)}" if d.horizons else "",
+             "per-env ranks" if d.env_fitness == "rank" else ""]
+    if any(drawn):
+        log(f"  each generation draws: {'; '.join(x for x in drawn if x)}")
     if cfg.heldout.envs:
         log(f"  held out (fixed now; `metadisco evaluate {run.path}` uses it): {', '.join(cfg.heldout.envs)}")
 

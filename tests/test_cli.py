@@ -40,6 +40,7 @@ def test_train_stop_resume_and_bad_input(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
     assert "gen 2/3:" in out.stdout  # --no-progress logs one line per generation
+    assert "evolving drift=lpo(hidden=8) (72 meta-parameters)" in out.stdout  # the banner, as a user writes it
     assert f"metadisco train --resume {run_dir}" in out.stdout  # and says how to continue
     # resuming with a changed field is refused, showing the difference
     out = metadisco("train", *TINY, "es.sigma_init=0.5", "--resume", str(run_dir))
