@@ -20,3 +20,4 @@ if "METADISCO_CACHE_DIR" not in os.environ:
 from metadisco import compile_cache  # noqa: E402  (jax-free)
 
 compile_cache.configure()
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")  # tests build many small programs
