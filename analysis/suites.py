@@ -64,6 +64,8 @@ TARGET is one of:
                         its meta-training environments are flagged and aggregated apart
   RUN_DIR:init          the run's objectives at their initial parameters (where evolution
                         started): the control for what evolution itself found
+  zoo:NAME              a discovered objective shipped with metadisco (`metadisco zoo` lists them)
+  module:attr           an objective class of your own, imported from your environment
 examples:
   metadisco evaluate dpo --quick
   metadisco evaluate runs/lpo-cartpole-20261101-120000 --envs Acrobot-v1,Catch-bsuite --tune-lr
