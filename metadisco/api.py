@@ -76,12 +76,23 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
     a comma-separated string); `options` as `analysis.evaluate.evaluate` (seeds, budget, quick,
     suite, tune_lr, lr, inner, seed, progress). Writes results.json/csv/md and the curves to `out`
     (default as the CLI: RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP) and returns
-    the results, with "out_dir" the folder written."""
+    the results, with "out_dir" the folder written. With no `envs` (nor suite/quick), a run
+    target's declared held-out set (its config's `heldout`: envs, timesteps, seeds) is used."""
     from analysis import evaluate as ev
+    from metadisco.commands.evaluate import declared_heldout, inner_overrides
 
     if isinstance(targets, (str, Path)):
         targets = [targets]
     resolved = [ev.resolve_target(str(t)) for t in targets]
+    found = None if envs or options.get("suite") or options.get("quick") else declared_heldout(resolved)
+    if found:  # as the CLI: no environments given, the held-out set a run declared before it ran
+        heldout = found[1]
+        envs = list(heldout["envs"])
+        for option, field in (("budget", "timesteps"), ("seeds", "seeds")):
+            if options.get(option) is None and heldout.get(field):
+                options[option] = heldout[field]
+        if heldout.get("inner_from_run") and "inner" not in options:
+            options["inner"] = inner_overrides([], resolved)
     options.setdefault("progress", False)
     results = ev.evaluate(resolved, envs=envs, **options)
     path = ev.save(results, ev.check_out_dir(out) if out else ev.default_out_dir(resolved))

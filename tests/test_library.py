@@ -217,3 +217,23 @@ def test_the_readme_drift_is_the_example_and_holds_its_constraints():
     drift = namespace["ScaledSquare"]()
     assert meta_objectives.check_objective(drift, samples=1) == []
     assert "no edit" not in block and "meta_objectives/" not in block  # nobody is asked to edit the package
+
+
+@pytest.mark.timeout(60)
+def test_the_api_evaluates_a_run_on_the_held_out_set_it_declared(tmp_path, monkeypatch):
+    from analysis import evaluate as ev
+
+    run = tmp_path / "run"
+    (run / "objectives").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({
+        "envs": ["CartPole-v1"], "heldout": {"envs": ["Acrobot-v1", "Catch-bsuite"], "timesteps": 4096, "seeds": 3}}))
+    shutil.copy(Path(__file__).parents[1] / "docs" / "results" / "l2_value_loss.json", run / "objectives" / "mean.json")
+    calls = []
+    monkeypatch.setattr(ev, "evaluate", lambda targets, **kw: calls.append(kw) or {"kw": kw})
+    monkeypatch.setattr(ev, "save", lambda results, out: out)
+
+    api.evaluate(run, out=tmp_path / "out")
+    assert calls[-1]["envs"] == ["Acrobot-v1", "Catch-bsuite"]
+    assert calls[-1]["budget"] == 4096 and calls[-1]["seeds"] == 3
+    api.evaluate(run, "Pendulum-v1", seeds=2, out=tmp_path / "out2")  # given envs win, and so do given options
+    assert calls[-1]["envs"] == "Pendulum-v1" and calls[-1]["seeds"] == 2 and calls[-1].get("budget") is None

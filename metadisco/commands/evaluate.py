@@ -40,23 +40,32 @@ def run(args) -> None:
     print(path)
 
 
-def _use_declared_heldout(args, targets) -> None:
-    """No environments given: take the held-out set the first run declared before it ran
-    (its config's `heldout` section); command-line --timesteps/--seeds/--inner-from-run win."""
+def declared_heldout(targets) -> tuple[str, dict] | None:
+    """(run directory, its `heldout` section) of the first RUN_DIR target that declared a held-out
+    set before it ran, or None: what an evaluation with no environments given runs on."""
     from analysis.runs import Run
 
     for target in targets:
-        if not target.run_dir:
-            continue
-        heldout = Run(target.run_dir).heldout()
-        if heldout.get("envs"):
-            args.envs = ",".join(heldout["envs"])
-            args.timesteps = args.timesteps or heldout.get("timesteps")
-            args.seeds = args.seeds or heldout.get("seeds")
-            args.inner_from_run = args.inner_from_run or bool(heldout.get("inner_from_run"))
-            print(f"evaluating on the held-out set {target.run_dir} declared before it ran: {args.envs}"
-                  f"{f' at {args.timesteps:,} steps' if args.timesteps else ''} (config: heldout)", file=sys.stderr)
-            return
+        if target.run_dir:
+            heldout = Run(target.run_dir).heldout()
+            if heldout.get("envs"):
+                return str(target.run_dir), heldout
+    return None
+
+
+def _use_declared_heldout(args, targets) -> None:
+    """No environments given: take the held-out set the first run declared before it ran
+    (its config's `heldout` section); command-line --timesteps/--seeds/--inner-from-run win."""
+    found = declared_heldout(targets)
+    if found is None:
+        return
+    run_dir, heldout = found
+    args.envs = ",".join(heldout["envs"])
+    args.timesteps = args.timesteps or heldout.get("timesteps")
+    args.seeds = args.seeds or heldout.get("seeds")
+    args.inner_from_run = args.inner_from_run or bool(heldout.get("inner_from_run"))
+    print(f"evaluating on the held-out set {run_dir} declared before it ran: {args.envs}"
+          f"{f' at {args.timesteps:,} steps' if args.timesteps else ''} (config: heldout)", file=sys.stderr)
 
 
 def inner_overrides(items: list[str], targets) -> dict:
