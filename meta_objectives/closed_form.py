@@ -8,6 +8,7 @@ the string). Constraint checks live in constraints.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from meta_objectives.base import MetaObjective, register
@@ -19,6 +20,7 @@ from meta_objectives.expressions import (
     to_latex,
 )
 from meta_objectives.formulas import L2_EXPRESSION, ppo_clip_expression
+from meta_objectives.value_loss import clipped_l2_latex, value_clipping
 
 PPO_CLIP_EXPRESSION = ppo_clip_expression(0.2)
 VALUE_LOSS_L2_EXPRESSION = L2_EXPRESSION
@@ -63,6 +65,9 @@ class ClosedFormDrift(MetaObjective):
         return to_latex(self.expression)
 
 
+VALUE_LOSS_BASES = ("none", "clipped_l2")  # what a closed-form value loss's expression is applied to
+
+
 @register
 @dataclass(frozen=True)
 class ClosedFormValueLoss(MetaObjective):
@@ -70,15 +75,31 @@ class ClosedFormValueLoss(MetaObjective):
 
     E.g. "e**2/2 + 0.1*Abs(e)**3". No parameters. Invalid strings raise ValueError at
     construction. The default expression is L2.
+    base: "none" (default): the expression is the whole loss. "clipped_l2": the expression with
+    PPO's value clipping at clip_eps applied as in LearnedValueLoss(base="clipped_l2"),
+      L = expression(e, t) + value_clipping(v, t, v_old) = expression + clipped_l2 - e^2/2,
+    which is the expression where v_old = v (where distillation fits it) and PPO's clipped loss
+    exactly for the expression e**2/2. It reads the old value, so `closed_form` is None for it.
     """
 
     expression: str = VALUE_LOSS_L2_EXPRESSION
+    base: str = "none"
+    clip_eps: float = 0.2
     plug = "value_loss"
     name = "closed_form"
     title = "closed form"
 
     def __post_init__(self):
         parse_expression(self.expression, VALUE_LOSS_VARIABLES)
+        if self.base not in VALUE_LOSS_BASES:
+            raise ValueError(f"value_loss {self.name!r}: base must be one of {', '.join(VALUE_LOSS_BASES)}, "
+                             f"got {self.base!r}")
+        if not (math.isfinite(self.clip_eps) and self.clip_eps > 0):
+            raise ValueError(f"value_loss {self.name!r}: clip_eps must be finite and > 0, got {self.clip_eps}")
+
+    @property
+    def clipped(self) -> bool:
+        return self.base == "clipped_l2"
 
     @property
     def plotted(self) -> bool:
@@ -88,10 +109,34 @@ class ClosedFormValueLoss(MetaObjective):
         return {}
 
     def value_loss(self, params, value, target, old_value):
-        return compile_function(self.expression, "value_loss")(value, target)
+        loss = compile_function(self.expression, "value_loss")(value, target)
+        if self.clipped:
+            loss = loss + value_clipping(value, target, old_value, self.clip_eps)
+        return loss
 
-    def closed_form(self, params) -> str:
-        return self.expression
+    def closed_form(self, params) -> str | None:
+        return None if self.clipped else self.expression
+
+    def describe(self) -> str:
+        """The whole loss in one line: the expression, and the clipping when it is applied."""
+        expression = " ".join(self.expression.split())
+        if not self.clipped:
+            return expression
+        return (f"{expression}, with PPO's value clipping (clip_eps = {self.clip_eps:g}): "
+                "+ clipped_l2(v, t, v_old) - e**2/2")
 
     def latex(self) -> str:
-        return to_latex(self.expression, variables=VALUE_LOSS_VARIABLES)
+        latex = to_latex(self.expression, variables=VALUE_LOSS_VARIABLES)
+        if not self.clipped:
+            return latex
+        return rf"{latex} + {clipped_l2_latex(self.clip_eps)} - \tfrac{{1}}{{2}} e^{{2}}"
+
+
+def closed_form_base(loss) -> dict:
+    """The ClosedFormValueLoss options (base, clip_eps) under which an expression fitted to `loss`
+    at v_old = v (as distillation samples it) means the same loss: {"base": "clipped_l2",
+    "clip_eps": ...} for a loss on PPO's clipped base (LearnedValueLoss(base="clipped_l2"),
+    learned_clipped), else {"base": "none"} (the expression is the whole loss)."""
+    if getattr(loss, "base", None) == "clipped_l2":
+        return {"base": "clipped_l2", "clip_eps": float(loss.clip_eps)}
+    return {"base": "none"}

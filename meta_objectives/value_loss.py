@@ -21,6 +21,18 @@ def clipped_l2(value, target, old_value, clip_eps):
     return 0.5 * jnp.maximum(jnp.square(value - target), jnp.square(clipped - target))
 
 
+def value_clipping(value, target, old_value, clip_eps):
+    """What PPO's value clipping adds to L2: clipped_l2 - l2 (>= 0; 0 where v_old = v). A loss
+    L(e, t) plus this is L with PPO's clipping applied (L = e^2/2 gives clipped_l2 itself)."""
+    return clipped_l2(value, target, old_value, clip_eps) - l2(value, target)
+
+
+def clipped_l2_latex(clip_eps: float) -> str:
+    """`clipped_l2` in LaTeX (v, t, v_old; e = v - t), for printed closed forms."""
+    return (r"\tfrac{1}{2}\max\left(e^{2}, \left(v_{\mathrm{old}} + \operatorname{clip}\left(v - v_{\mathrm{old}}, "
+            rf"\pm {clip_eps:g}\right) - t\right)^{{2}}\right)")
+
+
 @register
 @dataclass(frozen=True)
 class L2(MetaObjective):

@@ -197,3 +197,27 @@ def test_value_loss_constraints(expr, fragment):
         assert problems == []
     else:
         assert any(fragment in p for p in problems), problems
+
+
+def test_closed_form_value_loss_on_the_clipped_base_is_ppo_clipped_l2():
+    """base="clipped_l2" applies PPO's value clipping to the expression: for e**2/2 it is PPO's
+    clipped value loss, and it equals the bare expression where v_old = v."""
+    from meta_objectives.value_loss import clipped_l2
+
+    keys = jax.random.split(jax.random.key(3), 3)
+    value, target, old_value = (2.0 * jax.random.normal(k, (2048,)) for k in keys)
+    for eps in (0.2, 0.5):
+        loss = ClosedFormValueLoss("e**2/2", base="clipped_l2", clip_eps=eps)
+        want = clipped_l2(value, target, old_value, eps)
+        np.testing.assert_allclose(loss.value_loss({}, value, target, old_value), want, rtol=1e-6, atol=1e-5)
+        assert float(jnp.abs(want - mo.L2().value_loss({}, value, target, old_value)).max()) > 0.1
+    expr = "e**2/2 + 0.1*Abs(e)**3*(1 + tanh(t))"
+    clipped, bare = ClosedFormValueLoss(expr, base="clipped_l2"), ClosedFormValueLoss(expr)
+    np.testing.assert_allclose(clipped.value_loss({}, value, target, value), bare.value_loss({}, value, target, value),
+                               rtol=1e-6, atol=1e-6)
+    assert clipped.closed_form({}) is None and bare.closed_form({}) == expr  # it reads v_old: no e, t form
+    assert "clip" in clipped.latex() and "clip" in clipped.describe() and "clip" not in bare.latex()
+    assert mo.from_spec(clipped.spec()) == clipped
+    assert mo.from_spec({"plug": "value_loss", "name": "closed_form", "config": {"expression": expr}}) == bare
+    with pytest.raises(ValueError, match="base must be one of"):
+        ClosedFormValueLoss(expr, base="huber")
