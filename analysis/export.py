@@ -3,7 +3,10 @@ and a `loss.py` for DiscoGen's on-policy RL domain (`export_discogen`).
 
 A drift D(r, A, p) and/or a value loss L(e, t), each one expression string (see
 meta_objectives.expressions); all three files are derived from those strings, the module by the
-printer that the in-process closed forms compile too. An expression that
+printer that the in-process closed forms compile too. A value loss distilled from one on PPO's
+clipped base (learned_clipped) comes with `value_loss_base` {"base": "clipped_l2", "clip_eps"}
+(distil's report["closed_form_base"]): every form then applies PPO's value clipping to the
+expression, as ClosedFormValueLoss(base="clipped_l2") does. An expression that
 breaks its plug's constraints (drift: D >= 0, D = 0 and dD/dr = 0 at r = 1; value loss:
 L(0, t) = 0 and e dL/de >= 0) is refused before anything is written.
 """
@@ -33,14 +36,17 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def export_closed_form(expression: str | None, out_dir, name: str = "discovered_drift",
                        metadata: dict | None = None, value_loss: str | None = None,
-                       fixed: tuple[Objectives, dict] | None = None) -> dict:
+                       fixed: tuple[Objectives, dict] | None = None, value_loss_base: dict | None = None) -> dict:
     """Write <name>.tex, <name>.json and <name>.py under `out_dir` -> {"tex", "json", "py": path}.
 
     expression: the drift (None: keep `fixed`'s drift); value_loss: the value loss over e, t
     (None: keep `fixed`'s). fixed: (objectives, params) for the plug points not given here
-    (default: PPO's). <name>.json is an objectives file that `meta_objectives.load_objectives`
-    reads back; `metadata` is stored as its "extra". <name>.py imports only jax.numpy and defines
-    drift(ratio, advantage, progress=0.0) and/or value_loss(value, target).
+    (default: PPO's). value_loss_base: ClosedFormValueLoss's base and clip_eps for the value loss
+    (None: base "none", the expression is the whole loss). <name>.json is an objectives file that
+    `meta_objectives.load_objectives` reads back; `metadata` is stored as its "extra". <name>.py
+    imports only jax.numpy and defines drift(ratio, advantage, progress=0.0) and/or
+    value_loss(value, target) (on the clipped base value_loss(value, target, old_value), and
+    value_loss_expression(value, target) for the expression alone).
     Raises MetadiscoError for an invalid expression or one that violates its constraints.
     """
     if not _NAME.match(name):
@@ -49,17 +55,18 @@ def export_closed_form(expression: str | None, out_dir, name: str = "discovered_
         raise MetadiscoError("nothing to export: give a drift expression, a value-loss expression or both")
     objectives, params = fixed if fixed is not None else (Objectives(), Objectives().default_params())
     params = dict(params)
-    pieces = []  # (kind, expression, latex lhs)
+    pieces = []  # (kind, expression, latex lhs, latex, description)
+    loss = None
     if expression is not None:
         drift = ClosedFormDrift(expression)  # ValueError for an unparsable / unsafe expression
         _refuse(expression, "drift", check_drift_constraints(drift))
         objectives, params["drift"] = objectives.replace(drift=drift), {}
-        pieces.append(("drift", expression, "D(r, A, p)", to_latex(expression)))
+        pieces.append(("drift", expression, "D(r, A, p)", to_latex(expression), " ".join(expression.split())))
     if value_loss is not None:
-        loss = ClosedFormValueLoss(value_loss)
-        _refuse(value_loss, "value loss", check_value_loss_constraints(value_loss))
+        loss = _value_loss(value_loss, value_loss_base)
         objectives, params["value_loss"] = objectives.replace(value_loss=loss), {}
-        pieces.append(("value_loss", value_loss, "L(e, t)", to_latex(value_loss, variables=VALUE_LOSS_VARIABLES)))
+        lhs = r"L(v, t, v_{\mathrm{old}})" if loss.clipped else "L(e, t)"
+        pieces.append(("value_loss", value_loss, lhs, loss.latex(), loss.describe()))
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -67,13 +74,21 @@ def export_closed_form(expression: str | None, out_dir, name: str = "discovered_
     tex = ["% Closed forms exported by metadisco (analysis.export).",
            "% Policy loss -(r A - D(r, A, p)); r = pi_new/pi_old, A normalised advantage, p = progress.",
            "% Value loss L(e, t) per sample; e = v - target, t = target."]
-    for kind, expr, lhs, latex in pieces:
-        tex += [f"% {kind} (sympy): {' '.join(expr.split())}",
+    for kind, _, lhs, latex, description in pieces:
+        tex += [f"% {kind} (sympy): {description}",
                 f"\\begin{{equation}}\n  {lhs} = {latex}\n\\end{{equation}}"]
     atomic_write_text(paths["tex"], "\n".join(tex) + "\n")
     save_objectives(paths["json"], objectives, params, extra=metadata)
-    atomic_write_text(paths["py"], _module_source(pieces))
+    atomic_write_text(paths["py"], _module_source(pieces, loss))
     return {k: str(v) for k, v in paths.items()}
+
+
+def _value_loss(expression: str, base: dict | None) -> ClosedFormValueLoss:
+    """The closed-form value loss to export (ValueError for an invalid expression or base, or one
+    that violates the value-loss constraints)."""
+    loss = ClosedFormValueLoss(expression, **(base or {}))
+    _refuse(expression, "value loss", check_value_loss_constraints(expression))
+    return loss
 
 
 def _refuse(expression: str, what: str, violations: list[str]) -> None:
@@ -83,8 +98,35 @@ def _refuse(expression: str, what: str, violations: list[str]) -> None:
         )
 
 
-def _module_source(pieces) -> str:
-    return jax_module_source({kind: expr for kind, expr, _, _ in pieces})
+def _module_source(pieces, loss: ClosedFormValueLoss | None) -> str:
+    expressions = {kind: expr for kind, expr, *_ in pieces}
+    if loss is None or not loss.clipped:
+        return jax_module_source(expressions)
+    source = jax_module_source(expressions, {"value_loss": "value_loss_expression"})
+    return source + "\n\n" + _PPO_CLIPPED_L2 + "\n\n" + _clipped_value_loss("value_loss", "value_loss_expression", loss)
+
+
+# PPO's clipped value loss as generated code: the one text that the standalone module and DiscoGen's
+# loss.py print (meta_objectives.value_loss.clipped_l2 is the in-process one).
+_PPO_CLIPPED_L2 = '''def ppo_clipped_l2(value, target, old_value, clip_eps):
+    """PPO's clipped value loss per sample (PureJaxRL):
+    0.5 max((v - t)^2, (v_old + clip(v - v_old, -clip_eps, clip_eps) - t)^2)."""
+    value_pred_clipped = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
+    return 0.5 * jnp.maximum(jnp.square(value - target), jnp.square(value_pred_clipped - target))
+'''
+
+
+def _clipped_value_loss(name: str, expression_name: str, loss: ClosedFormValueLoss) -> str:
+    """Generated `name(value, target, old_value)`: the expression (function `expression_name`) with
+    PPO's value clipping at the loss's clip_eps, as ClosedFormValueLoss(base="clipped_l2")."""
+    return (f'''def {name}(value, target, old_value, clip_eps={loss.clip_eps!r}):
+    """The discovered value loss with PPO's value clipping applied (metadisco's
+    ClosedFormValueLoss(base="clipped_l2")): {expression_name}(value, target) + ppo_clipped_l2(...)
+    - (value - target)^2/2. It is the expression where old_value = value, and PPO's clipped value
+    loss for the expression e**2/2."""
+    return ({expression_name}(value, target) + ppo_clipped_l2(value, target, old_value, clip_eps)
+            - 0.5 * jnp.square(value - target))
+''')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,39 +161,52 @@ def loss_actor_and_critic(params, traj_batch, gae, targets, network, config):
 '''
 
 _PPO_VALUE_LOSS = '''    # Critic: PPO's clipped value loss (PureJaxRL)
-    value_pred_clipped = traj_batch.value + jnp.clip(value - traj_batch.value, -config["CLIP_EPS"], config["CLIP_EPS"])
-    value_loss = 0.5 * jnp.maximum(jnp.square(value - targets), jnp.square(value_pred_clipped - targets)).mean()'''
+    value_loss = ppo_clipped_l2(value, targets, traj_batch.value, config["CLIP_EPS"]).mean()'''
 
 _DISCOVERED_VALUE_LOSS = '''    # Critic: the discovered value loss L(v - target, target), averaged
     value_loss = jnp.mean(discovered_value_loss(value, targets))'''
 
+_DISCOVERED_CLIPPED_VALUE_LOSS = '''    # Critic: the discovered value loss with PPO's value clipping at the clip_eps it was
+    # discovered with (not config["CLIP_EPS"]), averaged
+    value_loss = jnp.mean(discovered_value_loss(value, targets, traj_batch.value))'''
 
-def discogen_loss_source(drift: str, value_loss: str | None = None) -> str:
+
+def discogen_loss_source(drift: str, value_loss: str | None = None, value_loss_base: dict | None = None) -> str:
     """Text of a DiscoGen `loss.py` (imports only jax.numpy): the drift D(r, A, p) and the value
     loss L(e, t) as functions printed from their expressions, and `loss_actor_and_critic` with
     actor loss -(r A - D) and the discovered value loss (None: PPO's clipped one).
+    value_loss_base: as in `export_closed_form`; on the clipped base the loss applies PPO's value
+    clipping (at its own clip_eps) to the expression, as ClosedFormValueLoss does.
     Raises MetadiscoError for an expression that violates its plug's constraints."""
     _refuse(drift, "drift", check_drift_constraints(ClosedFormDrift(drift)))
     functions = [function_source("drift", "drift", parse_expression(drift, DRIFT_VARIABLES))]
     header = [f"Drift D(r, A, p) = {' '.join(drift.split())}"]
-    if value_loss is not None:
-        ClosedFormValueLoss(value_loss)
-        _refuse(value_loss, "value loss", check_value_loss_constraints(value_loss))
-        functions.append(function_source("value_loss", "discovered_value_loss",
-                                         parse_expression(value_loss, VALUE_LOSS_VARIABLES)))
-        header.append(f"Value loss L(e, t) = {' '.join(value_loss.split())}  (e = v - target, t = target)")
-    else:
+    if value_loss is None:
+        functions.append(_PPO_CLIPPED_L2)
         header.append("Value loss: PPO's clipped value loss")
+        critic = _PPO_VALUE_LOSS
+    else:
+        loss = _value_loss(value_loss, value_loss_base)
+        lhs = "L(v, t, v_old)" if loss.clipped else "L(e, t)"
+        header.append(f"Value loss {lhs} = {loss.describe()}  (e = v - target, t = target)")
+        parsed = parse_expression(value_loss, VALUE_LOSS_VARIABLES)
+        if loss.clipped:
+            functions += [function_source("value_loss", "discovered_value_loss_expression", parsed), _PPO_CLIPPED_L2,
+                          _clipped_value_loss("discovered_value_loss", "discovered_value_loss_expression", loss)]
+            critic = _DISCOVERED_CLIPPED_VALUE_LOSS
+        else:
+            functions.append(function_source("value_loss", "discovered_value_loss", parsed))
+            critic = _DISCOVERED_VALUE_LOSS
     doc = ("DiscoGen on-policy RL loss, generated by metadisco (metadisco export RUN --format discogen).\n\n"
            + "\n".join(header) + "\n\nDepends only on jax.")
-    body = _DISCOGEN_LOSS.replace("{value_loss}", _DISCOVERED_VALUE_LOSS if value_loss is not None else _PPO_VALUE_LOSS)
+    body = _DISCOGEN_LOSS.replace("{value_loss}", critic)
     return f'"""{doc}\n"""\n\nimport jax.numpy as jnp\n\n\n' + "\n\n".join(functions) + body
 
 
-def export_discogen(drift: str, out_dir, value_loss: str | None = None) -> str:
+def export_discogen(drift: str, out_dir, value_loss: str | None = None, value_loss_base: dict | None = None) -> str:
     """Write `out_dir`/loss.py (`discogen_loss_source`) -> its path; nothing is written for an
     invalid expression."""
-    source = discogen_loss_source(drift, value_loss)
+    source = discogen_loss_source(drift, value_loss, value_loss_base)
     path = Path(out_dir) / "loss.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, source)

@@ -55,16 +55,22 @@ def _load(path):
     return module
 
 
-@pytest.mark.parametrize("value_loss", [None, "e**2/2 + 0.3*Piecewise((e**2/2, e < 0), (0, True))"])
-def test_discogen_loss_equals_ppo_loss_in_value_and_gradient(tmp_path, value_loss):
+ASYMMETRIC = "e**2/2 + 0.3*Piecewise((e**2/2, e < 0), (0, True))"
+CLIPPED = {"base": "clipped_l2", "clip_eps": 0.3}  # not the config's CLIP_EPS: the loss keeps its own
+
+
+@pytest.mark.parametrize("value_loss, base", [(None, None), (ASYMMETRIC, None), (ASYMMETRIC, CLIPPED)])
+def test_discogen_loss_equals_ppo_loss_in_value_and_gradient(tmp_path, value_loss, base):
+    """With a value loss on the clipped base (distilled from learned_clipped), loss.py applies
+    PPO's value clipping at that base's clip_eps, as metadisco's ClosedFormValueLoss does."""
     drift = f"(1 - p)*({dpo_expression(1.3, 0.9)}) + p*0.5*Max(0, r - 1.1)**2"
-    module = _load(export_discogen(drift, tmp_path, value_loss=value_loss))
+    module = _load(export_discogen(drift, tmp_path, value_loss=value_loss, value_loss_base=base))
     assert "import jax.numpy as jnp" in open(tmp_path / "loss.py").read()
     assert not [line for line in open(tmp_path / "loss.py") if line.startswith(("import", "from"))
                 and "jax" not in line]
 
     objectives = Objectives(drift=ClosedFormDrift(drift),
-                            **({"value_loss": ClosedFormValueLoss(value_loss)} if value_loss else {}))
+                            **({"value_loss": ClosedFormValueLoss(value_loss, **(base or {}))} if value_loss else {}))
     ppo = PPO.create(make_env("CartPole-v1"), PPOConfig(hidden=(16,)), objectives)
     n = 256
     keys = jax.random.split(jax.random.key(0), 6)
@@ -92,6 +98,11 @@ def test_discogen_loss_equals_ppo_loss_in_value_and_gradient(tmp_path, value_los
     g_ours = jax.grad(lambda p: ours(p)[0])(params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_theirs, g_ours)
     assert float(jnp.abs(jax.tree.leaves(g_ours)[0]).max()) > 0
+    if base is not None:  # the clipping is applied, not dropped: the base-less loss differs here
+        bare_objectives = objectives.replace(value_loss=ClosedFormValueLoss(value_loss))
+        bare_ppo = PPO.create(make_env("CartPole-v1"), PPOConfig(hidden=(16,)), bare_objectives)
+        bare = ppo_loss(bare_ppo, params, batch, bare_objectives.default_params(), progress, hp)[1]
+        assert abs(float(bare.value_loss) - float(t_value)) > 1e-3
 
 
 def test_discogen_export_refuses_an_invalid_drift_and_writes_nothing(tmp_path):
