@@ -225,22 +225,29 @@ def distil_drift(out, samples, objectives, params, symbolic, progress, seed, pri
 
 def distil_value_loss(out, values, targets, objectives, params, seed, symbolic=True, fit="value",
                       symbolic_kwargs=None) -> dict:
-    """Fit the value loss on visited predictions and targets [n]; draws learned vs distilled."""
+    """Fit the value loss on visited predictions and targets [n]; draws learned vs distilled.
+
+    The loss is sampled at v_old = v, where PPO's value clipping does nothing, so the expressions
+    are over e, t alone; report["closed_form_base"] (`closed_form_base`) says under which
+    ClosedFormValueLoss base they mean the learned loss: a loss on the clipped base
+    (learned_clipped) keeps its clipping, which export applies to the chosen expression."""
     import jax
 
     from analysis.distil import distil_value_loss as fit_value_loss
     from analysis.plots import value_loss_figure
-    from meta_objectives import ClosedFormValueLoss
+    from meta_objectives.closed_form import ClosedFormValueLoss, closed_form_base
 
     loss, lparams = objectives.value_loss, params["value_loss"]
     loss_fn = jax.jit(lambda v, t: loss.value_loss(lparams, v, t, v))
     report = fit_value_loss(loss_fn, values - targets, targets, seed=seed, symbolic=symbolic, fit=fit,
                             symbolic_kwargs=symbolic_kwargs)
+    report["closed_form_base"] = base = closed_form_base(loss)
     if report["chosen"]:
         span = 3 * report["data"]["error_std"]
         t = report["data"]["grid"]["t"]
+        distilled = ClosedFormValueLoss(report["chosen"]["expression"], **base)
         _save_figure(value_loss_figure(loss, lparams, e_range=(-span, span), targets=(t,),
-                                       compare={"distilled": (ClosedFormValueLoss(report["chosen"]["expression"]), {})}),
+                                       compare={"distilled": (distilled, {})}),
                      out / "value_loss_learned_vs_distilled")
     return report
 

@@ -208,3 +208,50 @@ def test_a_progress_dependent_drift_is_distilled_at_both_ends_and_interpolated()
         want = np.asarray(target.drift({}, r.astype(np.float32), a.astype(np.float32), p), np.float64)
         np.testing.assert_allclose(evaluate_numpy(chosen["expression"], r, a, p), want, atol=2e-3)
     assert json.loads(json.dumps(report)) == report
+
+
+def test_a_value_loss_on_the_clipped_base_is_exported_with_its_clipping(tmp_path):
+    """learned_clipped is PPO's clipped value loss plus a learned residual. Distillation samples it
+    at v_old = v (where the clipping does nothing), so its expressions are over e, t alone; the
+    report carries the base, and the export applies PPO's value clipping to the chosen expression
+    again, in the objectives file and in the module, instead of silently dropping it."""
+    from analysis.distil_run import distil_value_loss
+    from meta_objectives.closed_form import ClosedFormValueLoss
+
+    learned = mo.LearnedClippedValueLoss()
+    keys = jax.random.split(jax.random.key(4), 4)
+    init = learned.init(keys[0])
+    rand = {**init, "w2": 0.05 * jax.random.normal(keys[1], init["w2"].shape)}  # a residual to fit
+    value, target, old_value = (2.0 * jax.random.normal(k, (4096,)) for k in jax.random.split(keys[2], 3))
+    clipping_active = np.abs(np.asarray(value - old_value)) > learned.clip_eps
+    for i, params in enumerate((init, rand)):
+        objectives = mo.Objectives(value_loss=learned)
+        report = distil_value_loss(tmp_path / f"d{i}", np.asarray(value), np.asarray(target), objectives,
+                                   {"value_loss": params}, seed=0, symbolic=False)
+        assert report["closed_form_base"] == {"base": "clipped_l2", "clip_eps": learned.clip_eps}
+        expression = report["chosen"]["expression"]
+        paths = export_closed_form(None, tmp_path / f"e{i}", name="vl", value_loss=expression,
+                                   value_loss_base=report["closed_form_base"])
+        exported = mo.load_objectives(paths["json"])[0].value_loss
+        assert exported == ClosedFormValueLoss(expression, base="clipped_l2", clip_eps=learned.clip_eps)
+        ours = np.asarray(exported.value_loss({}, value, target, old_value))
+        bare = np.asarray(ClosedFormValueLoss(expression).value_loss({}, value, target, old_value))
+        want = np.asarray(learned.value_loss(params, value, target, old_value))
+        assert np.abs(ours - bare)[clipping_active].max() > 0.1  # the clipping is there
+        np.testing.assert_allclose(ours[~clipping_active], bare[~clipping_active], rtol=1e-5, atol=1e-5)
+        # exactly what the learned loss adds with its clipping, whatever the fit's error at v_old = v
+        at_v = np.asarray(exported.value_loss({}, value, target, value))
+        np.testing.assert_allclose(ours - at_v, want - np.asarray(learned.value_loss(params, value, target, value)),
+                                   rtol=1e-4, atol=1e-4)
+        if i == 0:  # the initial parameters are PPO's clipped loss: fitted exactly, so equal everywhere
+            assert expression == "e**2/2"
+            np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5)
+        else:
+            assert expression != "e**2/2"  # a residual was fitted
+        spec = importlib.util.spec_from_file_location(f"vl_exported_{i}", paths["py"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        np.testing.assert_allclose(module.value_loss(value, target, old_value), ours, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(module.value_loss_expression(value, target), at_v, rtol=1e-6, atol=1e-6)
+        tex = open(paths["tex"]).read()
+        assert "clip" in tex and "v_{\\mathrm{old}}" in tex

@@ -3,7 +3,9 @@ or (--format discogen) as a `loss.py` for DiscoGen's on-policy RL domain.
 
 Exports distil's chosen closed forms, another row of its Pareto front (--candidate N, numbered as
 `metadisco distil` prints them) or ones given with --expression / --value-loss; the JSON is a
-loadable objectives file that keeps the run's other plug points.
+loadable objectives file that keeps the run's other plug points. A value loss distilled from one
+on PPO's clipped base (learned_clipped) is exported with that clipping applied (distil's
+report["closed_form_base"]); a --value-loss given here is the whole loss.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ def run(args) -> None:
     from analysis.distil_run import DISTILLABLE, distillable, pareto_rows, stored_report
     from analysis.export import export_closed_form, export_discogen
     from analysis.runs import Run
+    from meta_objectives.closed_form import closed_form_base
     from metadisco.commands.distil import distil_for_run
 
     run = Run(args.run_dir)
@@ -25,6 +28,7 @@ def run(args) -> None:
     plugs = tuple(p for p in DISTILLABLE if given[p] is not None) or distillable(cfg)
     objectives, params, _ = run.objectives(args.which)
     expressions, sources = {}, {}
+    value_loss_base = None  # the expression is the whole loss, unless distilled from a clipped base
     for plug in plugs:
         if given[plug] is not None:
             expressions[plug], sources[plug] = given[plug], "given on the command line"
@@ -37,6 +41,8 @@ def run(args) -> None:
         if report is None:
             print(f"no {plug} distillation yet: running `metadisco distil` first", file=sys.stderr)
             report = distil_for_run(run, cfg, objectives, params, args.which, (plug,))[plug]
+        if plug == "value_loss":  # a report from before closed_form_base: the run's own loss says it
+            value_loss_base = report.get("closed_form_base") or closed_form_base(objectives.value_loss)
         if args.candidate is not None:
             rows = pareto_rows(report)
             if not 0 <= args.candidate < len(rows):
@@ -54,9 +60,9 @@ def run(args) -> None:
     if args.format == "discogen":
         if "drift" not in expressions:
             raise MetadiscoError("a DiscoGen loss needs a drift: this run evolved no drift; pass one with --expression")
-        path = export_discogen(expressions["drift"], run.export_dir / "discogen", value_loss=expressions.get("value_loss"))
-        for plug, expression in expressions.items():
-            print(f"exported {plug} ({sources[plug]}): {expression}")
+        path = export_discogen(expressions["drift"], run.export_dir / "discogen", value_loss=expressions.get("value_loss"),
+                               value_loss_base=value_loss_base)
+        _print_exported(expressions, sources, value_loss_base)
         if "value_loss" not in expressions:
             print("value loss: PPO's clipped one")
         print(f"  loss.py: {path}\nuse it: copy it over the loss.py of DiscoGen's on-policy RL task")
@@ -65,12 +71,21 @@ def run(args) -> None:
     # Plug points not exported as closed forms keep the run's own (fixed) objectives.
     paths = export_closed_form(expressions.get("drift"), run.export_dir, name=name,
                                value_loss=expressions.get("value_loss"), fixed=(objectives, params),
-                               metadata={"run_dir": str(run.path), "source": sources, "envs": cfg.get("envs")})
-    for plug, expression in expressions.items():
-        print(f"exported {plug} ({sources[plug]}): {expression}")
+                               metadata={"run_dir": str(run.path), "source": sources, "envs": cfg.get("envs")},
+                               value_loss_base=value_loss_base)
+    _print_exported(expressions, sources, value_loss_base)
     for kind, path in paths.items():
         print(f"  {kind}: {path}")
     print(f"evaluate it: metadisco evaluate {paths['json']} --quick")
+
+
+def _print_exported(expressions: dict, sources: dict, value_loss_base: dict | None) -> None:
+    from meta_objectives.closed_form import ClosedFormValueLoss
+
+    for plug, expression in expressions.items():
+        if plug == "value_loss":
+            expression = ClosedFormValueLoss(expression, **(value_loss_base or {})).describe()
+        print(f"exported {plug} ({sources[plug]}): {expression}")
 
 
 def add(subparsers) -> None:
@@ -78,8 +93,9 @@ def add(subparsers) -> None:
                                              "and a JAX module")
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.add_argument("--expression", help="a sympy expression over r, A, p (default: distil's chosen one)")
-    e.add_argument("--value-loss", help="a sympy expression over e = v - target and t = target (default: "
-                                        "distil's chosen one, when the run evolved the value loss)")
+    e.add_argument("--value-loss", help="a sympy expression over e = v - target and t = target, the whole loss "
+                                        "(default: distil's chosen one, when the run evolved the value loss, with "
+                                        "PPO's value clipping applied when the run's loss is on the clipped base)")
     e.add_argument("--candidate", type=int, metavar="N",
                    help="export row N of distil's Pareto front (as `metadisco distil` prints it) instead of the "
                         "chosen one")
