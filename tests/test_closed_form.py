@@ -2,6 +2,7 @@
 and the drift constraint check."""
 
 import ast
+import json
 
 import jax
 import jax.numpy as jnp
@@ -199,7 +200,7 @@ def test_value_loss_constraints(expr, fragment):
         assert any(fragment in p for p in problems), problems
 
 
-def test_closed_form_value_loss_on_the_clipped_base_is_ppo_clipped_l2():
+def test_closed_form_value_loss_on_the_clipped_base_is_ppo_clipped_l2(tmp_path):
     """base="clipped_l2" applies PPO's value clipping to the expression: for e**2/2 it is PPO's
     clipped value loss, and it equals the bare expression where v_old = v."""
     from meta_objectives.value_loss import clipped_l2
@@ -219,5 +220,13 @@ def test_closed_form_value_loss_on_the_clipped_base_is_ppo_clipped_l2():
     assert "clip" in clipped.latex() and "clip" in clipped.describe() and "clip" not in bare.latex()
     assert mo.from_spec(clipped.spec()) == clipped
     assert mo.from_spec({"plug": "value_loss", "name": "closed_form", "config": {"expression": expr}}) == bare
+    objectives = mo.Objectives(value_loss=clipped)  # the objectives JSON keeps the base ...
+    mo.save_objectives(tmp_path / "clipped.json", objectives, objectives.default_params())
+    assert mo.load_objectives(tmp_path / "clipped.json")[0].value_loss == clipped
+    doc = json.loads((tmp_path / "clipped.json").read_text())  # ... and a file from before it reads as base none
+    for key in ("base", "clip_eps"):
+        del doc["spec"]["value_loss"]["config"][key]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    assert mo.load_objectives(tmp_path / "old.json")[0].value_loss == bare
     with pytest.raises(ValueError, match="base must be one of"):
         ClosedFormValueLoss(expr, base="huber")
