@@ -9,6 +9,8 @@ rate reuses one compile. A `Programs` belongs to the evaluation that made it (pa
 
 from __future__ import annotations
 
+import gc
+
 import jax
 import numpy as np
 from jax.sharding import Mesh
@@ -40,6 +42,24 @@ class Programs:
     def __init__(self):
         self._envs: dict[str, Env] = {}
         self._programs: dict = {}
+
+    def environments(self) -> set[str]:
+        """The environments whose compiled programs this cache holds now."""
+        return {key[0] for key in self._programs}
+
+    def release(self, keep: str | None = None) -> int:
+        """Drop the compiled programs of every environment but `keep` (all with None) and free
+        their executables; returns how many were dropped. On the CPU each PPO program holds about
+        a thousand memory mappings of JIT code, and a process may have 65,530
+        (vm.max_map_count): an evaluation that kept every program of many environments x methods
+        crashed ("LLVM compilation error: Cannot allocate memory"), so `evaluate` releases an
+        environment's programs before it starts the next."""
+        dropped = [key for key in self._programs if key[0] != keep]
+        for key in dropped:
+            self._programs.pop(key).clear_cache()
+        if dropped:
+            gc.collect()  # executables in reference cycles go now, not at some later collection
+        return len(dropped)
 
     def env(self, name: str) -> Env:
         if name not in self._envs:

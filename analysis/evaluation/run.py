@@ -97,6 +97,7 @@ def evaluate(
     started = time.time()
     bar = tqdm(jobs, desc="evaluate", unit="env", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     for job in bar:
+        programs.release(keep=job.env.name)  # bounded memory mappings, however many environments
         t0 = time.time()
         runs: dict[str, dict] = {}
         tuning: dict[str, dict] = {}
