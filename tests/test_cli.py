@@ -68,7 +68,10 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path):
     run_dir = tmp_path / "run"
     args = [sys.executable, "-m", "metadisco.cli", "train", *TINY, "generations=1000", "--run-dir", str(run_dir),
             "--no-progress"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as a terminal delivers it: SIGINT at its default disposition in the child, even when this
+    # test runs under a launcher that ignores it (a background job of a non-interactive shell does)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 240
         while time.time() < deadline:
