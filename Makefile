@@ -3,7 +3,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup bench clean
+.PHONY: demo test setup bench gpu-wheels clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-python
 	scripts/setup-venv
@@ -19,6 +19,14 @@ test: $(STAMP)
 # see docs/benchmarks.md. ARGS=--quick for a smoke check (then it writes nothing to docs/).
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/inner_loop.py $(if $(filter --quick,$(ARGS)),,--out docs/benchmark_results/inner_loop.json --markdown docs/benchmark_results/inner_loop.md) $(ARGS)
+
+# The locked wheels that benchmarks/gpu_lease.sh installs on a lent GPU machine (x86-64, Python 3.12).
+GPU_WHEELS := flax optax chex evosax gymnax brax mujoco mujoco-core mujoco-mjx jaxopt gymnasium \
+	farama-notifications dotmap trimesh glfw ml-collections
+gpu-wheels: $(STAMP)
+	for p in $(GPU_WHEELS); do $(VENV)/bin/python -m pip download -q --no-deps --only-binary=:all: -d .whl \
+	  --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform any \
+	  "$$p==$$(grep -i "^$$p==" requirements.lock | cut -d= -f3)" || exit 1; done
 
 clean:
 	rm -rf $(VENV)

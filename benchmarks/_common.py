@@ -104,6 +104,7 @@ def machine_info() -> dict:
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "jax_devices": [str(d) for d in jax.devices()],
+        "device_kind": jax.devices()[0].device_kind,
         "platform": platform.platform(),
     }
 
@@ -116,7 +117,7 @@ def machine_markdown(info: dict) -> str:
         "(anything near the core count means the numbers are not from an idle machine)",
         f"- Python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}; "
         f"jax.devices() in the parent: {', '.join(info['jax_devices'])} "
-        f"(children set {DEVICE_FLAG} per measurement)",
+        f"({info.get('device_kind', '?')}; children set {DEVICE_FLAG} per measurement)",
         f"- {info['platform']}",
     ]
     return "\n".join(lines)

@@ -240,6 +240,9 @@ def measure_one(impl: str, env_name: str, pop: int, devices: int, timesteps: int
         "steps_per_s": pop * steps_per_run / min(times), "peak_rss_mb": _common.peak_rss_mb(),
         "jax_devices": [str(d) for d in jax.devices()], "final_return": sanity,
     }
+    device_stats = jax.devices()[0].memory_stats() or {}  # accelerators report their own memory; CPUs none
+    if "peak_bytes_in_use" in device_stats:
+        record["device_peak_mb"] = device_stats["peak_bytes_in_use"] / 2**20
     if profile_dir:
         record["profile"] = write_profile(Path(profile_dir), compiled, args, f"{impl}, {env_name}, {pop}x{devices}")
     return record
@@ -323,7 +326,8 @@ def summarize(records: list[dict]) -> list[dict]:
                "steps_per_run": sorted({r["steps_per_run"] for r in mine})}
         for impl in IMPLS:
             rs = [r for r in mine if r["impl"] == impl]
-            row[impl] = {k: spread([r[k] for r in rs]) for k in ("steps_per_s", "compile_s", "peak_rss_mb")}
+            row[impl] = {k: spread([r[k] for r in rs if k in r])
+                         for k in ("steps_per_s", "compile_s", "peak_rss_mb", "device_peak_mb")}
         rate = {(r["impl"], r.get("rep", 0)): r["steps_per_s"] for r in mine}
         reps = sorted({rep for _, rep in rate})
         row["ratio"] = spread([rate["metadisco", i] / rate["reference", i] for i in reps
@@ -369,10 +373,12 @@ def render(payload: dict) -> str:
     for env in dict.fromkeys(r["env"] for r in rows):
         mine = [r for r in rows if r["env"] == env]
         steps = sorted({s for r in mine for s in r["steps_per_run"]})
+        on_device = any(r[i]["device_peak_mb"] for r in mine for i in IMPLS)  # an accelerator's own memory
         out += [f"## {env} ({'/'.join(f'{s:,}' for s in steps)} steps per agent)", "",
                 "| agents | devices | reference steps/s | metadisco steps/s | metadisco/reference "
-                "| compile s ref | compile s md | peak RSS MB ref | peak RSS MB md |",
-                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                "| compile s ref | compile s md | peak RSS MB ref | peak RSS MB md |"
+                + (" peak device MB ref | peak device MB md |" if on_device else ""),
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if on_device else "")]
         for r in sorted(mine, key=lambda r: (r["devices"], r["pop"])):
             ref, md = r["reference"], r["metadisco"]
             out.append(
@@ -380,6 +386,8 @@ def render(payload: dict) -> str:
                 f"| {_cell(r['ratio'], '{:.2f}'.format)} | {_cell(ref['compile_s'], '{:.1f}'.format)} "
                 f"| {_cell(md['compile_s'], '{:.1f}'.format)} | {_cell(ref['peak_rss_mb'], '{:,.0f}'.format)} "
                 f"| {_cell(md['peak_rss_mb'], '{:,.0f}'.format)} |"
+                + (f" {_cell(ref['device_peak_mb'], '{:,.0f}'.format)} | {_cell(md['device_peak_mb'], '{:,.0f}'.format)} |"
+                   if on_device else "")
             )
         out.append("")
     skipped = [r for r in payload["records"] if "skipped" in r]

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# What runs on a lent GPU machine (docs/benchmarks.md, "On a GPU"), one stage per call:
+#
+#   benchmarks/gpu_lease.sh cartpole     # inner_loop.py: CartPole-v1, 2048 agents, 3 paired reps
+#   benchmarks/gpu_lease.sh minatar      # inner_loop.py: Breakout-MinAtar, 2048 agents, 3 paired reps
+#   benchmarks/gpu_lease.sh hopper       # inner_loop.py: brax/hopper (64 envs per agent), POPS agents
+#   benchmarks/gpu_lease.sh generation   # `metadisco train value_loss_cartpole_gpu`, 2 generations
+#
+# Arguments after the stage go to inner_loop.py or `metadisco train` (a smoke check on a CPU:
+# `PATH=.venv/bin:$PATH benchmarks/gpu_lease.sh cartpole --timesteps 2048`).
+# The machine's image has jax 0.11.2 with CUDA but not gymnax, evosax or brax: the locked wheels
+# travel in .whl/ (fetch them with `make gpu-wheels`) and install into /tmp/site. Results go to
+# $OUT (the device tool's folder that comes back), else ./gpu_out. POPS overrides the population.
+set -euo pipefail
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+python3 -c 'import jax; print("jax", jax.__version__, jax.devices())'
+
+bench() {  # ENV NAME
+  python3 benchmarks/inner_loop.py --envs "$1" --pops "${POPS:-2048}" --devices 1 --reps 3 --calls 2 \
+    --mem-limit-gb 1000 --out "$OUT/inner_loop_gpu_$2.json" --markdown "$OUT/inner_loop_gpu_$2.md" "${@:3}"
+}
+
+case "${1:-}" in
+  cartpole) bench CartPole-v1 cartpole "${@:2}" ;;
+  minatar) bench Breakout-MinAtar minatar "${@:2}" ;;
+  hopper) bench brax/hopper hopper "${@:2}" ;;
+  generation)
+    run=/tmp/gpu_run
+    rm -rf "$run"
+    python3 -c 'from metadisco.cli import entry; entry()' train value_loss_cartpole_gpu \
+      generations=2 "${@:2}" --run-dir "$run" --no-progress 2>&1 | tee "$OUT/generation.log"
+    cp "$run/metrics.jsonl" "$run/config.json" "$OUT/"
+    ;;
+  *) echo "usage: $0 cartpole|minatar|hopper|generation" >&2; exit 2 ;;
+esac
