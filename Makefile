@@ -11,9 +11,12 @@ $(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-pytho
 demo: $(STAMP)
 	$(VENV)/bin/metadisco train $(ARGS)
 
+# The suite runs in one pytest-xdist worker per core (about 10 min on 2 cores, 14 in one process);
+# PYTEST_WORKERS=0 runs it in this process.
+PYTEST_WORKERS ?= auto
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The like-for-like inner-loop benchmark (metadisco vs the PureJaxRL-style reference); long:
 # see docs/benchmarks.md. ARGS=--quick for a smoke check (then it writes nothing to docs/).
