@@ -39,6 +39,11 @@ def test_configure_sets_jax_s_variable_and_respects_off_and_jax_s_own():
     env = {"HOME": "/home/u"}
     assert compile_cache.configure(env) == Path("/home/u/.cache/metadisco/jax")
     assert env["JAX_COMPILATION_CACHE_DIR"] == "/home/u/.cache/metadisco/jax"
+    # sub-second programs are stored too (jax's default of 1 s left warm runs recompiling them)
+    assert float(env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]) < 1
+    env = {"HOME": "/home/u", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}
+    compile_cache.configure(env)
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "2"  # the user's own setting wins
     env = {"METADISCO_CACHE_DIR": "off"}
     assert compile_cache.configure(env) is None and "JAX_COMPILATION_CACHE_DIR" not in env
     env = {"METADISCO_CACHE_DIR": "/a", "JAX_COMPILATION_CACHE_DIR": "/b"}
