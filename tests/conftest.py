@@ -19,5 +19,4 @@ if "METADISCO_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["METADISCO_CACHE_DIR"], True)
 from metadisco import compile_cache  # noqa: E402  (jax-free)
 
-compile_cache.configure()
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")  # tests build many small programs
+compile_cache.configure()  # also stores programs from 0.1 s of compile time: tests build many small ones
