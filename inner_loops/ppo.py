@@ -341,8 +341,9 @@ def init_runner(ppo: PPO, key: jax.Array, optimizer: optax.GradientTransformatio
 # Observations of at most this many numbers get their bootstrap values V(final_obs) in one critic
 # pass over the whole rollout after it, instead of one small pass per step: on small observations
 # (classic control, brax) the per-step pass is mostly per-operation overhead (CartPole, 8 agents,
-# 2 CPU cores: 0.89x -> 1.0x of the reference, bitwise the same results); on large ones (MinAtar's
-# 400) it would store a second [T, N, obs] array and was slower.
+# 1 of 2 CPU cores: 0.89x -> 0.95-0.97x of the reference, bitwise the same results; see
+# docs/benchmark_results/speed_changes.md); on large ones (MinAtar's 400) it would store a
+# second [T, N, obs] array and was slower.
 BOOTSTRAP_AFTER_ROLLOUT_MAX_OBS = 64
 
 

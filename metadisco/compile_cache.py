@@ -12,7 +12,8 @@ written is not fatal: jax warns and compiles as if there were no cache. Entries 
 program, the jax/XLA versions, the devices and XLA_FLAGS, so a cache shared between machines or
 device layouts never serves a wrong program. Programs that took at least
 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS to compile are stored: 0.1 s unless set (jax's own
-default, 1 s, left `evaluate --quick` 2.5 s of warm compilation in programs under a second).
+default is 1 s). Warm, `evaluate --quick` compiles for 0.4 s and loads 6 programs in 2.0 s
+(docs/benchmarks.md, "Warm starts").
 """
 
 from __future__ import annotations

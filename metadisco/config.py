@@ -521,12 +521,12 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"the {readers} reads observations and needs one observation shape, "
                               f"but envs have {sorted(shapes)}")
     for env in cfg.envs:  # PPO shapes: fails here, not inside jit
-        ppo_config(cfg, env).validate()
-        for h in cfg.distribution.horizons:
+        for h in (1.0, *cfg.distribution.horizons):
             try:
                 ppo_config(cfg, env, h).validate()
             except ValueError as e:
-                raise ConfigError(f"distribution.horizons: {h:g} of the run's length on {env}: {e}") from None
+                where = "inner settings" if h == 1.0 else f"distribution.horizons: {h:g} of the run's length"
+                raise ConfigError(f"{where} on {env}: {e}") from None
     _check_plugin_envs((*cfg.envs, *cfg.heldout.envs))
     return dataclasses.replace(cfg, objectives=o)
 

@@ -207,6 +207,20 @@ def test_config_errors_are_reported_before_jax_starts(override, message):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(("override", "message"), [
+    ("inner.total_timesteps=-5", "inner settings on CartPole-v1: PPO config: total_timesteps must be a positive"),
+    ("inner.num_minibatches=3", "does not split into num_minibatches = 3"),
+])
+def test_bad_inner_settings_are_a_one_line_error(override, message):
+    """PPO's own shape checks (they need the environment, so jax) end in the same one-line
+    error and exit code 2 as the jax-free ones, not a traceback."""
+    code = ("from metadisco.cli import main\n"
+            f"try:\n    main(['train', {override!r}])\nexcept SystemExit as e:\n    print(e.code)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["2"], out.stderr[-2000:]
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
 def test_a_multi_host_flag_without_its_partners_is_a_one_line_error():
     out = metadisco("train", "--coordinator", "127.0.0.1:1", "generations=1", timeout=60)
     assert out.returncode == 2 and "--num-processes" in out.stderr and "Traceback" not in out.stderr
