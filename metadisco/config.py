@@ -520,6 +520,12 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
             readers = " and ".join(obj.title for _, obj in objectives.items() if obj.reads_observations)
             raise ConfigError(f"the {readers} reads observations and needs one observation shape, "
                               f"but envs have {sorted(shapes)}")
+        # a declared held-out set the discovery cannot run on would only fail at `evaluate`
+        sized = objectives.for_env(shapes.pop())
+        for env in cfg.heldout.envs:
+            problem = sized.incompatibility(_obs_shape(env), env)
+            if problem:
+                raise ConfigError(f"heldout.envs: {env} cannot evaluate what this run evolves: {problem}")
     for env in cfg.envs:  # PPO shapes: fails here, not inside jit
         for h in (1.0, *cfg.distribution.horizons):
             try:

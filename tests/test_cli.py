@@ -207,15 +207,19 @@ def test_config_errors_are_reported_before_jax_starts(override, message):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("inner.total_timesteps=-5", "inner settings on CartPole-v1: PPO config: total_timesteps must be a positive"),
-    ("inner.num_minibatches=3", "does not split into num_minibatches = 3"),
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["inner.total_timesteps=-5"], "inner settings on CartPole-v1: PPO config: total_timesteps must be a positive"),
+    (["inner.num_minibatches=3"], "does not split into num_minibatches = 3"),
+    # a learned potential is sized for CartPole's 4 numbers: a held-out Acrobot (6) could never be evaluated
+    (["objectives.shaping=potential", "objectives.evolve=shaping", "heldout.envs=Acrobot-v1"],
+     "heldout.envs: Acrobot-v1 cannot evaluate what this run evolves: its learned shaping potential"),
 ])
-def test_bad_inner_settings_are_a_one_line_error(override, message):
-    """PPO's own shape checks (they need the environment, so jax) end in the same one-line
-    error and exit code 2 as the jax-free ones, not a traceback."""
+def test_bad_settings_that_need_the_environment_are_a_one_line_error(overrides, message):
+    """The checks that need the environments (so jax: PPO's shapes, what a declared held-out
+    environment can run) end in the same one-line error and exit code 2 as the jax-free ones,
+    before any compute, not a traceback."""
     code = ("from metadisco.cli import main\n"
-            f"try:\n    main(['train', {override!r}])\nexcept SystemExit as e:\n    print(e.code)")
+            f"try:\n    main(['train', *{overrides!r}])\nexcept SystemExit as e:\n    print(e.code)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["2"], out.stderr[-2000:]
     assert message in out.stderr and "Traceback" not in out.stderr
