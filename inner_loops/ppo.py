@@ -158,8 +158,8 @@ class Transition(NamedTuple):
     """One rollout step for all envs; leaves are [num_steps, num_envs, ...] after `collect`.
 
     Only one copy of large observations is kept (on MinAtar they dominate the rollout's memory):
-    the bootstrap value of the final observation is computed in the step, or for small
-    observations in one pass after the rollout (`BOOTSTRAP_AFTER_ROLLOUT_MAX_OBS`).
+    the critic values of the observation and of the final observation are computed in the step,
+    or for small observations in one pass after the rollout (`CRITIC_AFTER_ROLLOUT_MAX_OBS`).
     """
 
     obs: jax.Array  # [..., *obs_shape] the (normalised) observation the policy saw
@@ -338,25 +338,30 @@ def init_runner(ppo: PPO, key: jax.Array, optimizer: optax.GradientTransformatio
                   RewardNorm.create(num_envs), key)
 
 
-# Observations of at most this many numbers get their bootstrap values V(final_obs) in one critic
-# pass over the whole rollout after it, instead of one small pass per step: on small observations
-# (classic control, brax) the per-step pass is mostly per-operation overhead (CartPole, 8 agents,
-# 1 of 2 CPU cores: 0.89x -> 0.95-0.97x of the reference, bitwise the same results; see
-# docs/benchmark_results/speed_changes.md); on large ones (MinAtar's 400) it would store a
-# second [T, N, obs] array and was slower.
-BOOTSTRAP_AFTER_ROLLOUT_MAX_OBS = 64
+# Observations of at most this many numbers (classic control, brax) get their critic values, V(obs)
+# and the bootstrap values V(final_obs), in one critic pass over the whole rollout after it; the
+# loop runs the actor alone. The parameters do not change during a rollout, so the values are
+# those the loop would give, up to XLA's rounding, which on the CPU can depend on a batch's shape
+# (bitwise equal in tests/test_ppo.py; the rare exceptions, like those between population sizes,
+# are in docs/benchmark_results/speed_changes.md). On small observations a per-step pass of
+# num_envs rows is mostly per-operation overhead; on large ones (MinAtar's 400) deferring was
+# slower and the bootstrap pass would store a second [T, N, obs] array.
+CRITIC_AFTER_ROLLOUT_MAX_OBS = 64
 
 
 def collect(ppo: PPO, runner: Runner, obj_params: dict, hp: PPOHyperparams, env_params) -> tuple[Runner, Transition]:
     """Roll the policy for num_steps in num_envs environments -> (runner, Transition [T, N, ...])."""
     env, network, config = ppo.env, ppo.network, ppo.config
     norm = runner.obs_norm if config.normalize_obs else (lambda o: o)  # fixed during a rollout
-    after_rollout = math.prod(env.obs_shape) <= BOOTSTRAP_AFTER_ROLLOUT_MAX_OBS
+    after_rollout = math.prod(env.obs_shape) <= CRITIC_AFTER_ROLLOUT_MAX_OBS
 
     def one_step(runner: Runner, _):
         key, k_act, k_env = jax.random.split(runner.key, 3)
         obs = norm(runner.obs)
-        pi, value = network.apply(runner.params, obs)
+        if after_rollout:
+            pi, value = network.apply(runner.params, obs, method=network.policy), None
+        else:
+            pi, value = network.apply(runner.params, obs)
         action, logp = networks.sample(env.discrete, pi, k_act)
         step = jax.vmap(lambda k, s, a: env.step(k, s, a, env_params))(
             jax.random.split(k_env, config.num_envs), runner.env_state, action
@@ -377,8 +382,9 @@ def collect(ppo: PPO, runner: Runner, obj_params: dict, hp: PPOHyperparams, env_
         return runner, (transition, final_obs if after_rollout else None)
 
     runner, (traj, final_obs) = jax.lax.scan(one_step, runner, None, config.num_steps)
-    if after_rollout:  # the parameters do not change during a rollout: the values the loop would give
-        traj = traj._replace(next_value=network.apply(runner.params, final_obs, method=network.value))
+    if after_rollout:  # [2, T, N]: V(obs), V(final_obs)
+        value, next_value = network.apply(runner.params, jnp.stack([traj.obs, final_obs]), method=network.value)
+        traj = traj._replace(value=value, next_value=next_value)
     return runner, traj
 
 

@@ -302,15 +302,16 @@ def test_ppo_critic_does_not_bootstrap_through_termination():
     np.testing.assert_allclose(targets, 1.0, atol=0.05)
 
 
-def test_bootstrap_values_after_the_rollout_equal_those_in_the_loop(cartpole, monkeypatch):
-    # Small observations get V(final_obs) in one pass after the rollout (a speed change): it must
-    # give exactly what the per-step pass gives, through truncations, for the whole training run.
+def test_critic_values_after_the_rollout_equal_those_in_the_loop(cartpole, monkeypatch):
+    # Small observations get V(obs) and V(final_obs) in one critic pass after the rollout (a speed
+    # change): it must give exactly what per-step passes give, through truncations, for the whole
+    # training run.
     from inner_loops import ppo as ppo_module
 
-    assert np.prod(cartpole.obs_shape) <= ppo_module.BOOTSTRAP_AFTER_ROLLOUT_MAX_OBS
+    assert np.prod(cartpole.obs_shape) <= ppo_module.CRITIC_AFTER_ROLLOUT_MAX_OBS
     config = TINY.replace(total_timesteps=1024)
     after = jax.jit(make_train(cartpole, config, Objectives()))(jax.random.key(3), {})
-    monkeypatch.setattr(ppo_module, "BOOTSTRAP_AFTER_ROLLOUT_MAX_OBS", 0)
+    monkeypatch.setattr(ppo_module, "CRITIC_AFTER_ROLLOUT_MAX_OBS", 0)
     in_loop = jax.jit(make_train(cartpole, config, Objectives()))(jax.random.key(3), {})
     for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(in_loop), strict=True):
         np.testing.assert_array_equal(a, b)
