@@ -46,6 +46,10 @@ def test_peak_memory_is_extrapolated_from_the_largest_smaller_population():
     assert inner_loop.predicted_peak_mb(records, "CartPole-v1", 256, 2) == pytest.approx(12000.0)
     assert inner_loop.predicted_peak_mb(records, "CartPole-v1", 8, 2) is None
     assert inner_loop.predicted_peak_mb(records, "Breakout-MinAtar", 256, 2) is None
+    # only what the run added above the process's base (libraries, inputs) grows with the population
+    based = [record("reference", 1, 0, pop=1, peak_rss_mb=1500.0, base_rss_mb=1400.0),
+             record("metadisco", 1, 0, pop=1, peak_rss_mb=1450.0, base_rss_mb=1300.0)]
+    assert inner_loop.predicted_peak_mb(based, "CartPole-v1", 8, 2) == pytest.approx(1300.0 + 150.0 * 8)
 
 
 def test_run_alternates_the_implementations_skips_what_would_not_fit_and_renders(monkeypatch, tmp_path):
