@@ -343,9 +343,10 @@ def init_runner(ppo: PPO, key: jax.Array, optimizer: optax.GradientTransformatio
 # loop runs the actor alone. The parameters do not change during a rollout, so the values are
 # those the loop would give, up to XLA's rounding, which on the CPU can depend on a batch's shape
 # (bitwise equal in tests/test_ppo.py; some runs of the default demo round differently, as
-# population sizes already made runs differ: docs/benchmark_results/speed_changes.md). On small observations a per-step pass of
-# num_envs rows is mostly per-operation overhead; on large ones (MinAtar's 400) deferring was
-# slower and the bootstrap pass would store a second [T, N, obs] array.
+# population sizes already made runs differ: docs/benchmark_results/speed_changes.md). On small
+# observations a per-step pass of num_envs rows is mostly per-operation overhead; on large ones
+# (MinAtar's 400) deferring was slower and the bootstrap pass would store a second [T, N, obs]
+# array.
 CRITIC_AFTER_ROLLOUT_MAX_OBS = 64
 
 

@@ -521,7 +521,7 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"the {readers} reads observations and needs one observation shape, "
                               f"but envs have {sorted(shapes)}")
         # a declared held-out set the discovery cannot run on would only fail at `evaluate`
-        sized = objectives.for_env(shapes.pop())
+        sized = objectives.for_env(next(iter(shapes)))
         for env in cfg.heldout.envs:
             problem = sized.incompatibility(_obs_shape(env), env)
             if problem:
