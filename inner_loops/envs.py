@@ -83,6 +83,7 @@ class Env:
     action_high: float | None
     scalar_action: bool = False  # the core takes a scalar continuous action (a Box of shape ())
     max_episode_steps: int | None = None  # the time limit of `default_params` (caps evaluation episodes)
+    truncates_only_at_time_limit: bool = False  # `truncated` means only that the time limit was reached
 
     @property
     def library(self) -> str:
@@ -92,6 +93,14 @@ class Env:
         params = self.default_params if params is None else params
         obs, inner = self.core.reset(key, params)
         return obs, EnvState(inner, jnp.float32(0.0), jnp.int32(0))
+
+    def time_limit(self, params: Any) -> int | None:
+        """The episode length at which, and only at which, an episode is truncated under `params`:
+        None unless truncation is known to mean only that and the limit is a concrete number (under
+        jit, `params` other than `default_params` are traced)."""
+        if not self.truncates_only_at_time_limit:
+            return None
+        return self.max_episode_steps if params is self.default_params else _time_limit(params)
 
     def step(self, key: jax.Array, state: EnvState, action: jax.Array, params: Any = None) -> Step:
         """action: [] int (discrete) or [num_actions] float (continuous; clipped to the bounds)."""
@@ -169,7 +178,15 @@ def from_gymnax(env, params: Any = None, name: str | None = None) -> Env:
         action_high=high,
         scalar_action=not discrete and not action_space.shape,
         max_episode_steps=_time_limit(params),
+        truncates_only_at_time_limit=_truncates_only_at_time_limit(env),
     )
+
+
+def _truncates_only_at_time_limit(env) -> bool:
+    """Whether `env` keeps gymnax's own `is_truncated` (state.time >= params.max_steps_in_episode)."""
+    from gymnax.environments.environment import Environment
+
+    return isinstance(env, Environment) and type(env).is_truncated is Environment.is_truncated
 
 
 def _time_limit(params) -> int | None:
@@ -192,6 +209,7 @@ def from_brax(env, name: str, episode_length: int = BRAX_EPISODE_LENGTH) -> Env:
         action_low=-1.0,
         action_high=1.0,
         max_episode_steps=episode_length,
+        truncates_only_at_time_limit=True,
     )
 
 

@@ -158,8 +158,8 @@ class Transition(NamedTuple):
     """One rollout step for all envs; leaves are [num_steps, num_envs, ...] after `collect`.
 
     Only one copy of large observations is kept (on MinAtar they dominate the rollout's memory):
-    the critic values of the observation and of the final observation are computed in the step,
-    or for small observations in one pass after the rollout (`CRITIC_AFTER_ROLLOUT_MAX_OBS`).
+    the critic values are computed in the step, or for small observations in one pass after the
+    rollout (`CRITIC_AFTER_ROLLOUT_MAX_OBS`); the bootstrap values as `collect` says.
     """
 
     obs: jax.Array  # [..., *obs_shape] the (normalised) observation the policy saw
@@ -338,25 +338,33 @@ def init_runner(ppo: PPO, key: jax.Array, optimizer: optax.GradientTransformatio
                   RewardNorm.create(num_envs), key)
 
 
-# Observations of at most this many numbers (classic control, brax) get their critic values, V(obs)
-# and the bootstrap values V(final_obs), in one critic pass over the whole rollout after it; the
-# loop runs the actor alone. The parameters do not change during a rollout, so the values are
-# those the loop would give, up to XLA's rounding, which on the CPU can depend on a batch's shape
-# (bitwise equal in tests/test_ppo.py; some runs of the default demo round differently, as
-# population sizes already made runs differ: docs/benchmark_results/speed_changes.md). On small
-# observations a per-step pass of num_envs rows is mostly per-operation overhead; on large ones
-# (MinAtar's 400) deferring was slower and the bootstrap pass would store a second [T, N, obs]
-# array.
+# Observations of at most this many numbers (classic control, brax) get their critic values in
+# one critic pass over the whole rollout after it; the loop runs the actor alone. The parameters do
+# not change during a rollout, so the values are those the loop would give, up to XLA's rounding,
+# which on the CPU can depend on a batch's shape (bitwise equal in tests/test_ppo.py; some runs of
+# the default demo round differently, as population sizes already made runs differ:
+# docs/benchmark_results/speed_changes.md). On small observations a per-step pass of num_envs rows
+# is mostly per-operation overhead; on large ones (MinAtar's 400) deferring was slower.
 CRITIC_AFTER_ROLLOUT_MAX_OBS = 64
 
 
 def collect(ppo: PPO, runner: Runner, obj_params: dict, hp: PPOHyperparams, env_params) -> tuple[Runner, Transition]:
-    """Roll the policy for num_steps in num_envs environments -> (runner, Transition [T, N, ...])."""
+    """Roll the policy for num_steps in num_envs environments -> (runner, Transition [T, N, ...]).
+
+    The bootstrap value V(final_obs[t]) is V(obs[t + 1]) unless step t ended an episode, and a
+    terminated step bootstraps nothing; so when an environment cannot be truncated twice in one
+    rollout (its time limit is at least num_steps and is its only truncation: `Env.time_limit`),
+    the rollout keeps each environment's last truncated final observation ([N, *obs]) and the
+    critic sees T + 2 rows of N instead of 2T. Otherwise every final observation gets a pass.
+    """
     env, network, config = ppo.env, ppo.network, ppo.config
     norm = runner.obs_norm if config.normalize_obs else (lambda o: o)  # fixed during a rollout
     after_rollout = math.prod(env.obs_shape) <= CRITIC_AFTER_ROLLOUT_MAX_OBS
+    time_limit = env.time_limit(env_params)
+    one_truncation = time_limit is not None and time_limit >= config.num_steps
 
-    def one_step(runner: Runner, _):
+    def one_step(carry, _):
+        runner, truncated_obs = carry
         key, k_act, k_env = jax.random.split(runner.key, 3)
         obs = norm(runner.obs)
         if after_rollout:
@@ -368,7 +376,12 @@ def collect(ppo: PPO, runner: Runner, obj_params: dict, hp: PPOHyperparams, env_
             jax.random.split(k_env, config.num_envs), runner.env_state, action
         )
         final_obs = norm(step.final_obs)
-        next_value = None if after_rollout else network.apply(runner.params, final_obs, method=network.value)
+        next_value = None
+        if one_truncation:
+            where_truncated = step.truncated.reshape(step.truncated.shape + (1,) * len(env.obs_shape))
+            truncated_obs, final_obs = jnp.where(where_truncated, final_obs, truncated_obs), None
+        elif not after_rollout:
+            next_value, final_obs = network.apply(runner.params, final_obs, method=network.value), None
         reward_norm, reward = runner.reward_norm, step.reward
         if config.normalize_reward:
             reward_norm, reward = reward_norm(reward, step.done, hp.gamma)
@@ -380,12 +393,25 @@ def collect(ppo: PPO, runner: Runner, obj_params: dict, hp: PPOHyperparams, env_
             step.terminated, step.episode_return, step.done,
         )
         runner = runner._replace(env_state=step.state, obs=step.obs, reward_norm=reward_norm, key=key)
-        return runner, (transition, final_obs if after_rollout else None)
+        return (runner, truncated_obs), (transition, final_obs)
 
-    runner, (traj, final_obs) = jax.lax.scan(one_step, runner, None, config.num_steps)
-    if after_rollout:  # [2, T, N]: V(obs), V(final_obs)
-        value, next_value = network.apply(runner.params, jnp.stack([traj.obs, final_obs]), method=network.value)
-        traj = traj._replace(value=value, next_value=next_value)
+    no_truncation = jnp.zeros_like(norm(runner.obs)) if one_truncation else None
+    (runner, truncated_obs), (traj, final_obs) = jax.lax.scan(one_step, (runner, no_truncation), None,
+                                                              config.num_steps)
+    critic = lambda o: network.apply(runner.params, o, method=network.value)  # noqa: E731
+    if one_truncation:  # rows [T + 2, N]: obs (unless valued in the loop), truncated final obs, obs[T]
+        extra = jnp.stack([truncated_obs, norm(runner.obs)])
+        if after_rollout:
+            values = critic(jnp.concatenate([traj.obs, extra]))
+            traj = traj._replace(value=values[:-2])
+        else:
+            values = jnp.concatenate([traj.value, critic(extra)])
+        truncated = traj.episode_done & ~traj.terminated
+        successor = jnp.concatenate([values[1:-2], values[-1:]])  # V(obs[t + 1])
+        traj = traj._replace(next_value=jnp.where(truncated, values[-2], successor))
+    elif after_rollout:  # [2, T, N]: V(obs), V(final_obs)
+        values, next_values = critic(jnp.stack([traj.obs, final_obs]))
+        traj = traj._replace(value=values, next_value=next_values)
     return runner, traj
 
 

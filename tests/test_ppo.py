@@ -4,6 +4,7 @@ Compiled train functions are shared through module-scoped fixtures (a PPO compil
 seconds on the CPU); every config here is small.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import jax
@@ -315,6 +316,50 @@ def test_critic_values_after_the_rollout_equal_those_in_the_loop(cartpole, monke
     in_loop = jax.jit(make_train(cartpole, config, Objectives()))(jax.random.key(3), {})
     for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(in_loop), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["CartPole-v1", "Breakout-MinAtar"])  # critic after the rollout / in it
+def test_bootstrap_values_from_successors_equal_a_pass_over_every_final_observation(name):
+    # A speed change: with a time limit >= num_steps, V(final_obs[t]) is taken from V(obs[t + 1]),
+    # and from one kept final observation per environment where step t was a truncation. It must
+    # equal what a critic pass over every final observation gives (the path when the limit is
+    # shorter, unknown, or `is_truncated` is the env's own), truncations included.
+    import gymnax
+
+    from inner_loops import ppo as ppo_module
+
+    config = PPOConfig(num_envs=8, num_steps=16, total_timesteps=4096, hidden=(16,), num_minibatches=2)
+    core, params = gymnax.make(name)
+    fast = from_gymnax(core, params.replace(max_steps_in_episode=config.num_steps), name)
+    every = dataclasses.replace(fast, truncates_only_at_time_limit=False)
+    assert fast.time_limit(fast.default_params) == 16 and every.time_limit(every.default_params) is None
+
+    def rollouts(env):
+        ppo = ppo_module.PPO.create(env, config)
+        hp, obj_params = config.hparams, ppo.objectives.merge({}, ppo.default_meta_params)
+        runner = ppo_module.init_runner(ppo, jax.random.key(0), ppo_module.make_optimizer(config, hp), env.default_params)
+        return jax.jit(lambda r: jax.lax.scan(
+            lambda r, _: ppo_module.collect(ppo, r, obj_params, hp, env.default_params), r, None, 6))(runner)[1]
+
+    got, want = rollouts(fast), rollouts(every)
+    bootstraps = ~np.asarray(got.terminated)  # a terminated step's next_value is multiplied by 0
+    np.testing.assert_array_equal(np.asarray(got.next_value)[bootstraps], np.asarray(want.next_value)[bootstraps])
+    for a, b in zip(jax.tree.leaves(got._replace(next_value=None)), jax.tree.leaves(want._replace(next_value=None)),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+    truncated = np.asarray(got.episode_done & ~got.terminated)
+    assert truncated.sum() >= 3, "the rollouts must cross truncations for this test to mean anything"
+    value = np.asarray(got.value)  # [rollouts, T, N]
+    successor = np.concatenate([value[:, 1:], np.full_like(value[:, :1], np.nan)], 1)
+    assert not np.allclose(np.asarray(got.next_value)[truncated], successor[truncated])  # not V(reset obs)
+
+
+def test_time_limit_is_known_only_when_it_is_the_only_truncation(cartpole):
+    assert cartpole.time_limit(cartpole.default_params) == 500
+    assert cartpole.time_limit(cartpole.default_params.replace(max_steps_in_episode=200)) == 200
+    traced = jax.jit(lambda p: jnp.float32(cartpole.time_limit(p) is None))(cartpole.default_params)
+    assert traced == 1.0  # under jit, parameters passed in are traced: not a static limit
+    assert _probe_env("truncated", 3).time_limit(environment.EnvParams(max_steps_in_episode=3)) is None  # own is_truncated
 
 
 def test_cartpole_time_limit_is_truncation(cartpole):
