@@ -157,7 +157,9 @@ def from_gymnax(env, params: Any = None, name: str | None = None) -> Env:
     info["final_observation"]); `params`: its default parameters (None: `env.default_params`).
 
     The spaces are read from `env.action_space(params)` (a `Discrete` with `.n`, or a `Box` with
-    `.shape`, `.low`, `.high`) and `env.observation_space(params).shape`.
+    `.shape`, `.low`, `.high`) and `env.observation_space(params).shape`. A gymnax `Environment`
+    that keeps gymnax's `step` and `is_truncated` has a known time limit (`Env.time_limit`), which
+    lets PPO's rollout take bootstrap values from the next observation's value.
     """
     params = env.default_params if params is None else params
     action_space = env.action_space(params)
@@ -183,10 +185,12 @@ def from_gymnax(env, params: Any = None, name: str | None = None) -> Env:
 
 
 def _truncates_only_at_time_limit(env) -> bool:
-    """Whether `env` keeps gymnax's own `is_truncated` (state.time >= params.max_steps_in_episode)."""
+    """Whether `env` keeps gymnax's own `is_truncated` (state.time >= params.max_steps_in_episode) and
+    its auto-resetting `step` (so a step that ends no episode returns final_observation as obs)."""
     from gymnax.environments.environment import Environment
 
-    return isinstance(env, Environment) and type(env).is_truncated is Environment.is_truncated
+    own = type(env)
+    return isinstance(env, Environment) and own.is_truncated is Environment.is_truncated and own.step is Environment.step
 
 
 def _time_limit(params) -> int | None:

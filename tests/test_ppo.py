@@ -361,6 +361,12 @@ def test_time_limit_is_known_only_when_it_is_the_only_truncation(cartpole):
     assert traced == 1.0  # under jit, parameters passed in are traced: not a static limit
     assert _probe_env("truncated", 3).time_limit(environment.EnvParams(max_steps_in_episode=3)) is None  # own is_truncated
 
+    class OwnStep(type(cartpole.core)):  # a step of its own may not auto-reset as gymnax's does
+        def step(self, key, state, action, params=None):
+            return super().step(key, state, action, params)
+
+    assert from_gymnax(OwnStep(), cartpole.default_params).time_limit(cartpole.default_params) is None
+
 
 def test_cartpole_time_limit_is_truncation(cartpole):
     def balance(obs):  # a simple controller that holds the pole up for the whole episode
