@@ -167,7 +167,7 @@ class Transition(NamedTuple):
     action: jax.Array  # [...] int, or [..., num_actions] float
     log_prob: jax.Array  # [...] log pi_old(action | obs)
     value: jax.Array  # [...] V(obs)
-    next_value: jax.Array  # [...] V(final_obs): the state reached before any auto-reset
+    next_value: jax.Array  # [...] V(final_obs), the state before any auto-reset (unused, and maybe not that, if terminated)
     reward: jax.Array  # [...] (normalised, then) shaped reward (the plug point); episode returns stay raw
     terminated: jax.Array  # [...] bool
     episode_return: jax.Array  # [...] return of the episode that just ended (valid where episode_done)
