@@ -9,13 +9,17 @@ import html
 import math
 from pathlib import Path
 
+from analysis import search_health
 from meta_objectives.fileio import atomic_write_text
 
 __all__ = ["CAPTIONS", "write_report"]
 
 CAPTIONS = {
-    "training_curves": "Fitness of the ES population per generation (mean, min–max band, best so far) and, "
-                       "where evaluated, the ES mean against PPO on the same fresh seeds; below, the ES step size σ.",
+    "training_curves": "Fitness of the ES population per generation (mean, min–max band, and the highest member "
+                       "score so far, a maximum over noisy scores) and, where evaluated, the ES mean against its "
+                       "start and PPO on the same fresh seeds; the search health (the cosine between ES gradients "
+                       "estimated from two disjoint halves of the seeds: near 0, the gradient is seed noise); "
+                       "below, the ES step size σ.",
     "drift_surface": "Drift D(r, A) of the discovered objective beside PPO-clip and DPO on one colour scale "
                      "(dashed: r = 1, where every drift is 0 and flat). Second row: ∂(rA − D)/∂r, the weight "
                      "the policy gradient puts on ∇log π at each (r, A); 0 where the update is clipped.",
@@ -102,6 +106,7 @@ def write_report(path, run_dir, config: dict, rows: list, images: dict, written:
     if last_eval is not None and last_eval is not last:
         parts += [f"<h2>Last evaluation (generation {html.escape(_fmt(last_eval.get('generation')))})</h2>",
                   _table((k, v) for k, v in last_eval.items() if k.startswith("eval"))]
+    parts += _health_section(rows)
     if notes:
         parts.append("<div class='notes'><b>Notes</b><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes)
                      + "</ul></div>")
@@ -117,6 +122,23 @@ def write_report(path, run_dir, config: dict, rows: list, images: dict, written:
             "</figcaption></figure>")
     parts.append("</body></html>")
     return atomic_write_text(path, "\n".join(parts))
+
+
+def _health_section(rows: list) -> list[str]:
+    """Search health over the last 10 generations (analysis.search_health), with its warning."""
+    recent = search_health.recent(rows)
+    if recent is None:
+        return []
+    cos, n = recent
+    share = 2 * max(cos, 0.0) / (1 + max(cos, 0.0))
+    out = ["<h2>Search health</h2>", _table([
+        (f"split-half gradient cosine (mean of the last {n} generations)", cos),
+        ("signal share of the ES gradient, 2c/(1+c)", share),
+    ])]
+    warning = search_health.advice(cos, n)
+    if warning:
+        out.append(f"<div class='notes'><b>Warning.</b> {html.escape(warning)}</div>")
+    return out
 
 
 def _relative(p: Path, base: Path) -> str:

@@ -244,6 +244,28 @@ def mean_ci(x, confidence: float = 0.95) -> tuple[float, float, float]:
     return tuple(float(v) for v in t_interval(a, confidence))
 
 
+def gap_closed_ci(ours, start, target, reps: int = 10_000, seed: int = 0,
+                  confidence: float = 0.95) -> tuple[float, float, float]:
+    """The share of the gap from `start` to `target` that `ours` closed, mean(ours - start) /
+    mean(target - start), with a paired percentile-bootstrap interval over seeds (the three arrays
+    are [seeds], paired: the same seeds for all three). 1: level with the target; 0: no better
+    than the start. NaN where the gap is 0. Returns (point, low, high) as floats."""
+    o, s, t = (np.asarray(x, dtype=float) for x in (ours, start, target))
+    if not (o.ndim == 1 and o.shape == s.shape == t.shape and o.size >= 2):
+        raise ValueError(f"ours, start and target must be 1-D of one length >= 2, got {o.shape}, {s.shape}, {t.shape}")
+    _check_ci_args(reps, confidence)
+
+    def ratio(gain, gap):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(gap != 0, gain / np.where(gap != 0, gap, 1.0), np.nan)
+
+    idx = np.random.default_rng(seed).integers(0, o.size, size=(reps, o.size))
+    boot = ratio((o - s)[idx].mean(1), (t - s)[idx].mean(1))
+    alpha = (1 - confidence) / 2
+    low, high = np.nanquantile(boot, [alpha, 1 - alpha]) if np.isfinite(boot).any() else (np.nan, np.nan)
+    return float(ratio((o - s).mean(), (t - s).mean())), float(low), float(high)
+
+
 def summarize(
     scores_by_method: dict, baseline: str, reps: int = 2000, seed: int = 0, confidence: float = 0.95
 ) -> dict:

@@ -21,6 +21,7 @@ from meta_objectives.plugs import PLUGS, upgrade_section
 from metadisco import resources
 
 EXPERIMENTS = "experiments"  # the data folder of named experiments (metadisco.resources)
+DEMO_EXPERIMENT = "rediscover_trust_region"  # what `metadisco train` runs with no experiment and no override
 # metadisco.engine.SCORES defines them (final_eval: the final policy's evaluation, sampled; its
 # greedy twin; auc: the learning curve's mean; final: its last 10%); *_norm: normalised by PPO.
 FITNESS_KINDS = tuple(k + n for k in ("final_eval", "greedy_eval", "auc", "final") for n in ("", "_norm"))
@@ -56,6 +57,8 @@ class InnerConfig:
     normalize_obs: bool | None = None
     normalize_reward: bool | None = None
     eval_episodes: int | None = None  # final-policy evaluation episodes per mode (final_eval fitness)
+    reward_noise: float | None = None  # scale of Student-t noise on the rewards PPO learns from (returns stay clean)
+    reward_noise_df: float | None = None  # its degrees of freedom
     lr: float | None = None
     gamma: float | None = None
     gae_lambda: float | None = None
@@ -217,6 +220,30 @@ class DistributionConfig:
     env_fitness: str = "mean"  # mean: the ES ranks the mean over envs; rank: the mean of per-env centred ranks
 
 
+# Which comparison on fresh seeds a run's pass criterion reads (ExpectConfig.beats).
+EXPECT_BEATS = ("", "start", "ppo")
+
+
+@dataclass(frozen=True)
+class ExpectConfig:
+    """What a run is expected to find, stated before it runs (rediscovery problems, the demo).
+
+    The end of the run prints a verdict line from the last check on fresh seeds (`eval_every`):
+    found when the ES mean beats `beats` (its start point or PPO) with a 95% interval above 0
+    and, with `gap_closed` > 0, closes at least that share of the gap from its start to PPO
+    (the point estimate; its interval is printed beside it).
+
+        [expect]
+        answer = "a drift that penalises moving r away from 1 (PPO's trust region)"
+        beats = "start"
+        gap_closed = 0.8
+    """
+
+    answer: str = ""  # the expected answer, in words
+    beats: str = ""  # start | ppo: the comparison whose interval must lie above 0; "": no verdict
+    gap_closed: float = 0.0  # in [0, 1]: the share of the start -> PPO gap to close (0: not required)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One meta-training run. The defaults are the CPU demo (`metadisco train`)."""
@@ -228,6 +255,7 @@ class RunConfig:
     es: ESConfig = field(default_factory=ESConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
     distribution: DistributionConfig = field(default_factory=DistributionConfig)
+    expect: ExpectConfig = field(default_factory=ExpectConfig)
     fitness: str = "final_eval"
     seeds_per_member: int = 2
     generations: int = 60
@@ -472,6 +500,7 @@ def check_static(cfg: RunConfig) -> None:
             f"baseline_seeds >= 2 (got {cfg.baseline_seeds})"
         )
     _check_distribution(cfg)
+    _check_expect(cfg)
     for name in ("seeds_per_member", "generations", "checkpoint_every", "eval_seeds", "baseline_seeds"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} must be >= 1, got {getattr(cfg, name)}")
@@ -500,6 +529,18 @@ def _check_distribution(cfg: RunConfig) -> None:
         )
     if d.env_fitness not in ENV_FITNESS:
         raise ConfigError(f"distribution.env_fitness must be one of {', '.join(ENV_FITNESS)}, got {d.env_fitness!r}")
+
+
+def _check_expect(cfg: RunConfig) -> None:
+    e = cfg.expect
+    if e.beats not in EXPECT_BEATS:
+        raise ConfigError(f"expect.beats must be start or ppo (or empty: no verdict), got {e.beats!r}")
+    if not 0 <= e.gap_closed <= 1:
+        raise ConfigError(f"expect.gap_closed = {e.gap_closed} must be a share in [0, 1] of the gap from the start to PPO")
+    if (e.beats or e.gap_closed) and not cfg.eval_every:
+        raise ConfigError("expect needs the checks on fresh seeds that eval_every runs: set eval_every >= 1")
+    if e.gap_closed and not e.beats:
+        raise ConfigError("expect.gap_closed needs expect.beats (start or ppo): the comparison that must exclude 0")
 
 
 def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:

@@ -12,13 +12,15 @@ import functools
 from typing import Any
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from analysis.stats import mean_ci, normalize_score
+from analysis import search_health as health
+from analysis.stats import gap_closed_ci, mean_ci, normalize_score
 from inner_loops import make_env, make_train
 from meta_objectives import Objectives
 from meta_objectives import names as objective_names
@@ -278,7 +280,7 @@ class MetaTrainer:
 
     def _problem(self, p: int, pop, lr_factor, seeds, baseline: Baseline):
         """Fitness on training problem `p` (static): pop leaves [P_local, ...], lr_factor [P_local],
-        seeds [S] -> (fitness [P_local] mean over seeds, NaN where a seed diverged; diverged [P_local])."""
+        seeds [S] -> (fitness [P_local, S] per seed, NaN where it diverged; diverged [P_local])."""
         train = self.trains[p]
         if self.cfg.distribution.lr_range:
             hp = self.ppo_configs[self.problems[p][0]].hparams
@@ -288,12 +290,12 @@ class MetaTrainer:
         result = jax.vmap(lambda m, f: jax.vmap(lambda k: train(k, m, f))(seeds))(pop, lr_factor)  # leaves [P, S, ...]
         f = fitness_from(result, self.cfg.fitness, baseline, p)
         bad = result.diverged | ~jnp.isfinite(f)
-        return jnp.where(bad, jnp.nan, f).mean(1), bad.any(1)
+        return jnp.where(bad, jnp.nan, f), bad.any(1)
 
     def _members(self, pop, lr_factor, seeds, baseline: Baseline, envs, horizon):
         """Fitness of a (local shard of the) population on the drawn problems: pop leaves
         [P_local, ...], lr_factor [P_local], seeds [S]; envs [k] and horizon [] (Draw, replicated).
-        Returns (fitness [P_local, k] per drawn env, diverged [P_local])."""
+        Returns (fitness [P_local, k, S] per drawn env and seed, diverged [P_local])."""
         nh = len(self.horizons)
         args = (pop, lr_factor, seeds, baseline)
         if self.env_slots < len(self.envs):
@@ -307,12 +309,12 @@ class MetaTrainer:
                 for e in range(len(self.envs))
             ))
             fitness, bad = jnp.stack(fitness), jnp.stack(bad)
-        return fitness.T, bad.any(0)
+        return jnp.moveaxis(fitness, 0, 1), bad.any(0)
 
     def members_fitness(self, pop, draw: Draw, seeds, baseline: Baseline):
         """Fitness of a population on a draw: pop leaves [P, ...] (split over the mesh), seeds [S]
-        (every member's). Returns (fitness [P, k] per drawn env, mean over seeds and NaN where a
-        seed diverged; diverged [P])."""
+        (every member's). Returns (fitness [P, k, S] per drawn env and seed, NaN where a seed
+        diverged; diverged [P])."""
         members = jax.shard_map(
             self._members, mesh=self.mesh, in_specs=(P("pop"), P("pop"), P(), P(), P(), P()),
             out_specs=(P("pop"), P("pop")), check_vma=False,
@@ -328,22 +330,15 @@ class MetaTrainer:
         # generation, and the two members of an antithetic pair on the same learning rate
         seeds = jax.random.split(k_seeds, self.cfg.seeds_per_member)
         draw = self.draw(jax.random.fold_in(key, DRAW_STREAM))
-        per_env, diverged = self.members_fitness(pop, draw, seeds, baseline)  # [P, k], [P]
+        per_seed, diverged = self.members_fitness(pop, draw, seeds, baseline)  # [P, k, S], [P]
+        per_env = per_seed.mean(-1)
         fitness = per_env.mean(1)
         diverged = diverged | ~jnp.isfinite(fitness)
         # A diverged member gets the worst fitness of the generation (ties the worst finite one).
         worst = jnp.min(jnp.where(diverged, jnp.inf, fitness))
         worst = jnp.where(jnp.isfinite(worst), worst, -1e6)
         clean = jnp.where(diverged, worst, fitness)
-        # what the ES ranks: the mean over envs, or (env_fitness=rank) the mean of each env's ranks,
-        # so that no env dominates by the spread of its fitness
-        told = clean if self.cfg.distribution.env_fitness == "mean" else centered_ranks(per_env, diverged).mean(1)
-        if self.cfg.distribution.lr_range and self.cfg.distribution.lr_draw == "pair" and self.paired:
-            # Each pair trained at its own rate, which moves both members' fitness alike. The pair's
-            # mean is a control variate: the mirrored gradient sum_i f_i z_i is unchanged by it, but
-            # the ES's ranks then compare what z did, not which rate a pair drew.
-            half = told.shape[0] // 2
-            told = told - jnp.tile((told[:half] + told[half:]) / 2, 2)
+        told = self._ranked(clean, per_env, diverged)
         es_state, _ = self.es.tell(k_tell, pop, strategies.to_es_loss(told), es_state, self.es_params)
         best_idx = jnp.argmax(clean)
         improved = clean[best_idx] > state.best_fitness
@@ -361,8 +356,38 @@ class MetaTrainer:
             "sigma": strategies.sigma_of(es_state),
             "num_diverged": diverged.sum(),
             **self._draw_metrics(draw),
+            **self._health_metrics(pop, per_seed, diverged),
         }
         return new_state, metrics
+
+    def _ranked(self, fitness, per_env, diverged):
+        """What the ES is told for each member (higher is better), from fitness [P] (diverged
+        members at the worst), per_env [P, k] and diverged [P]."""
+        # the mean over envs, or (env_fitness=rank) the mean of each env's ranks, so that no env
+        # dominates by the spread of its fitness
+        told = fitness if self.cfg.distribution.env_fitness == "mean" else centered_ranks(per_env, diverged).mean(1)
+        if self.cfg.distribution.lr_range and self.cfg.distribution.lr_draw == "pair" and self.paired:
+            # Each pair trained at its own rate, which moves both members' fitness alike. The pair's
+            # mean is a control variate: the mirrored gradient sum_i f_i z_i is unchanged by it, but
+            # the ES's ranks then compare what z did, not which rate a pair drew.
+            half = told.shape[0] // 2
+            told = told - jnp.tile((told[:half] + told[half:]) / 2, 2)
+        return told
+
+    def _health_metrics(self, pop, per_seed, diverged) -> dict:
+        """Search health (metadisco.health): the agreement of the ES gradients and rankings from
+        two disjoint halves of the generation's seeds; {} with a single seed per member."""
+        seeds = per_seed.shape[-1]
+        if seeds < 2:
+            return {}
+
+        def told(part):  # a half's scores, ranked as the ES ranks the whole (diverged: lowest)
+            per_env = part.mean(-1)
+            return jnp.where(diverged, jnp.nan, self._ranked(per_env.mean(1), per_env, diverged))
+
+        halves = health.split_half(health.flat_perturbations(pop), told(per_seed[..., : seeds // 2]),
+                                   told(per_seed[..., seeds // 2:]))
+        return {f"health/{k}": v for k, v in halves.items()}
 
     def _draw_metrics(self, draw: Draw) -> dict:
         """What was drawn, for the metrics row (only the levers the run uses)."""
@@ -376,15 +401,17 @@ class MetaTrainer:
         return out
 
     def _evaluate_impl(self, solution, key_data, baseline: Baseline):
-        """Fitness of one solution and of PPO on the same `eval_seeds` seeds, per training problem
-        (every env and horizon), at the preset's learning rate."""
+        """Fitness of one solution, of the run's start point (the initial solution) and of PPO on
+        the same `eval_seeds` seeds, per training problem (every env and horizon), at the
+        preset's learning rate: [(ours, start, ppo), ...], each [eval_seeds]."""
         seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.eval_seeds)
-        params = self.full_params(solution)
+        params, start = self.full_params(solution), self.full_params(self.initial_solution)
         out = []
         for i, (train, ppo) in enumerate(zip(self.trains, self.ppo_trains)):
-            ours = fitness_from(jax.vmap(lambda k: train(k, params))(seeds), self.cfg.fitness, baseline, i)
-            theirs = fitness_from(jax.vmap(lambda k: ppo(k, {}))(seeds), self.cfg.fitness, baseline, i)
-            out.append((ours, theirs))
+            def score(run, p):
+                return fitness_from(jax.vmap(lambda k: run(k, p))(seeds), self.cfg.fitness, baseline, i)
+
+            out.append((score(train, params), score(train, start), score(ppo, {})))
         return out
 
     def _baseline_impl(self, key_data):
@@ -424,22 +451,31 @@ class MetaTrainer:
         return self.draw(jax.random.fold_in(self.generation_key(index), DRAW_STREAM))
 
     def evaluate(self, state: RunState, baseline: Baseline, completed: int) -> dict:
-        """ES mean vs PPO on fresh seeds (the same for both), mean over seeds, per training problem
-        (`problem_names`) and overall.
+        """The ES mean against PPO and against the run's start point (its initial solution), all on
+        the same fresh seeds, mean over seeds, per training problem (`problem_names`) and overall;
+        paired differences with 95% t-intervals, and the share of the gap from the start to PPO
+        that the ES mean closed (paired bootstrap over seeds).
         `completed`: generations done (= state.generation); it picks the seeds."""
         key = jax.random.fold_in(jax.random.key(self.cfg.seed + 1), completed)
         mean = self.replicate(fetch(self.mean_params(fetch(state))))  # host-side: same in every process
-        out = fetch(self._evaluate(mean, self.replicate(jax.random.key_data(key)), baseline))
+        out = [tuple(np.asarray(x, np.float64) for x in problem)
+               for problem in fetch(self._evaluate(mean, self.replicate(jax.random.key_data(key)), baseline))]
         row = {}
-        for name, (ours, theirs) in zip(self.problem_names, out):
+        for name, (ours, start, theirs) in zip(self.problem_names, out):
             row[f"eval/{name}/mean"] = float(np.mean(ours))
+            row[f"eval/{name}/start"] = float(np.mean(start))
             row[f"eval/{name}/ppo"] = float(np.mean(theirs))
-        row["eval_mean_fitness"] = float(np.mean([np.mean(o) for o, _ in out]))
-        row["eval_ppo_fitness"] = float(np.mean([np.mean(t) for _, t in out]))
-        # paired by seed (both trained on the same seeds): the difference's 95% t-interval
-        diff = np.mean([np.asarray(o) - np.asarray(t) for o, t in out], axis=0)
-        diff = diff[np.isfinite(diff)]  # a diverged seed has no score
-        row["eval_diff"], row["eval_diff_low"], row["eval_diff_high"] = mean_ci(diff) if diff.size else (np.nan,) * 3
+        ours, start, theirs = (np.mean([problem[j] for problem in out], axis=0) for j in range(3))  # [eval_seeds]
+        row["eval_mean_fitness"] = float(np.mean(ours))
+        row["eval_start_fitness"] = float(np.mean(start))
+        row["eval_ppo_fitness"] = float(np.mean(theirs))
+        # paired by seed (all trained on the same seeds); a diverged seed has no score
+        for name, other in (("eval_diff", theirs), ("eval_vs_start", start)):
+            diff = (ours - other)[np.isfinite(ours - other)]
+            row[name], row[f"{name}_low"], row[f"{name}_high"] = mean_ci(diff) if diff.size else (np.nan,) * 3
+        ok = np.isfinite(ours) & np.isfinite(start) & np.isfinite(theirs)
+        closed = gap_closed_ci(ours[ok], start[ok], theirs[ok]) if ok.sum() >= 2 else (np.nan,) * 3
+        row["eval_gap_closed"], row["eval_gap_closed_low"], row["eval_gap_closed_high"] = closed
         return row
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from analysis import search_health as health
 from meta_objectives import save_objectives
 from meta_objectives.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, RunInterrupted
 from metadisco import config as config_lib
@@ -45,7 +46,11 @@ def save_state(run: RunDir, trainer: MetaTrainer, state: RunState, baseline: Bas
     gen = int(host_state.generation)
     extra = {"generation": gen, "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve)}
     run.write_file(run.objectives_path("best"), save_objectives, trainer.objectives,
-                   trainer.full_params(host_state.best_params), extra | {"fitness": float(host_state.best_fitness)})
+                   trainer.full_params(host_state.best_params), extra | {
+                       "fitness": float(host_state.best_fitness),
+                       "note": "the member with the highest score of any one generation: a maximum over noisy "
+                               "scores, not re-scored on fresh seeds; mean.json (the ES mean) is what the checks "
+                               "on fresh seeds score"})
     run.write_file(run.objectives_path("mean"), save_objectives, trainer.objectives,
                    trainer.full_params(fetch(trainer.mean_params(host_state))), extra)
     run.save_checkpoint(gen, _checkpoint_tree(host_state, host_baseline))
@@ -171,6 +176,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
     mirrors = Mirrors(cfg, run.path, start) if is_main else None
     bar = _progress_bar(progress and is_main, start, cfg.generations)
     logged = state  # the newest state whose metrics row is written
+    history = run.metrics()[:start] if resume and is_main else []  # for the search-health window
     try:
         for gen in range(start, end):
             t = time.perf_counter()
@@ -189,7 +195,10 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
             if (gen + 1) % cfg.checkpoint_every == 0 or gen + 1 == end:
                 save_state(run, trainer, state, baseline_dev)
             if is_main:
-                _update_bar(bar, row, log, cfg.generations)
+                history.append(row)
+                # at the last generation the run's summary says it
+                notes = [health_line(history)] if "eval_mean_fitness" in row and gen + 1 < cfg.generations else []
+                _update_bar(bar, row, log, cfg.generations, [n for n in notes if n])
     except KeyboardInterrupt:
         save_state(run, trainer, logged, baseline_dev)
         if is_main:  # a row written after `logged` (a signal inside the append) is dropped, as resume would
@@ -202,7 +211,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
             mirrors.close()
     done = int(fetch(state.generation))
     if is_main and done == cfg.generations:
-        _summary(run, log)
+        _summary(run, cfg, log)
     elif is_main:
         log(f"stopped at generation {done}/{cfg.generations} (--stop-after {stop_after}); checkpoint written. "
             f"Continue with:\n  metadisco train --resume {run.path}")
@@ -227,6 +236,12 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
         log(f"  each generation draws: {'; '.join(x for x in drawn if x)}")
     if cfg.heldout.envs:
         log(f"  held out (fixed now; `metadisco evaluate {run.path}` uses it): {', '.join(cfg.heldout.envs)}")
+    if cfg.seeds_per_member < 2:
+        log("  search health is not measured: it compares two halves of each member's seeds (seeds_per_member >= 2)")
+    if cfg.expect.answer:
+        log(f"  expected answer (stated before the run): {cfg.expect.answer}")
+    if cfg.expect.beats:
+        log(f"  pass criterion: {pass_criterion(cfg.expect)}")
 
 
 def _progress_bar(enabled: bool, start: int, total: int):
@@ -237,33 +252,97 @@ def _progress_bar(enabled: bool, start: int, total: int):
     return tqdm(total=total, initial=start, unit="gen", dynamic_ncols=True, file=sys.stderr)
 
 
-def _update_bar(bar, row: dict, log, total: int | None = None) -> None:
+def _update_bar(bar, row: dict, log, total: int | None = None, notes=()) -> None:
     if bar is None:  # --no-progress (logs, batch jobs): one line per generation instead
         gen = row["generation"] + 1
+        cos = row.get("health/grad_cos")
         log(f"gen {gen}{f'/{total}' if total else ''}: fitness mean {row['fitness_mean']:.4g}, "
-            f"best so far {row['best_fitness']:.4g}, {row['num_diverged']} diverged, "
-            f"{row['wall_time_s']:.1f} s ({row['env_steps_per_s']:.3g} env steps/s)")
+            f"max member so far {row['best_fitness']:.4g}, "
+            + (f"health {cos:+.2f}, " if cos is not None else "")
+            + f"{row['num_diverged']} diverged, {row['wall_time_s']:.1f} s ({row['env_steps_per_s']:.3g} env steps/s)")
         if "eval_mean_fitness" in row:
             log(f"gen {gen}: {es_mean_vs_ppo(row)}")
+        for note in notes:
+            log(note)
         return
-    bar.set_postfix(best=f"{row['best_fitness']:.3g}", mean=f"{row['fitness_mean']:.3g}",
-                    sps=f"{row['env_steps_per_s']:.3g}")
+    health_figure = {"health": f"{row['health/grad_cos']:+.2f}"} if row.get("health/grad_cos") is not None else {}
+    bar.set_postfix(mean=f"{row['fitness_mean']:.3g}", **health_figure, sps=f"{row['env_steps_per_s']:.3g}")
     bar.update(1)
     if "eval_mean_fitness" in row:
         bar.write(f"gen {row['generation'] + 1}: {es_mean_vs_ppo(row)}")
+    for note in notes:
+        bar.write(note)
+
+
+def health_line(rows: list[dict], window: int = 10) -> str | None:
+    """Search health over the last `window` generations, with a warning and advice when the ES
+    gradient is mostly seed noise; None when the run does not measure it."""
+    recent = health.recent(rows, window=window)
+    if recent is None:
+        return None
+    cos, n = recent
+    warning = health.advice(cos, n)
+    if warning:
+        return f"warning: {warning}"
+    return (f"search health: split-half gradient cosine {cos:+.2f} over the last {n} generation(s) "
+            f"(signal ~{2 * cos / (1 + cos):.0%} of the ES gradient)")
+
+
+def _interval(row: dict, key: str, fmt: str = "+.4g") -> str:
+    return f"{row[key]:{fmt}} [{row[key + '_low']:{fmt}}, {row[key + '_high']:{fmt}}]"
+
+
+def _has_interval(row: dict, key: str) -> bool:
+    low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
+    return low is not None and high is not None and bool(np.isfinite(low) and np.isfinite(high))
+
+
+def _reading(row: dict, key: str, other: str) -> str:
+    low, high = row[f"{key}_low"], row[f"{key}_high"]
+    return f"better than {other}" if low > 0 else f"worse than {other}" if high < 0 else "no difference shown"
 
 
 def es_mean_vs_ppo(row: dict) -> str:
-    """The ES mean against PPO on the same fresh seeds, with the paired difference's 95% interval."""
+    """The ES mean against PPO (and its start point, where the row has it) on the same fresh
+    seeds, with the paired differences' 95% intervals."""
     text = f"ES mean {row['eval_mean_fitness']:.4g} vs PPO {row['eval_ppo_fitness']:.4g} on the same fresh seeds"
-    low, high = row.get("eval_diff_low"), row.get("eval_diff_high")
-    if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
+    if not _has_interval(row, "eval_diff"):
         return text
-    verdict = "better than PPO" if low > 0 else "worse than PPO" if high < 0 else "no difference shown"
-    return f"{text}: difference {row['eval_diff']:+.4g} [{low:+.4g}, {high:+.4g}] (95% t-interval; {verdict})"
+    text += f": difference {_interval(row, 'eval_diff')} (95% t-interval; {_reading(row, 'eval_diff', 'PPO')})"
+    if _has_interval(row, "eval_vs_start"):
+        text += (f"; vs its start {row['eval_start_fitness']:.4g}: {_interval(row, 'eval_vs_start')} "
+                 f"({_reading(row, 'eval_vs_start', 'its start')})")
+    return text
 
 
-def _summary(run: RunDir, log) -> None:
+def pass_criterion(expect) -> str:
+    """The pass criterion of an ExpectConfig, in words."""
+    other = "its start point" if expect.beats == "start" else "PPO"
+    text = f"the ES mean beats {other} on fresh seeds (paired 95% interval above 0)"
+    if expect.gap_closed:
+        text += f" and closes at least {expect.gap_closed:.0%} of the gap from its start to PPO"
+    return text
+
+
+def verdict(row: dict, expect) -> str | None:
+    """The verdict line of a run with an expectation (ExpectConfig.beats), from its last check on
+    fresh seeds (an evaluation row); None without one."""
+    if not expect.beats or "eval_mean_fitness" not in row:
+        return None
+    key = "eval_vs_start" if expect.beats == "start" else "eval_diff"
+    other = "its start" if expect.beats == "start" else "PPO"
+    found = _has_interval(row, key) and row[f"{key}_low"] > 0
+    parts = [f"ES mean - {other} {_interval(row, key)}"]
+    if row.get("eval_gap_closed") is not None and np.isfinite(row["eval_gap_closed"]):
+        parts.append(f"gap from its start to PPO closed {_interval(row, 'eval_gap_closed', '.0%')}")
+    if expect.gap_closed:
+        closed = row.get("eval_gap_closed")
+        found = found and closed is not None and bool(np.isfinite(closed)) and closed >= expect.gap_closed
+    return (f"verdict: {'FOUND' if found else 'NOT FOUND'} after generation {row['generation'] + 1} "
+            f"({'; '.join(parts)}; pass: {pass_criterion(expect)})")
+
+
+def _summary(run: RunDir, cfg, log) -> None:
     rows = run.metrics()
     if not rows:
         return
@@ -272,9 +351,16 @@ def _summary(run: RunDir, log) -> None:
     last = np.mean([r["fitness_mean"] for r in rows[-k:]])
     log(f"population mean fitness: first {k} generations {first:.4g}, last {k} {last:.4g}")
     evals = [r for r in rows if "eval_mean_fitness" in r]
+    state = health_line(rows)
+    if state:
+        log(state)
+    log(f"run directory: {run.path}")
+    log(f"  objectives: {run.objectives_dir}/mean.json (the ES mean), best.json (the highest single-generation "
+        "score: selected on noise)")
+    log(f"next: metadisco plot {run.path}   |   metadisco evaluate {run.path} --quick")
     if evals:
         e = evals[-1]
         log(f"after generation {e['generation'] + 1}: {es_mean_vs_ppo(e)}")
-    log(f"run directory: {run.path}")
-    log(f"  objectives: {run.objectives_dir}/best.json, mean.json")
-    log(f"next: metadisco plot {run.path}   |   metadisco evaluate {run.path} --quick")
+        line = verdict(e, cfg.expect)
+        if line:
+            log(line)

@@ -63,8 +63,8 @@ def population_fitness(trainer, index):
     pop, _ = trainer.es.ask(k_ask, state.es_state, trainer.es_params)
     seeds = jax.random.split(k_seeds, trainer.cfg.seeds_per_member)
     draw = trainer.draw_of(index)
-    fitness, _ = trainer.members_fitness(pop, draw, seeds, trainer.baseline_template())
-    return pop, fetch(draw), np.asarray(fitness)
+    fitness, _ = trainer.members_fitness(pop, draw, seeds, trainer.baseline_template())  # [P, k, S]
+    return pop, fetch(draw), np.asarray(fitness).mean(-1)
 
 
 @pytest.mark.parametrize("lr_draw", ["pair", "generation"])

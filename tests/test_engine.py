@@ -186,9 +186,12 @@ def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted, trainer):
     assert row["eval_mean_fitness"] == row["eval_ppo_fitness"]
     assert row["eval/CartPole-v1/mean"] == row["eval/CartPole-v1/ppo"]
     assert row["eval_diff"] == row["eval_diff_low"] == row["eval_diff_high"] == 0.0  # paired by seed
+    # ... and the run's start point is the ES mean itself
+    assert row["eval_start_fitness"] == row["eval_mean_fitness"] and row["eval_vs_start"] == 0.0
     for e in evals:  # later: the paired difference and its interval, which the run summary prints
         assert e["eval_diff_low"] <= e["eval_diff"] <= e["eval_diff_high"]
         assert e["eval_diff"] == pytest.approx(e["eval_mean_fitness"] - e["eval_ppo_fitness"], abs=1e-4)
+        assert e["eval_vs_start"] == pytest.approx(e["eval_mean_fitness"] - e["eval_start_fitness"], abs=1e-4)
 
 
 def test_a_generation_compiles_once(tmp_path):

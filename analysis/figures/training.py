@@ -10,6 +10,7 @@ import numpy as np
 import seaborn as sns
 
 from analysis.figures.style import theme
+from analysis.search_health import NOISY_COSINE
 
 __all__ = ["training_curves_figure"]
 
@@ -19,11 +20,15 @@ def _column(rows, key):
 
 
 def training_curves_figure(metrics_rows, fitness_label: str = "fitness"):
-    """Fitness over generations (top) and the ES step size sigma (bottom).
+    """Fitness over generations (top), search health (middle, where the run measured it) and the
+    ES step size sigma (bottom).
 
-    Top: population mean (line) with the min-max band, best so far, and, on generations that
-    were evaluated, the ES mean vs PPO on the same fresh seeds (markers). Bottom: sigma (log
-    scale when positive). Returns the Figure.
+    Top: population mean (line) with the min-max band, the highest member score so far (a
+    maximum over noisy scores, dashed), and, on generations that were evaluated, the ES mean,
+    its start point and PPO on the same fresh seeds (markers). Middle: the split-half cosine of
+    the ES gradient per generation and its 5-generation running mean (analysis.search_health);
+    below the dotted line the gradient is mostly seed noise. Bottom: sigma (log scale when
+    positive). Returns the Figure.
     """
     rows = [r for r in metrics_rows if isinstance(r, dict) and "generation" in r]
     if not rows:
@@ -35,22 +40,31 @@ def training_curves_figure(metrics_rows, fitness_label: str = "fitness"):
     best[np.isneginf(best)] = np.nan
     colors = sns.color_palette("colorblind")
     with theme():
-        fig, (ax_f, ax_s) = plt.subplots(2, 1, figsize=(6.0, 4.6), sharex=True, layout="constrained",
-                                         height_ratios=(2.2, 1.0))
+        cos = _column(rows, "health/grad_cos")
+        measured = bool(np.isfinite(cos).any())
+        fig, axes = plt.subplots(3 if measured else 2, 1, figsize=(6.0, 6.0 if measured else 4.6), sharex=True,
+                                 layout="constrained", height_ratios=(2.2, 1.0, 1.0) if measured else (2.2, 1.0))
+        ax_f, ax_s = axes[0], axes[-1]
         ax_f.fill_between(gen, lo, hi, color=colors[0], alpha=0.2, linewidth=0, label="population min–max")
         ax_f.plot(gen, mean, color=colors[0], linewidth=1.5, label="population mean")
-        ax_f.plot(gen, best, color=colors[1], linewidth=1.2, linestyle="--", label="best so far")
+        ax_f.plot(gen, best, color=colors[1], linewidth=1.0, linestyle="--", alpha=0.7,
+                  label="max member so far (selected on noise)")
         evals = [r for r in rows if r.get("eval_mean_fitness") is not None]
         if evals:
             eg = _column(evals, "generation")
             ax_f.plot(eg, _column(evals, "eval_mean_fitness"), color=colors[2], marker="o", markersize=4,
-                      linestyle=":", linewidth=1.0, label="ES mean (held-out seeds)")
+                      linestyle=":", linewidth=1.0, label="ES mean (fresh seeds)")
             ax_f.plot(eg, _column(evals, "eval_ppo_fitness"), color=colors[3], marker="s", markersize=4,
                       linestyle=":", linewidth=1.0, label="PPO (same seeds)")
+            if any(r.get("eval_start_fitness") is not None for r in evals):
+                ax_f.plot(eg, _column(evals, "eval_start_fitness"), color=colors[7], marker="^", markersize=4,
+                          linestyle=":", linewidth=1.0, label="its start (same seeds)")
         ax_f.set_ylabel(fitness_label)
         ax_f.set_title("Meta-training progress")
         ax_f.legend(frameon=False, fontsize="small", ncols=2)
         ax_f.set_label("curves/fitness")
+        if measured:
+            _health_panel(axes[1], gen, cos, colors)
         sigma = _column(rows, "sigma")
         ax_s.plot(gen, sigma, color=colors[4], linewidth=1.3, marker="." if len(rows) < 30 else None)
         finite = sigma[np.isfinite(sigma)]
@@ -65,3 +79,20 @@ def training_curves_figure(metrics_rows, fitness_label: str = "fitness"):
         if len(rows) < 15:
             ax_s.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     return fig
+
+
+def _health_panel(ax, gen, cos, colors, window: int = 5) -> None:
+    """The split-half cosine of the ES gradient per generation, its running mean, and the line
+    below which the gradient is mostly seed noise."""
+    ax.plot(gen, cos, color=colors[5], linewidth=0, marker=".", markersize=3, alpha=0.6)
+    finite = np.where(np.isfinite(cos), cos, 0.0)
+    counts = np.convolve(np.isfinite(cos), np.ones(window), "full")[: len(cos)]
+    running = np.convolve(finite, np.ones(window), "full")[: len(cos)] / np.maximum(counts, 1)
+    ax.plot(gen, np.where(counts > 0, running, np.nan), color=colors[5], linewidth=1.4,
+            label=f"running mean ({window} gen.)")
+    ax.axhline(NOISY_COSINE, color="0.4", linestyle=":", linewidth=1.0, label="below: mostly seed noise")
+    ax.axhline(0.0, color="0.7", linewidth=0.6)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_ylabel("gradient cosine\n(seed halves)")
+    ax.legend(frameon=False, fontsize="x-small", loc="lower right", ncols=2)
+    ax.set_label("curves/health")

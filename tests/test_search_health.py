@@ -1,0 +1,141 @@
+"""Search health: the split-half estimate of how much of the ES gradient is signal, checked on
+synthetic fitness whose signal and noise are known, and as the engine reports it."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from analysis import search_health
+from metadisco.config import ESConfig, ExpectConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.engine import MetaTrainer
+from metadisco.rundir import RunDir
+from metadisco.train import health_line, run, verdict
+from tests.test_engine import stand_in_result
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_rank_correlation_matches_the_known_reliability():
+    """Scores = a member's true value (variance 1) + independent seed noise (variance v) on each
+    half: the halves' Spearman correlation is (6/pi) asin(rho/2), rho = 1/(1+v)."""
+    rng = np.random.default_rng(0)
+    for v in (0.1, 1.0, 4.0):
+        rho = 1.0 / (1.0 + v)
+        expected = 6 / np.pi * np.arcsin(rho / 2)
+        got = []
+        for _ in range(200):
+            true = rng.normal(size=64)
+            a, b = (true + np.sqrt(v) * rng.normal(size=64) for _ in range(2))
+            got.append(float(search_health.split_half(jnp.eye(64), a, b)["rank_corr"]))
+        assert np.mean(got) == pytest.approx(expected, abs=0.03), v
+
+
+def test_gradient_cosine_matches_the_known_signal_share():
+    """Linear fitness f = Z w + noise with raw (mean-centred) weights: each half's gradient is
+    s + n_h with s = Z^T Z w and E|n_h|^2 = sigma^2 sum_i |z_i|^2, so the halves' cosine must
+    average |s|^2 / (|s|^2 + E|n_h|^2)."""
+    rng = np.random.default_rng(1)
+    P, D = 32, 50
+
+    def centred(x):
+        return x - x.mean()
+
+    for noise in (0.0, 1.0, 3.0, 10.0):
+        got, want = [], []
+        for _ in range(200):
+            z = rng.normal(size=(P, D))
+            z -= z.mean(0)
+            w = rng.normal(size=D) / np.sqrt(D)
+            mu = z @ w
+            a, b = (mu + noise * rng.normal(size=P) for _ in range(2))
+            got.append(float(search_health.split_half(jnp.asarray(z), a, b, weights=centred)["grad_cos"]))
+            s = z.T @ centred(mu)
+            # noise after centring: covariance sigma^2 (I - 11^T/P); z is centred, so z^T 1 = 0
+            want.append(s @ s / (s @ s + noise**2 * np.sum(z * z)))
+        assert np.mean(got) == pytest.approx(np.mean(want), abs=0.05), noise
+    assert float(search_health.split_half(jnp.asarray(z), mu, mu)["grad_cos"]) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_pure_noise_reads_as_noise_and_a_warning_says_what_to_do():
+    rng = np.random.default_rng(2)
+    z = jnp.asarray(rng.normal(size=(16, 100)))
+    cos = [float(search_health.split_half(z, rng.normal(size=16), rng.normal(size=16))["grad_cos"])
+           for _ in range(300)]
+    assert abs(np.mean(cos)) < 0.05
+    assert float(search_health.signal_share(0.0)) == 0.0 and float(search_health.signal_share(1.0)) == 1.0
+    assert float(search_health.signal_share(1 / 3)) == pytest.approx(0.5)
+    message = search_health.advice(float(np.mean(cos)), 10)
+    assert "seed noise" in message and "seeds_per_member" in message and "sigma" in message
+    assert search_health.advice(0.6, 10) is None
+
+
+def linear_train(noise):
+    """A stand-in inner loop: return = 100 * sum(w2) (the signal, the same on every seed) plus
+    `noise` * u_seed . w2 with u_seed ~ N(0, I) drawn per seed: the seed moves members apart
+    differently on each seed, as PPO's chaotic training does (noise that moved every member
+    alike would cancel in the ranking: the seeds are shared)."""
+
+    def train(key, meta_params):
+        w2 = meta_params["drift"]["w2"]
+        ret = 100.0 * jnp.sum(w2) + noise * jnp.sum(jax.random.normal(key, w2.shape) * w2)
+        return stand_in_result(jnp.full((8,), ret), ret, jnp.float32(0.0))
+
+    return train
+
+
+def tiny(**changes) -> RunConfig:
+    base = dict(generations=6, inner=InnerConfig(total_timesteps=2048, num_envs=4, num_steps=64, hidden=(16, 16)),
+                objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}), es=ESConfig(population_size=16),
+                seeds_per_member=4, eval_every=3, eval_seeds=4, checkpoint_every=3)
+    return validate(RunConfig(**{**base, **changes}))
+
+
+def test_the_engine_reports_signal_and_noise_every_generation(tmp_path):
+    """Noise-free fitness: the two halves rank alike (cosine 1); fitness drowned in seed noise:
+    the cosine averages near 0 and the run says so, with advice."""
+    cfg = tiny(generations=20, es=ESConfig(population_size=32), eval_every=10)
+    means = {}
+    for noise in (0.0, 1e5):
+        logged = []
+        path = tmp_path / f"noise{noise:g}"
+        run(cfg, path, progress=False, trainer=MetaTrainer(cfg, trains=[linear_train(noise)]), log=logged.append)
+        rows = RunDir(path).metrics()
+        assert all("health/grad_cos" in r and "health/rank_corr" in r for r in rows)
+        means[noise] = np.mean([r["health/grad_cos"] for r in rows])
+        if noise == 0.0:
+            assert all(r["health/grad_cos"] == pytest.approx(1.0, abs=1e-5) for r in rows)
+            assert not any("warning" in line for line in logged)
+        else:
+            assert any(line.startswith("warning: search health") for line in logged)
+    assert abs(means[1e5]) < 0.2 and means[0.0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_one_seed_per_member_is_not_measured_and_says_so(tmp_path):
+    cfg = tiny(seeds_per_member=1, generations=2, eval_every=0)
+    logged = []
+    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[linear_train(1.0)]), log=logged.append)
+    assert not any("health/grad_cos" in r for r in RunDir(tmp_path / "r").metrics())
+    assert any("search health is not measured" in line for line in logged)
+    assert health_line(RunDir(tmp_path / "r").metrics()) is None
+
+
+def test_a_run_that_finds_its_expected_answer_says_found(tmp_path):
+    """An expectation stated in the config ends the run with a verdict line: the ES mean beats
+    its start on fresh seeds (the signal moves it; PPO, a constant 0, is the other end of the gap)."""
+    cfg = tiny(generations=6, expect=ExpectConfig(answer="more w2", beats="start", gap_closed=0.5),
+               es=ESConfig(population_size=16, sigma_init=0.05, lr=0.05))
+    ppo = [lambda key, p: stand_in_result(jnp.zeros(8), jnp.float32(0.1), jnp.float32(0.0))]
+    logged = []
+    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[linear_train(0.01)], ppo_trains=ppo),
+        log=logged.append)
+    assert any("expected answer (stated before the run): more w2" in line for line in logged)
+    assert logged[-1].startswith("verdict: FOUND"), logged[-1]
+    row = RunDir(tmp_path / "r").metrics()[-1]
+    assert row["eval_vs_start_low"] > 0 and row["eval_gap_closed"] > 0.5
+    # the same row with an interval that reaches 0, or short of the share of the gap asked for
+    assert verdict({**row, "eval_vs_start_low": -1.0}, ExpectConfig(beats="start")).startswith("verdict: NOT FOUND")
+    short = {**row, "eval_gap_closed": 0.7}
+    assert verdict(short, ExpectConfig(beats="start", gap_closed=0.8)).startswith("verdict: NOT FOUND")
+    assert verdict(short, ExpectConfig(beats="start", gap_closed=0.6)).startswith("verdict: FOUND")
+    assert verdict(row, ExpectConfig()) is None
