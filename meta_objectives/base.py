@@ -54,7 +54,7 @@ from meta_objectives.plugs import PLUG_METHODS, PLUGS
 Params = Any  # a pytree of float32 arrays
 
 _REGISTRY: dict[str, dict[str, type]] = {plug: {} for plug in PLUGS}
-OPTION_TYPES = (bool, int, float, str, tuple[int, ...])
+OPTION_TYPES = (bool, int, float, str, tuple[int, ...], tuple[str, ...])
 FROM_ENV = "from_env"  # field metadata key: an option the environment sets (through `for_env`)
 
 
@@ -128,8 +128,9 @@ def _fits(value, tp) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if tp is str:
         return isinstance(value, str)
-    if tp == tuple[int, ...]:
-        return isinstance(value, (tuple, list)) and all(_fits(v, int) for v in value)
+    if tp in (tuple[int, ...], tuple[str, ...]):
+        item = typing.get_args(tp)[0]
+        return isinstance(value, (tuple, list)) and all(_fits(v, item) for v in value)
     return False
 
 

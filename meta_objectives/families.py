@@ -115,53 +115,88 @@ class DriftMix(MetaObjective):
         w_k(p, s) = relu(start[k, s]) + p (relu(end[k, s]) - relu(start[k, s])) >= 0
 
     T_k = drift_terms.mix_terms(clip_eps) (K = 10: PPO-clip's term, smooth walls, quadratic and
-    KL-like trust regions, squares of (r-1)A, DPO's hinges). Each T_k is a valid drift, so every
-    member is. Params {"start": [K, 2], "end": [K, 2]} (float32; columns A >= 0, A < 0).
+    KL-like trust regions, squares of (r-1)A, DPO's hinges), or the subset that `terms` names. Each
+    T_k is a valid drift, so every member is. Params {"start": [K, 2], "end": [K, 2]} (float32;
+    columns A >= 0, A < 0); with schedule=False the weights are constant over training and the
+    params are {"start": [K, 2]} alone (half the search space).
 
-    Starts at PPO-clip exactly: weight 1 on PPO-clip's term (on both sides, at both ends), 0 on
-    the rest, so a PPO run with it at init is PPO's bit for bit. The relu puts the other weights
+    Starts at PPO-clip exactly: weight `ppo_weight` = 1 on PPO-clip's term (on both sides, at
+    both ends), 0 on the rest, so a PPO run with it at init is PPO's bit for bit. With
+    ppo_weight = 0 it starts at D = 0, the plain importance-sampled surrogate r A with no trust
+    region (the start of the trust-region rediscovery problem). The relu puts the other weights
     on the edge of their domain: of an antithetic pair, one member adds the term and the other
     leaves it out, which still gives the ES a signal (a square would give none: both members equal).
+    A negative initial weight (ppo_weight, other_weight < 0) starts inside relu's dead zone: the
+    drift is still exactly 0 there, and only the members that step across 0 add the term, so the
+    population starts where its start is rather than half-way up.
     """
 
     clip_eps: float = 0.2
+    ppo_weight: float = 1.0  # the initial weight of PPO-clip's term (0: start at D = 0)
+    other_weight: float = 0.0  # the initial weight of every other term
+    terms: tuple[str, ...] = ()  # names of mix_terms to combine (empty: all ten)
+    schedule: bool = True  # weights follow training progress (False: one weight per term and side)
     plug = "drift"
     name = "drift_mix"
     title = "drift mix"
 
+    def __post_init__(self):
+        known = [name for name, _ in mix_terms(self.clip_eps)]
+        unknown = [t for t in self.terms if t not in known]
+        if unknown or len(set(self.terms)) != len(self.terms):
+            raise ValueError(f"terms: {', '.join(unknown) or 'a term named twice'}; the terms are: {', '.join(known)}")
+        if self.ppo_weight and self.terms and known[0] not in self.terms:
+            raise ValueError(f"ppo_weight = {self.ppo_weight} weighs PPO-clip's term, which terms leaves out: "
+                             f"add {known[0]} to terms, or set ppo_weight = 0")
+
     @property
-    def terms(self) -> list[tuple[str, str]]:
-        return mix_terms(self.clip_eps)
+    def selected(self) -> list[tuple[str, str]]:
+        """The (name, expression) of each term this member combines, in mix_terms' order."""
+        every = mix_terms(self.clip_eps)
+        return [t for t in every if not self.terms or t[0] in self.terms]
 
     @property
     def depends_on_progress(self) -> bool:
-        return True
+        return self.schedule
 
     @property
     def plotted(self) -> bool:
         return True
 
+    def _is_ppo(self, name: str) -> bool:
+        return name == mix_terms(self.clip_eps)[0][0]
+
     def init(self, key):
-        start = jnp.zeros((len(self.terms), len(SIDES)), jnp.float32).at[0].set(1.0)
-        return {"start": start, "end": start}
+        initial = [self.ppo_weight if self._is_ppo(n) else self.other_weight for n, _ in self.selected]
+        start = jnp.broadcast_to(jnp.asarray(initial, jnp.float32)[:, None], (len(self.selected), len(SIDES)))
+        return {"start": start, "end": start} if self.schedule else {"start": start}
 
     def weights(self, params, progress):
         """w_k(p, s): [..., K, 2] for progress of shape [...]."""
         p = jnp.asarray(progress, jnp.float32)[..., None, None]
-        return interpolate(jax.nn.relu(params["start"]), jax.nn.relu(params["end"]), p)
+        start = jax.nn.relu(params["start"])
+        return interpolate(start, jax.nn.relu(params["end"]) if self.schedule else start, p)
+
+    def _term_values(self, ratio, advantage, progress):
+        values = []
+        for name, term in self.selected:
+            if self._is_ppo(name):  # as drift.PPOClip computes it
+                values.append(PPO_CLIP_FORMULA(ratio, advantage, progress, eps=self.clip_eps))
+            else:
+                values.append(compile_function(term, "drift")(ratio, advantage, progress))
+        return values
 
     def drift(self, params, ratio, advantage, progress):
         ratio, advantage = jnp.broadcast_arrays(ratio, advantage)
-        ppo = PPO_CLIP_FORMULA(ratio, advantage, progress, eps=self.clip_eps)  # as drift.PPOClip computes it
-        others = [compile_function(term, "drift")(ratio, advantage, progress) for _, term in self.terms[1:]]
-        values = jnp.stack(jnp.broadcast_arrays(ppo, *others), axis=-1)  # [..., K]
+        values = jnp.stack(jnp.broadcast_arrays(*self._term_values(ratio, advantage, progress)), axis=-1)  # [..., K]
         w = self.weights(params, progress)
         side = jnp.where((advantage >= 0)[..., None], w[..., 0], w[..., 1])  # [..., K]
         return jnp.sum(side * values, axis=-1)
 
     def closed_form(self, params) -> str:
-        start, end = (np.maximum(np.asarray(params[k], np.float32), 0.0) for k in ("start", "end"))
-        expressions = [ppo_clip_expression(self.clip_eps)] + [term for _, term in self.terms[1:]]
+        start = np.maximum(np.asarray(params["start"], np.float32), 0.0)
+        end = np.maximum(np.asarray(params["end"], np.float32), 0.0) if self.schedule else start
+        expressions = [ppo_clip_expression(self.clip_eps) if self._is_ppo(n) else term for n, term in self.selected]
         parts = []
         for k, term in enumerate(expressions):
             weights = [(start[k, j], end[k, j]) for j in range(len(SIDES))]

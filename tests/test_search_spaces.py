@@ -34,7 +34,9 @@ from meta_objectives.constraints import check_drift_constraints, check_objective
 
 pytestmark = pytest.mark.timeout(240)
 
-FAMILIES = {"dpo_schedule": DPOSchedule(), "drift_mix": DriftMix(), "drift_mix(eps=0.3)": DriftMix(clip_eps=0.3)}
+FROM_SCRATCH = DriftMix(ppo_weight=0.0, terms=("ppo_clip(0.2)", "(r-1)^2|A|"), schedule=False)  # the demo's space
+FAMILIES = {"dpo_schedule": DPOSchedule(), "drift_mix": DriftMix(), "drift_mix(eps=0.3)": DriftMix(clip_eps=0.3),
+            "drift_mix(from scratch)": FROM_SCRATCH}
 ES_SCALES = (0.01, 0.05, 0.3, 1.0, 10.0)  # sigma of a member around its mean; the larger ones stand for a mean that moved
 N = 32
 
@@ -146,6 +148,23 @@ def test_every_closed_form_hook_is_its_objective(plug, name):
     else:
         got, want = closed.value_loss({}, y, x, y), objective.value_loss(params, y, x, y)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=expression)
+
+
+def test_a_mix_from_scratch_starts_at_no_drift_and_spans_what_it_names():
+    """ppo_weight=0 is D = 0 (the plain surrogate r A); `terms` picks the terms, `schedule=False`
+    one constant weight per term and sign of A (4 parameters for two terms)."""
+    params = FROM_SCRATCH.default_params()
+    assert jax.tree.map(jnp.shape, params) == {"start": (2, 2)} and not FROM_SCRATCH.depends_on_progress
+    ratio = jnp.exp(jnp.linspace(-1, 1, 101))
+    assert float(jnp.abs(FROM_SCRATCH.drift(params, ratio, 1.0, 0.3)).max()) == 0.0
+    assert FROM_SCRATCH.closed_form(params) == "0"
+    weighted = {"start": params["start"].at[0, 0].set(1.0)}  # PPO-clip's term for A >= 0 only
+    np.testing.assert_array_equal(FROM_SCRATCH.drift(weighted, ratio, 2.0, 0.0), PPOClip().drift({}, ratio, 2.0, 0.0))
+    assert float(jnp.abs(FROM_SCRATCH.drift(weighted, ratio, -2.0, 0.0)).max()) == 0.0
+    with pytest.raises(ValueError, match="the terms are"):
+        DriftMix(terms=("no such term",))
+    with pytest.raises(ValueError, match="ppo_weight"):
+        DriftMix(terms=("(r-1)^2|A|",))  # PPO-clip's weight 1 on a term left out
 
 
 def test_closed_forms_are_readable():

@@ -13,6 +13,8 @@ def run(args) -> None:
     experiment = args.experiment
     if experiment and "=" in experiment:  # `metadisco train es.population_size=8`: an override, not a name
         experiment, overrides = None, [experiment, *overrides]
+    if not (experiment or overrides or args.resume):  # `metadisco train`: the demo
+        experiment = config_lib.DEMO_EXPERIMENT
     # resolve() runs the jax-free checks first: a typo is reported before jax starts
     cfg = config_lib.resolve(experiment, overrides) if (experiment or overrides or not args.resume) else None
 
@@ -32,10 +34,12 @@ def run(args) -> None:
 
 
 def _epilog() -> str:
-    from metadisco.config import list_experiments
+    from metadisco.config import DEMO_EXPERIMENT, list_experiments
 
     return textwrap.dedent(f"""\
         experiments: {', '.join(list_experiments()) or '(none)'}
+        with no experiment and no override: the demo, {DEMO_EXPERIMENT} (PPO's trust region found from
+        D = 0); overrides without an experiment apply to the built-in defaults (an LPO drift on CartPole-v1)
         overrides (FIELD=VALUE, sections with dots), for example:
           envs=CartPole-v1,Acrobot-v1 fitness=auc_norm generations=100 seeds_per_member=2
           es.strategy=SNES es.population_size=32 es.sigma_init=0.01 es.lr=0.01
@@ -48,7 +52,8 @@ def _epilog() -> str:
 def add(subparsers) -> None:
     p = subparsers.add_parser("train", help="launch or resume a meta-training run", epilog=_epilog(),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("experiment", nargs="?", help="a named experiment from experiments/ or a TOML file")
+    p.add_argument("experiment", nargs="?", help="a named experiment from experiments/ or a TOML file "
+                                                 "(none and no overrides: the demo)")
     p.add_argument("overrides", nargs="*", help="FIELD=VALUE overrides")
     p.add_argument("--run-dir", help="where to write the run (default runs/NAME-TIMESTAMP)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run")
