@@ -67,6 +67,10 @@ class PPOConfig:
     eval_episodes: int = 16  # final-policy evaluation episodes per mode (sampled, greedy); 0: none
     eval_points: int = 0  # evaluations during training (the evaluation curve); the last is the final one
     eval_max_steps: int | None = None  # step cap of an evaluation episode (None: the env's time limit)
+    # Heavy-tailed reward corruption of the training signal (a rediscovery problem): every reward
+    # PPO learns from gets scale * t(df) noise added; episode returns and evaluations stay clean.
+    reward_noise: float = 0.0  # scale of the Student-t noise (0: none)
+    reward_noise_df: float = 1.5  # its degrees of freedom (<= 2: infinite variance)
     hparams: PPOHyperparams = field(default_factory=PPOHyperparams)
 
     @property
@@ -109,6 +113,9 @@ class PPOConfig:
         for name in ("eval_episodes", "eval_points"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"PPO config: {name} must be >= 0, got {getattr(self, name)}")
+        if self.reward_noise < 0 or self.reward_noise_df <= 0:
+            raise ValueError(f"PPO config: reward_noise must be >= 0 and reward_noise_df > 0, got "
+                             f"{self.reward_noise} and {self.reward_noise_df}")
         if self.eval_max_steps is not None and self.eval_max_steps <= 0:
             raise ValueError(f"PPO config: eval_max_steps must be positive (or None), got {self.eval_max_steps}")
         if self.batch_size % self.num_minibatches:
@@ -348,6 +355,9 @@ def init_runner(ppo: PPO, key: jax.Array, optimizer: optax.GradientTransformatio
 CRITIC_AFTER_ROLLOUT_MAX_OBS = 64
 
 
+REWARD_NOISE_STREAM = 0x6E6F6973  # folded into a step's env key for PPOConfig.reward_noise
+
+
 def collect(ppo: PPO, runner: Runner, obj_params: dict, hp: PPOHyperparams, env_params) -> tuple[Runner, Transition]:
     """Roll the policy for num_steps in num_envs environments -> (runner, Transition [T, N, ...]).
 
@@ -383,6 +393,9 @@ def collect(ppo: PPO, runner: Runner, obj_params: dict, hp: PPOHyperparams, env_
         elif not after_rollout:
             next_value, final_obs = network.apply(runner.params, final_obs, method=network.value), None
         reward_norm, reward = runner.reward_norm, step.reward
+        if config.reward_noise:  # its own key stream, so that runs without it are unchanged bit for bit
+            k_noise = jax.random.fold_in(k_env, REWARD_NOISE_STREAM)
+            reward = reward + config.reward_noise * jax.random.t(k_noise, config.reward_noise_df, reward.shape)
         if config.normalize_reward:
             reward_norm, reward = reward_norm(reward, step.done, hp.gamma)
         reward = ppo.objectives.shaping.shape_reward(

@@ -688,3 +688,23 @@ def test_brax_auto_reset_restarts_from_the_first_state():
     assert np.all(np.diff(np.concatenate([[-1], ends])) <= 5)  # never past the 5-step limit
     for e in ends:
         np.testing.assert_array_equal(steps.obs[e], obs0)
+
+
+def test_reward_noise_corrupts_what_ppo_learns_from_and_not_the_scores(cartpole):
+    """PPOConfig.reward_noise adds Student-t noise to the training rewards only: the learning
+    curve and the final-policy evaluation count CartPole's clean +1 per step (whole numbers per
+    episode), the noise changes what is learned, and without it a run is unchanged."""
+    config = preset_for("CartPole-v1").replace(total_timesteps=4096, eval_episodes=8)
+    key = jax.random.key(3)
+
+    def run(cfg):
+        return jax.jit(make_train(cartpole, cfg))(key, {})
+
+    clean, noisy = run(config), run(config.replace(reward_noise=5.0, reward_noise_df=1.5))
+    assert not np.array_equal(np.asarray(clean.returns), np.asarray(noisy.returns))
+    evaluation = np.asarray(noisy.eval_return) * 8  # 8 episodes of whole-number returns
+    assert np.isfinite(evaluation) and evaluation == pytest.approx(np.round(evaluation), abs=1e-3)
+    # no noise: the key stream is the one without the option (bit for bit)
+    np.testing.assert_array_equal(run(config.replace(reward_noise_df=3.0)).returns, clean.returns)
+    with pytest.raises(ValueError, match="reward_noise"):
+        config.replace(reward_noise=-1.0).validate()
