@@ -71,22 +71,6 @@ def balanced(row_sets, seed: int = 0):
     return np.concatenate([rows[rng.choice(len(rows), n, replace=False)] for rows in row_sets])
 
 
-class Difference:
-    """A drift-like view of a - b (each an objective with its params), for a difference panel."""
-
-    title = "difference"
-
-    def __init__(self, a, pa, b, pb):
-        self.a, self.pa, self.b, self.pb = a, pa, b, pb
-
-    @property
-    def depends_on_progress(self) -> bool:
-        return self.a.depends_on_progress or self.b.depends_on_progress
-
-    def drift(self, params, ratio, advantage, progress):
-        return self.a.drift(self.pa, ratio, advantage, progress) - self.b.drift(self.pb, ratio, advantage, progress)
-
-
 def check_options(progress: float | None = None, prior_fraction: float = 0.5, fit: str = "value") -> None:
     """Refuse out-of-range options before any compute (MetadiscoError)."""
     from analysis.distil_data import FITS
@@ -192,6 +176,7 @@ def distil_drift(out, samples, objectives, params, symbolic, progress, seed, pri
     import numpy as np
 
     from analysis.distil import distil, distil_over_progress, sample_prior
+    from analysis.figures.drift import DriftDifference
     from analysis.plots import drift_surface_figure
     from meta_objectives import ClosedFormDrift
 
@@ -218,7 +203,7 @@ def distil_drift(out, samples, objectives, params, symbolic, progress, seed, pri
         _save_figure(drift_surface_figure({
             "learned": (drift, dparams),
             "distilled": (closed, {}),
-            "learned − distilled": (Difference(drift, dparams, closed, {}), {}),
+            "learned − distilled": (DriftDifference(drift, dparams, closed, {}), {}),
         }, progress=progress), out / "learned_vs_distilled")
     return report
 

@@ -140,6 +140,33 @@ def test_surrogate_gradient_of_ppo_clip_is_a_or_zero():
     np.testing.assert_allclose(g[clipped], 0.0, atol=1e-6)
 
 
+def test_difference_column_is_zero_for_identical_drifts(lpo):
+    """The learned - distilled column (`metadisco distil`): two identical drifts draw 0 in both rows,
+    the gradient row included (the difference of the two weights, not the weight A - d(0)/dr = A)."""
+    from analysis.figures.drift import DriftDifference
+
+    obj, params = lpo
+    fig = plots.drift_surface_figure({"learned − learned": (DriftDifference(obj, params, obj, params), {})}, num=21)
+    for prefix in ("surface/", "gradient/"):
+        (ax,) = panels(fig, prefix)
+        np.testing.assert_array_equal(np.asarray(meshes(ax)[0].get_array()), 0.0)
+
+
+def test_difference_column_draws_the_difference_of_the_weights(lpo):
+    """For two different drifts the gradient panel is weight(a) - weight(b), panel for panel."""
+    from analysis.figures.drift import DriftDifference
+
+    obj, params = lpo
+    ppo = mo.PPOClip()
+    fig = plots.drift_surface_figure({"a": (obj, params), "b": (ppo, {}),
+                                      "a − b": (DriftDifference(obj, params, ppo, {}), {})}, num=21)
+    (sa, sb, sd), (ga, gb, gd) = ([np.asarray(meshes(ax)[0].get_array()) for ax in panels(fig, prefix)]
+                                  for prefix in ("surface/", "gradient/"))
+    np.testing.assert_allclose(sd, sa - sb, atol=1e-5)
+    np.testing.assert_allclose(gd, ga - gb, atol=1e-4)
+    assert np.abs(gd).max() > 0.1  # the two differ: a panel of zeros would not pass
+
+
 def test_closed_form_drift_surface_matches_its_objective():
     """A closed-form drift (the exported representation) draws the same surface as the objective."""
     from meta_objectives.formulas import dpo_expression

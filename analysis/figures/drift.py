@@ -1,7 +1,8 @@
 """Drift figures: D(r, A) surfaces beside PPO-clip and DPO, slices at fixed advantages, and a
 progress-dependent drift (TA-LPO) over training progress.
 
-`drifts` is a dict {column title: (drift objective, params)} (params None: `objective.init`).
+`drifts` is a dict {column title: (drift objective, params)} (params None: `objective.init`);
+a `DriftDifference` as one of them draws a - b, and the difference of the two policy-gradient weights.
 Panel axes carry labels ("surface/<title>", "gradient/<title>", "slice/A=<a>", "progress/<p>",
 "progress_change/<p>") so callers and tests find panels without relying on their order.
 """
@@ -34,7 +35,7 @@ from analysis.figures.style import (
 from meta_objectives import DPO, PPOClip
 
 __all__ = [
-    "GRAD_LABEL", "SLICE_ADVANTAGES", "default_drift_comparison", "drift_surface_figure",
+    "DriftDifference", "GRAD_LABEL", "SLICE_ADVANTAGES", "default_drift_comparison", "drift_surface_figure",
     "drift_slices_figure", "progress_surfaces_figure",
 ]
 
@@ -50,13 +51,41 @@ def _drift_grid(r_range, a_range, num):
     return r, a
 
 
+class DriftDifference:
+    """A drift-like view of a - b (each a drift objective with its params), for a difference column.
+
+    Its surface is D_a - D_b; its gradient panel is the difference of the two policy-gradient
+    weights, d(rA - D_a)/dr - d(rA - D_b)/dr = -d(D_a - D_b)/dr (not the weight of the difference
+    drift, A - d(D_a - D_b)/dr, which is about A wherever the two agree). Each side is evaluated
+    on its own, so two identical drifts draw exactly 0."""
+
+    title = "difference"
+
+    def __init__(self, a, pa, b, pb):
+        self.a, self.pa, self.b, self.pb = a, pa, b, pb
+
+    @property
+    def depends_on_progress(self) -> bool:
+        return self.a.depends_on_progress or self.b.depends_on_progress
+
+    def drift(self, params, ratio, advantage, progress):
+        return self.a.drift(self.pa, ratio, advantage, progress) - self.b.drift(self.pb, ratio, advantage, progress)
+
+
 def _drift_values(objective, params, R, A, progress):
+    if isinstance(objective, DriftDifference):
+        return (_drift_values(objective.a, objective.pa, R, A, progress)
+                - _drift_values(objective.b, objective.pb, R, A, progress))
     d = objective.drift(params, jnp.asarray(R), jnp.asarray(A), jnp.float32(progress))
     return np.broadcast_to(np.asarray(d, np.float64), R.shape)
 
 
 def _surrogate_grad(objective, params, R, A, progress):
-    """d(rA - D)/dr at every grid point via jax.grad, vmapped over the flattened grid."""
+    """d(rA - D)/dr at every grid point via jax.grad, vmapped over the flattened grid; for a
+    DriftDifference, the difference of its two drifts' weights."""
+    if isinstance(objective, DriftDifference):
+        return (_surrogate_grad(objective.a, objective.pa, R, A, progress)
+                - _surrogate_grad(objective.b, objective.pb, R, A, progress))
     p = jnp.float32(progress)
 
     def surrogate(r, a):
@@ -93,7 +122,8 @@ def drift_surface_figure(
     (0 .. the 99.5th percentile of all panels; the colour bar extends if some cells are above).
     Row 2 (`gradient`): d(rA - D)/dr, the weight the policy gradient puts on grad log pi
     (PPO-clip: A inside the trust region, 0 where clipped), via jax.grad and jax.vmap, on one
-    symmetric diverging scale (white = 0). Returns the Figure.
+    symmetric diverging scale (white = 0); for a DriftDifference column, the difference of the two
+    weights. Returns the Figure.
     """
     if not drifts:
         raise ValueError("drift_surface_figure needs at least one drift")
