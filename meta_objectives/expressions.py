@@ -11,8 +11,9 @@ One tree walker, `_source`, prints a sympy tree as array code. `function_source`
 the function that the standalone module exports (`jax_module_source`), and `compile_function`
 compiles that very text for the in-process objective, so the exported module and the objective
 run the same code. `compile_kernel` compiles the same printed body over the raw variables with
-numpy (float64 fitting in analysis.distil) or jax.numpy. `Formula` is a hand-designed formula
-with named constants (PPO-clip's eps, DPO's alpha and beta; see formulas.py).
+numpy (float64 fitting in analysis.distil) or jax.numpy. `Formula` pairs a hand-designed
+formula's plain jax.numpy function with its expression over named constants (PPO-clip's eps,
+DPO's alpha and beta; see formulas.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import ast
 import functools
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import jax.numpy as jnp
@@ -402,24 +404,27 @@ def jax_module_source(expressions: dict[str, str], function_names: dict[str, str
 
 @dataclass(frozen=True)
 class Formula:
-    """A formula written once: an expression over a plug's variables and named positive constants.
+    """A hand-designed formula: a plain jax.numpy function and the same formula as an expression
+    over a plug's variables and named positive constants.
 
     template: the expression with each constant as a bare symbol, e.g. "Max(0, (r - 1)*A - a*r)"
-    with constants ("a",). From it come the array function (`__call__`, constants may be traced),
-    the expression string with numbers (`expression`, for closed forms and export) and its LaTeX.
+    with constants ("a",). function: the plug function (drift: ratio, advantage, progress;
+    value_loss: value, target) with the constants as keyword-only arguments, what `__call__`
+    runs. From the template come the expression string with numbers (`expression`, for closed
+    forms and export) and its LaTeX; a test holds the function equal to the compiled template.
     """
 
     template: str
     constants: tuple[str, ...]
+    function: Callable
     kind: str = "drift"
 
     def __post_init__(self):
         _parse(self.template, VARIABLES[self.kind], self.constants)  # ValueError if invalid
 
     def __call__(self, *args, **constants):
-        """The plug function (drift: ratio, advantage, progress; value_loss: value, target) with
-        the constants as keywords (floats or traced arrays)."""
-        return compile_function(self.template, self.kind, self.constants)(*args, **constants)
+        """The plug function with the constants as keywords (floats or traced arrays)."""
+        return self.function(*args, **constants)
 
     def expression(self, **values: float) -> str:
         """The template with each constant replaced by its value (finite, > 0)."""

@@ -567,6 +567,42 @@ def test_hooks_answer_for_the_objective():
     assert Objectives().incompatibility((6,)) is None
 
 
+@pytest.mark.parametrize("formula, constants", [
+    ("ppo_clip", {"eps": 0.2}), ("ppo_clip", {"eps": 0.3}),
+    ("dpo", {"alpha": 2.0, "beta": 0.6}), ("dpo", {"alpha": 1.3, "beta": 0.9}),
+])
+def test_baseline_functions_equal_their_expressions(formula, constants):
+    """PPO-clip and DPO are plain jnp functions beside their expression strings: on a grid of
+    (r, A), the trust region's edges, r = 1 and A = 0 included, each function gives the compiled
+    expression's values and gradients (d/dr, d/dA, and d/dalpha, d/dbeta, traced)."""
+    from meta_objectives.expressions import compile_function
+    from meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, dpo_drift, ppo_clip_drift
+
+    f, fn = {"ppo_clip": (PPO_CLIP_FORMULA, ppo_clip_drift), "dpo": (DPO_FORMULA, dpo_drift)}[formula]
+    assert f.function is fn and f.constants == tuple(constants)
+    compiled = compile_function(f.template, f.kind, f.constants)
+    edges = [1.0, 1.0 - constants.get("eps", 0.2), 1.0 + constants.get("eps", 0.2)]
+    r = np.concatenate([np.linspace(0.05, 3.0, 120), edges]).astype(np.float32)
+    a = np.concatenate([np.linspace(-4.0, 4.0, 81), [0.0]]).astype(np.float32)
+    R, A = (x.ravel() for x in np.meshgrid(r, a))
+    consts = {k: jnp.float32(v) for k, v in constants.items()}
+
+    def values(g):
+        return np.asarray(jax.jit(lambda r, a, c: g(r, a, 0.0, **c))(R, A, consts))
+
+    def grads(g):
+        return jax.jit(jax.vmap(jax.grad(lambda r, a, c: g(r, a, 0.0, **c), argnums=(0, 1, 2)),
+                                in_axes=(0, 0, None)))(R, A, consts)
+
+    np.testing.assert_array_equal(values(f), values(compiled))
+    np.testing.assert_array_equal(f(R, A, **constants), compiled(R, A, **constants))  # python floats, eager
+    assert f(R[:3], A[:3], **constants).dtype == jnp.float32
+    assert f(jnp.float32(1.5), A, **constants).shape == A.shape
+    for mine, want in zip(jax.tree.leaves(grads(f)), jax.tree.leaves(grads(compiled)), strict=True):
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(want), rtol=1e-5, atol=1e-8)
+    assert np.abs(values(f)).max() > 0.1  # not a grid where both are 0
+
+
 def test_formulas_are_written_once():
     """PPO-clip and DPO: the objective, its closed form and its exported module are one formula."""
     from meta_objectives import ClosedFormDrift
