@@ -34,6 +34,15 @@ def test_help_lists_experiments_and_overrides():
     assert "lpo_cartpole_cpu" in out.stdout and "es.population_size" in out.stdout
 
 
+def test_the_cli_docstring_names_every_verb():
+    import metadisco.cli
+    from metadisco.commands import VERBS
+
+    first_line = metadisco.cli.__doc__.splitlines()[0]
+    named = first_line.split(":", 1)[1].rstrip(".").replace(" ", "").split(",")
+    assert named == [verb.__name__.rsplit(".", 1)[1] for verb in VERBS]
+
+
 def test_train_stop_resume_and_bad_input(tmp_path):
     run_dir = tmp_path / "run"
     out = metadisco("train", *TINY, "--run-dir", str(run_dir), "--stop-after", "2", "--no-progress")
