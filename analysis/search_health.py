@@ -98,4 +98,5 @@ def advice(cos: float, generations: int) -> str | None:
     return (f"search health: the ES gradient is mostly seed noise (split-half cosine {cos:+.2f} over the last "
             f"{generations} generation(s), signal ~{share:.0%} of it). Try more seeds per member "
             "(seeds_per_member), a larger sigma (es.sigma_init), a smaller search space (e.g. "
-            "objectives.drift=drift_mix), or a larger population (es.population_size).")
+            "objectives.drift=drift_mix), or a larger population (es.population_size). Late in a run that has "
+            "converged this is expected: where the landscape is flat there is no gradient to find.")

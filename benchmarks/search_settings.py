@@ -91,11 +91,15 @@ def main(argv=None) -> None:
     p.add_argument("--only", nargs="*", help="settings to run (default: all)")
     p.add_argument("--base", nargs="*", default=[], help="overrides every setting starts from")
     p.add_argument("--out", help="markdown table to write (and a .json beside it)")
+    p.add_argument("--previous", help="JSON lines of settings already run (this script's output), kept in the table")
     args = p.parse_args(argv)
     results = {}
+    if args.previous:
+        for line in Path(args.previous).read_text().splitlines():
+            results |= json.loads(line)
     with tempfile.TemporaryDirectory() as tmp:
         for name, overrides in SETTINGS.items():
-            if args.only and name not in args.only:
+            if (args.only and name not in args.only) or name in results:
                 continue
             results[name] = run_setting(args.experiment, [*args.base, *overrides], args.generations, args.eval_seeds,
                                         Path(tmp) / name)

@@ -21,7 +21,7 @@ _EXPORTS = {
     "L2": "value_loss", "ClippedL2": "value_loss", "LearnedValueLoss": "value_loss", "LearnedClippedValueLoss": "value_loss",
     "NoShaping": "shaping", "PotentialShaping": "shaping",
     "ClosedFormDrift": "closed_form", "ClosedFormValueLoss": "closed_form",
-    "DPOSchedule": "families", "DriftMix": "families",
+    "DPOSchedule": "families", "DriftMix": "families", "ValueLossMix": "families",
     "ObjectiveFileError": "io", "load_objectives": "io", "save_objectives": "io",
     "Objectives": "objectives",
     "MetadiscoError": "errors",

@@ -207,3 +207,66 @@ class DriftMix(MetaObjective):
                 coefficient = linear(a, b - a)
                 parts.append(on_side(term, side) if coefficient == "1.0" else f"{coefficient}*{on_side(term, side)}")
         return " + ".join(parts) or "0"
+
+
+# Bounded-slope value-loss terms of e = v - t (ValueLossMix): each >= 0, 0 at e = 0 and pulling
+# toward the target; their slope never exceeds 1 in |e|, where L2's grows without bound.
+ROBUST_VALUE_TERMS = (
+    ("huber(1)", "Piecewise((e**2/2, Abs(e) <= 1), (Abs(e) - 1/2, True))"),  # Huber 1964, delta = 1
+    ("log(1+e^2)", "log(1 + e**2)"),  # Cauchy (Lorentzian) loss: slope <= 1, falling back to 0 far out
+)
+
+
+@register
+@dataclass(frozen=True)
+class ValueLossMix(MetaObjective):
+    """A non-negative combination of PPO's clipped value loss and bounded-slope robust losses:
+
+        L(v, t, v_old) = relu(w_0) clipped_l2(v, t, v_old) + sum_k relu(w_k) T_k(v - t)
+
+    T_k = ROBUST_VALUE_TERMS (Huber with delta 1, and log(1 + e^2)). Params {"weights": [1 + K]}.
+    Starts at PPO's clipped value loss exactly (weights [1, 0, ..., 0]): "evolved vs its start" is
+    "evolved vs PPO". The answer for rewards with heavy-tailed noise is known: a loss whose
+    gradient in e is bounded (Huber 1964), i.e. weight moving from w_0 to the robust terms. Every
+    member is a valid value loss (>= 0, 0 at e = 0, pulls toward the target).
+    """
+
+    clip_eps: float = 0.2
+    plug = "value_loss"
+    name = "value_loss_mix"
+    title = "value-loss mix"
+
+    @property
+    def terms(self) -> list[tuple[str, str]]:
+        """(name, expression) of every term, PPO's clipped loss first (its expression without the clipping)."""
+        return [("clipped_l2", "e**2/2"), *ROBUST_VALUE_TERMS]
+
+    @property
+    def plotted(self) -> bool:
+        return True
+
+    def init(self, key):
+        return {"weights": jnp.zeros(len(self.terms), jnp.float32).at[0].set(1.0)}
+
+    def value_loss(self, params, value, target, old_value):
+        from meta_objectives.value_loss import clipped_l2
+
+        w = jax.nn.relu(params["weights"])
+        loss = w[0] * clipped_l2(value, target, old_value, self.clip_eps)
+        for k, (_, term) in enumerate(ROBUST_VALUE_TERMS, start=1):
+            loss = loss + w[k] * compile_function(term, "value_loss")(value, target)
+        return loss
+
+    def closed_form(self, params) -> str | None:
+        """The member as one expression of e (and t); None while PPO's clipped loss has weight
+        (it reads the old value, which an expression of e and t cannot)."""
+        w = np.maximum(np.asarray(params["weights"], np.float32), 0.0)
+        if w[0] > 0:
+            return None
+        parts = [f"{number(float(wk))}*({term})" for wk, (_, term) in zip(w[1:], ROBUST_VALUE_TERMS) if wk > 0]
+        return " + ".join(parts) or "0"
+
+    def describe(self, params) -> str:
+        """The member in one line, PPO's clipped loss included."""
+        w = np.maximum(np.asarray(params["weights"], np.float32), 0.0)
+        return " + ".join(f"{float(wk):.3g}*{name}" for wk, (name, _) in zip(w, self.terms) if wk > 0) or "0"

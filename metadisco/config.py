@@ -21,7 +21,7 @@ from meta_objectives.plugs import PLUGS, upgrade_section
 from metadisco import resources
 
 EXPERIMENTS = "experiments"  # the data folder of named experiments (metadisco.resources)
-DEMO_EXPERIMENT = "rediscover_trust_region"  # what `metadisco train` runs with no experiment and no override
+DEMO_EXPERIMENT = "rediscover_value_loss"  # what `metadisco train` runs with no experiment and no override
 # metadisco.engine.SCORES defines them (final_eval: the final policy's evaluation, sampled; its
 # greedy twin; auc: the learning curve's mean; final: its last 10%); *_norm: normalised by PPO.
 FITNESS_KINDS = tuple(k + n for k in ("final_eval", "greedy_eval", "auc", "final") for n in ("", "_norm"))

@@ -326,20 +326,21 @@ def pass_criterion(expect) -> str:
 
 def verdict(row: dict, expect) -> str | None:
     """The verdict line of a run with an expectation (ExpectConfig.beats), from its last check on
-    fresh seeds (an evaluation row); None without one."""
+    fresh seeds (an evaluation row): found or not, the comparison that is the point of the run
+    with its interval, and the pass criterion; None without one."""
     if not expect.beats or "eval_mean_fitness" not in row:
         return None
     key = "eval_vs_start" if expect.beats == "start" else "eval_diff"
-    other = "its start" if expect.beats == "start" else "PPO"
+    other = "its start point" if expect.beats == "start" else "PPO"
     found = _has_interval(row, key) and row[f"{key}_low"] > 0
-    parts = [f"ES mean - {other} {_interval(row, key)}"]
+    text = f"the point of this run is the ES mean against {other} on fresh seeds: {_interval(row, key)}"
     if row.get("eval_gap_closed") is not None and np.isfinite(row["eval_gap_closed"]):
-        parts.append(f"gap from its start to PPO closed {_interval(row, 'eval_gap_closed', '.0%')}")
+        text += f", closing {_interval(row, 'eval_gap_closed', '.0%')} of the gap from its start to PPO"
     if expect.gap_closed:
         closed = row.get("eval_gap_closed")
         found = found and closed is not None and bool(np.isfinite(closed)) and closed >= expect.gap_closed
-    return (f"verdict: {'FOUND' if found else 'NOT FOUND'} after generation {row['generation'] + 1} "
-            f"({'; '.join(parts)}; pass: {pass_criterion(expect)})")
+    return (f"verdict: {'FOUND' if found else 'NOT FOUND'} after generation {row['generation'] + 1}: {text} "
+            f"(pass: {pass_criterion(expect)})")
 
 
 def _summary(run: RunDir, cfg, log) -> None:

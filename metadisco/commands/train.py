@@ -38,8 +38,8 @@ def _epilog() -> str:
 
     return textwrap.dedent(f"""\
         experiments: {', '.join(list_experiments()) or '(none)'}
-        with no experiment and no override: the demo, {DEMO_EXPERIMENT} (PPO's trust region found from
-        D = 0); overrides without an experiment apply to the built-in defaults (an LPO drift on CartPole-v1)
+        with no experiment and no override: the demo, {DEMO_EXPERIMENT} (a robust value loss found under
+        heavy-tailed reward noise); overrides without an experiment apply to the built-in defaults (an LPO drift on CartPole-v1)
         overrides (FIELD=VALUE, sections with dots), for example:
           envs=CartPole-v1,Acrobot-v1 fitness=auc_norm generations=100 seeds_per_member=2
           es.strategy=SNES es.population_size=32 es.sigma_init=0.01 es.lr=0.01
