@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+import jax
+
 from analysis.runs import Run, RunDirError, run_containing
 from analysis.suites import EvaluationError
 from meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, discovered, load_objectives, make_objective
@@ -54,7 +56,7 @@ def _envs_from(value) -> tuple[str, ...]:
 def resolve_target(spec: str) -> Target:
     """"ppo" | "dpo" | zoo:NAME | an objectives JSON file | RUN_DIR | RUN_DIR:best | RUN_DIR:mean |
     RUN_DIR:init -> Target. RUN_DIR:init is the run's objectives at their initial parameters, the
-    point evolution started from: the control that separates what evolution found from what the
+    point evolution started from (init(key(the run's seed))): the control that separates what evolution found from what the
     parameterisation gives before any search (e.g. a learned value loss starts at L2, not at
     PPO's clipped L2).
 
@@ -137,8 +139,12 @@ def _run_target(spec: str, run: Run, which: str) -> Target:
         raise EvaluationError(f"target {spec!r}: {e}") from None
     stored = "mean" if which == "init" else which
     objectives, params, extra = _usable(spec, run.objectives_path(stored), lambda: run.objectives(stored))
-    if which == "init":
-        params = full_params(objectives)
+    if which == "init":  # the run's own start: init(key(its seed)), as the engine draws it
+        seed = config.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise EvaluationError(f"target {spec!r}: {run.config_path} has no integer 'seed', so the parameters "
+                                  f"the run started from, init(key(seed)), are unknown (got {seed!r})")
+        params = objectives.init(jax.random.key(seed))
     label = run.path.resolve().name + ("" if which == "mean" else f":{which}")
     envs = _envs_from(config.get("envs")) or _envs_from(extra.get("envs"))
     return Target(label, objectives, params, envs, "run", spec, str(run.path))

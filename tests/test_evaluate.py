@@ -239,6 +239,34 @@ def test_evaluate_a_baseline_end_to_end(tmp_path, capsys):
     assert str(out) in stdout
 
 
+def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
+    """RUN_DIR:init is init(key(the run's seed)), the engine's starting point, not init(key(0))."""
+    from metadisco.config import ObjectivesConfig, validate
+    from metadisco.engine import MetaTrainer
+    from metadisco.rundir import RunDir
+
+    cfg = validate(RunConfig(seed=7, generations=1, inner=InnerConfig(total_timesteps=2048, hidden=(16, 16)),
+                             objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}),
+                             es=ESConfig(population_size=4)))
+    trainer = MetaTrainer(cfg)
+    run = RunDir(tmp_path / "run").create(cfg.to_dict())
+    moved = jax.tree.map(lambda x: x + 1.0, trainer.default_params)  # the ES mean, somewhere else
+    run.write_file(run.objectives_path("mean"), save_objectives, trainer.objectives, moved, {"envs": list(cfg.envs)})
+
+    init = ev.resolve_target(f"{run.path}:init")
+    assert init.label == "run:init"
+    for plug, started in trainer.default_params.items():
+        assert jax.tree.all(jax.tree.map(np.array_equal, init.params[plug], started)), plug
+    seed0 = trainer.objectives.init(jax.random.key(0))["drift"]
+    assert not jax.tree.all(jax.tree.map(np.array_equal, init.params["drift"], seed0))
+
+    config = json.loads(run.config_path.read_text())
+    del config["seed"]
+    run.config_path.write_text(json.dumps(config))
+    with pytest.raises(suites.EvaluationError, match="no integer 'seed'"):
+        ev.resolve_target(f"{run.path}:init")
+
+
 def test_evaluate_a_run_directory_flags_its_meta_training_env(tiny_run, capsys):
     target = ev.resolve_target(f"{tiny_run}:best")
     assert target.label == "run:best" and target.meta_train_envs == ("CartPole-v1",)
