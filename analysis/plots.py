@@ -23,6 +23,8 @@ Importing this module changes no global matplotlib state (themes are scoped rc c
 
 from __future__ import annotations
 
+import sys
+import traceback
 from pathlib import Path
 
 from analysis.figures.drift import (
@@ -39,11 +41,11 @@ from analysis.figures.training import training_curves_figure
 from analysis.figures.value_loss import value_loss_figure
 from analysis.report import CAPTIONS, write_report
 from analysis.runs import WHICH, Run
-from meta_objectives.errors import MetadiscoError
+from meta_objectives.errors import EXIT_FAILED, MetadiscoError
 from meta_objectives.fileio import save_figure
 
 __all__ = [
-    "PlotError", "FORMATS", "R_LABEL", "A_LABEL", "D_LABEL", "GRAD_LABEL", "SLICE_ADVANTAGES", "OBS_NAMES",
+    "PlotError", "FigureError", "FORMATS", "R_LABEL", "A_LABEL", "D_LABEL", "GRAD_LABEL", "SLICE_ADVANTAGES", "OBS_NAMES",
     "CAPTIONS", "drift_surface_figure", "drift_slices_figure", "progress_surfaces_figure", "value_loss_figure",
     "shaping_figure", "training_curves_figure", "observation_bounds", "default_drift_comparison", "plot_run",
     "write_report",
@@ -54,6 +56,18 @@ FORMATS = ("png", "pdf", "svg")
 
 class PlotError(MetadiscoError):
     """A run directory (or input) that cannot be plotted; the message says what to do."""
+
+
+class FigureError(PlotError):
+    """Some figures failed to draw (a bug: each traceback went to stderr). Raised after every other
+    figure and the report were written: `failed` names the figures, `written` is what `plot_run`
+    would have returned. `metadisco plot` exits with EXIT_FAILED."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, failed: list[str], written: dict):
+        super().__init__(message)
+        self.failed, self.written = failed, written
 
 
 def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean", report: bool = True,
@@ -69,6 +83,8 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
     Returns {figure name: [paths]} in drawing order, "report" last. Figures that were skipped
     or failed, and why, are listed in the report and appended to `notes` when a list is given.
     Raises PlotError or RunDirError (MetadiscoErrors) for a missing or incomplete run directory.
+    A figure that fails does not stop the others: its traceback goes to stderr and, once every
+    figure and the report are written, FigureError names the failed ones.
     """
     run = Run(run_dir)
     if which not in WHICH:
@@ -98,12 +114,16 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
 
     written: dict[str, list[Path]] = {}
     images: dict[str, Path] = {}
+    failed: list[str] = []
 
     def emit(name, make):
         try:
             files = save_figure(make(), out_dir / name, drawn_formats, dpi=PNG_DPI)
-        except Exception as e:  # one broken figure must not lose the others
+        except Exception as e:  # a bug: shown now, raised after the other figures are drawn
+            print(f"plot_run: figure {name!r} failed to draw:", file=sys.stderr)
+            traceback.print_exc(file=sys.stderr)
             notes.append(f"{name}: not drawn ({type(e).__name__}: {e})")
+            failed.append(name)
             return
         written[name] = [files[f] for f in formats]
         if "png" in files:
@@ -136,4 +156,9 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
         for png in images.values() if "png" not in formats else ():
             png.unlink()  # drawn for the report only
         written["report"] = [report_path]
+    if failed:
+        raise FigureError(
+            f"{len(failed)} figure(s) failed to draw: {', '.join(failed)} (tracebacks above: a bug, please report "
+            f"it); the other figures{' and ' + str(report_path) if report else ''} were written",
+            failed, written)
     return written

@@ -9,6 +9,7 @@ raise it.
 
 from __future__ import annotations
 
+EXIT_FAILED = 1  # the command did its work but part of it failed on a bug (a figure that did not draw)
 EXIT_USAGE = 2  # a user error: bad input, missing or corrupt files, failed writes
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), after a checkpoint
 EXIT_TERMINATED = 143  # SIGTERM (a scheduler's preemption), after a checkpoint

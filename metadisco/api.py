@@ -101,7 +101,8 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
 
 def plot(run_dir: str | Path, **options) -> dict:
     """Draw a run's figures and write its report (`analysis.plots.plot_run` options: out_dir,
-    formats, which); returns {figure: [paths]}, "report": [path], and "notes": what was skipped."""
+    formats, which); returns {figure: [paths]}, "report": [path], and "notes": what was skipped.
+    A figure that fails to draw is a bug: the others are drawn, then FigureError names it."""
     from analysis.plots import plot_run
     from analysis.runs import Run
 

@@ -408,6 +408,35 @@ def test_plot_run_draws_every_applicable_figure(synthetic_run):
     assert "Last evaluation" not in text  # the last row is itself evaluated
 
 
+def test_a_figure_that_fails_is_shown_and_fails_the_run_after_the_others(synthetic_run, tmp_path, monkeypatch,
+                                                                          capsys):
+    """A broken figure does not cost the others, nor does it pass unseen: its traceback goes to
+    stderr, the report notes it, and plot_run raises FigureError (`metadisco plot` exits 1)."""
+    from meta_objectives.errors import EXIT_FAILED
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the slices")
+
+    monkeypatch.setattr(plots, "drift_slices_figure", broken)
+    notes = []
+    with pytest.raises(plots.FigureError, match="1 figure.s. failed to draw: drift_slices") as info:
+        plots.plot_run(synthetic_run, out_dir=tmp_path / "lib", formats=("png",), notes=notes)
+    assert info.value.failed == ["drift_slices"] and info.value.exit_code == EXIT_FAILED == 1
+    assert list(info.value.written) == ["training_curves", "drift_surface", "progress_surfaces", "value_loss",
+                                        "shaping", "report"]
+    assert all(p.is_file() for paths in info.value.written.values() for p in paths)
+    assert "drift_slices: not drawn (RuntimeError: a bug in the slices)" in notes
+    assert "drift_slices: not drawn" in info.value.written["report"][0].read_text()
+    err = capsys.readouterr().err
+    assert "figure 'drift_slices' failed" in err and "Traceback" in err and "a bug in the slices" in err
+
+    out = tmp_path / "cli"
+    assert run_cli(["plot", str(synthetic_run), "--out", str(out), "--formats", "png"]) == EXIT_FAILED
+    captured = capsys.readouterr()
+    assert "Traceback" in captured.err and "metadisco: error: 1 figure(s) failed to draw: drift_slices" in captured.err
+    assert str(out / "drift_surface.png") in captured.out.split() and (out / "report.html").is_file()
+
+
 def test_observation_bounds_cover_cartpole():
     low, high = plots.observation_bounds("CartPole-v1", num_envs=4, num_steps=32)
     assert low.shape == high.shape == (4,) and np.all(high > low)

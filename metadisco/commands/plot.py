@@ -12,10 +12,18 @@ def run(args) -> None:
     Run(args.run_dir).config()  # RunDirError before anything heavy: missing directory or config.json
     formats = [f for f in args.formats.split(",") if f.strip()]
 
-    from analysis.plots import plot_run
+    from analysis.plots import FigureError, plot_run
 
     notes: list[str] = []
-    written = plot_run(args.run_dir, out_dir=args.out, formats=formats, which=args.which, notes=notes)
+    try:
+        written = plot_run(args.run_dir, out_dir=args.out, formats=formats, which=args.which, notes=notes)
+    except FigureError as e:  # the other figures were written: say where, then fail (EXIT_FAILED)
+        _print(notes, e.written)
+        raise
+    _print(notes, written)
+
+
+def _print(notes: list[str], written: dict) -> None:
     for note in notes:
         print(f"metadisco plot: note: {note}", file=sys.stderr)
     for name, paths in written.items():
