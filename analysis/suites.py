@@ -39,7 +39,7 @@ TABLE: tuple[tuple[str, str, int, str], ...] = (
     ("quick", "Catch-bsuite", 50_000, ""),
     ("default", "CartPole-v1", 500_000, "PureJaxRL's CartPole budget"),
     ("default", "Acrobot-v1", 500_000, ""),
-    ("default", "Breakout-MinAtar", 10_000_000, "the budget of the published PPO normalisers (REFERENCE.md)"),
+    ("default", "Breakout-MinAtar", 10_000_000, "the budget of the PPO normalisers of Goldie et al. 2024 (OPEN) and 2025"),
     ("default", "SpaceInvaders-MinAtar", 10_000_000, ""),
     ("default", "Asterix-MinAtar", 10_000_000, ""),
     ("default", "brax/hopper", 5_000_000, "1/10 of PureJaxRL's Brax budget (LPO meta-trained Ant at 3e7)"),

@@ -29,8 +29,8 @@ from flax import struct
 from flax.linen.initializers import constant, orthogonal
 from flax.training.train_state import TrainState
 
-# PureJaxRL's settings (../shared/REFERENCE.md) by preset family; inner_loop.py checks them
-# against metadisco's presets at run time.
+# PureJaxRL's settings by preset family (classic: the config of purejaxrl/ppo.py, for CartPole-v1);
+# inner_loop.py checks them against metadisco's presets at run time.
 CONFIGS = {
     "classic": {
         "LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4,

@@ -141,7 +141,8 @@ class PPOConfig:
         return self
 
 
-# Published settings (PureJaxRL; ../shared/REFERENCE.md). CPU experiments shrink total_timesteps.
+# Published settings (PureJaxRL: purejaxrl/ppo.py for classic control, examples/brax_minatar.ipynb for
+# MinAtar, purejaxrl/ppo_continuous_action.py for brax). CPU experiments shrink total_timesteps.
 PRESETS: dict[str, PPOConfig] = {
     "classic": PPOConfig(),
     "minatar": PPOConfig(

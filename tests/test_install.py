@@ -53,8 +53,9 @@ SEVERAL_PROGRAMS = textwrap.dedent(
 
 
 def test_several_large_programs_in_one_process_do_not_hang():
-    # jaxlib 0.10.2 hangs forever in block_until_ready on the second of such programs
-    # (REFERENCE.md); the subprocess timeout turns a hang into a failure in minutes.
+    # jaxlib 0.10.2 (the newest for Python 3.11) hung forever in block_until_ready on the second of
+    # such programs on a 2-core CPU, all threads idle; jaxlib 0.11.2 ran the same sequences. The
+    # subprocess timeout turns a hang into a failure in minutes.
     try:
         proc = subprocess.run(
             [sys.executable, "-c", SEVERAL_PROGRAMS], cwd=ROOT, capture_output=True, text=True, timeout=240

@@ -1,5 +1,5 @@
 """The design's layering holds: dependencies point one way, no module reads another's private
-names, and no library file grows into a grab-bag (DESIGN.md; README "Design in one screen")."""
+names, and no library file grows into a grab-bag (README "Design in one screen")."""
 
 import ast
 from pathlib import Path

@@ -196,7 +196,7 @@ def test_openes_from_init_gets_a_signal_but_not_from_all_zeros():
     assert np.abs(step).max() > 0.1, "the ES mean should move from the LPO init"
 
     # All-zero start: f(W1, W2) = f(-W1, -W2), so each antithetic pair is bitwise identical and
-    # the ES gradient is zero up to the rounding of its sum (REFERENCE.md) ...
+    # the ES gradient is zero up to the rounding of its sum ...
     zeros = jax.tree.map(jnp.zeros_like, init)
     fit, _, step = _one_openes_generation(zeros)
     np.testing.assert_array_equal(fit[:4], fit[4:])
