@@ -298,10 +298,12 @@ def test_training_curves_figure():
     fig = plots.training_curves_figure(rows, "fitness (auc)")
     (fit,), (sig,) = panels(fig, "curves/fitness"), panels(fig, "curves/sigma")
     lines = {ln.get_label(): ln for ln in fit.lines}
-    assert set(lines) == {"population mean", "best so far", "ES mean (held-out seeds)", "PPO (same seeds)"}
+    best = "max member so far (selected on noise)"  # named for what it is: a maximum over noisy scores
+    assert set(lines) == {"population mean", best, "ES mean (fresh seeds)", "PPO (same seeds)"}
     assert len(lines["population mean"].get_xdata()) == 6
-    np.testing.assert_array_equal(lines["best so far"].get_ydata(), [12, 13, 13, 15, 15, 17])  # running max
-    np.testing.assert_array_equal(lines["ES mean (held-out seeds)"].get_xdata(), [2, 5])
+    np.testing.assert_array_equal(lines[best].get_ydata(), [12, 13, 13, 15, 15, 17])  # running max
+    np.testing.assert_array_equal(lines["ES mean (fresh seeds)"].get_xdata(), [2, 5])
+    assert not panels(fig, "curves/health")  # rows without search health: no panel
     np.testing.assert_array_equal(lines["PPO (same seeds)"].get_ydata(), [10.5, 10.5])
     assert len(fit.collections) == 1  # the min-max band
     assert fit.get_ylabel() == "fitness (auc)" and sig.get_xlabel() == "generation"
@@ -314,6 +316,26 @@ def test_training_curves_figure():
     assert len(fit.lines) == 2 and sig.get_yscale() == "linear"
     with pytest.raises(ValueError):
         plots.training_curves_figure([])
+
+
+def test_training_curves_show_search_health_and_the_start_point():
+    """Rows with search health get a panel of the split-half cosine (per generation and its
+    running mean, with the noise line); rows with the start point's check get its markers."""
+    rows = metrics_rows()
+    cos = [0.9, -0.1, 0.5, float("nan"), 0.2, 0.4]
+    for r, c in zip(rows, cos):
+        r["health/grad_cos"] = c
+        if "eval_mean_fitness" in r:
+            r["eval_start_fitness"] = 9.0
+    fig = plots.training_curves_figure(rows)
+    (health,) = panels(fig, "curves/health")
+    points, running = health.lines[0], health.lines[1]
+    np.testing.assert_array_equal(points.get_ydata(), cos)
+    np.testing.assert_allclose(running.get_ydata()[:3], [0.9, 0.4, 1.3 / 3])  # mean of the finite ones so far
+    assert 0.2 in [ln.get_ydata()[0] for ln in health.lines[2:]]  # the line below which it is noise
+    (fit,) = panels(fig, "curves/fitness")
+    start = {ln.get_label(): ln for ln in fit.lines}["its start (same seeds)"]
+    np.testing.assert_array_equal(start.get_ydata(), [9.0, 9.0])
 
 
 # ---------------------------------------------------------------------------------------------

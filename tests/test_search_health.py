@@ -139,3 +139,36 @@ def test_a_run_that_finds_its_expected_answer_says_found(tmp_path):
     assert verdict(short, ExpectConfig(beats="start", gap_closed=0.8)).startswith("verdict: NOT FOUND")
     assert verdict(short, ExpectConfig(beats="start", gap_closed=0.6)).startswith("verdict: FOUND")
     assert verdict(row, ExpectConfig()) is None
+
+
+@pytest.mark.parametrize("experiment", ["rediscover_trust_region", "rediscover_value_loss"])
+def test_a_rediscovery_problem_at_test_size_states_its_answer_and_ends_with_a_verdict(experiment, tmp_path):
+    """The named rediscovery problems at test size: the expected answer and pass criterion are
+    printed before the first generation, health is measured every generation, and the last line
+    is the verdict on the comparison that is the point of the run. (Whether the answer is found
+    at full size is in docs/experiments.md, Part 0.)"""
+    from metadisco.config import resolve
+
+    cfg = resolve(experiment, ["generations=2", "eval_every=2", "eval_seeds=2", "es.population_size=4",
+                               "inner.total_timesteps=1024", "inner.num_steps=64"])
+    assert cfg.expect.answer and cfg.expect.beats in ("start", "ppo") and cfg.heldout.envs
+    logged = []
+    run(cfg, tmp_path / "r", progress=False, log=logged.append)
+    assert any(line.startswith("  expected answer (stated before the run)") for line in logged)
+    assert logged[-1].startswith(("verdict: FOUND", "verdict: NOT FOUND")) and "the point of this run" in logged[-1]
+    rows = RunDir(tmp_path / "r").metrics()
+    assert all("health/grad_cos" in r for r in rows) and {"eval_vs_start_low", "eval_diff_low"} <= set(rows[-1])
+
+
+def test_metadisco_train_with_nothing_named_runs_the_demo(monkeypatch):
+    """`metadisco train` alone is the demo experiment; overrides alone apply to the defaults."""
+    import metadisco.train
+    from metadisco.cli import main
+    from metadisco.config import DEMO_EXPERIMENT, RunConfig, resolve
+
+    started = []
+    monkeypatch.setattr(metadisco.train, "run", lambda cfg, *a, **k: started.append(cfg))
+    main(["train"])
+    main(["train", "generations=3"])
+    assert started[0] == resolve(DEMO_EXPERIMENT) and started[0].expect.beats
+    assert started[1].objectives == RunConfig().objectives and started[1].generations == 3
