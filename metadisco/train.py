@@ -260,7 +260,7 @@ def _update_bar(bar, row: dict, log, total: int | None = None, notes=()) -> None
             f"max member so far {row['best_fitness']:.4g}, "
             + (f"health {cos:+.2f}, " if cos is not None else "")
             + f"{row['num_diverged']} diverged, {row['wall_time_s']:.1f} s ({row['env_steps_per_s']:.3g} env steps/s)")
-        if "eval_mean_fitness" in row:
+        if "eval_mean_fitness" in row and gen != total:  # the last one: the run's summary says it
             log(f"gen {gen}: {es_mean_vs_ppo(row)}")
         for note in notes:
             log(note)
@@ -268,7 +268,7 @@ def _update_bar(bar, row: dict, log, total: int | None = None, notes=()) -> None
     health_figure = {"health": f"{row['health/grad_cos']:+.2f}"} if row.get("health/grad_cos") is not None else {}
     bar.set_postfix(mean=f"{row['fitness_mean']:.3g}", **health_figure, sps=f"{row['env_steps_per_s']:.3g}")
     bar.update(1)
-    if "eval_mean_fitness" in row:
+    if "eval_mean_fitness" in row and row["generation"] + 1 != total:  # the last one: the summary says it
         bar.write(f"gen {row['generation'] + 1}: {es_mean_vs_ppo(row)}")
     for note in notes:
         bar.write(note)
