@@ -375,7 +375,7 @@ class MetaTrainer:
         return told
 
     def _health_metrics(self, pop, per_seed, diverged) -> dict:
-        """Search health (metadisco.health): the agreement of the ES gradients and rankings from
+        """Search health (analysis.search_health): the agreement of the ES gradients and rankings from
         two disjoint halves of the generation's seeds; {} with a single seed per member."""
         seeds = per_seed.shape[-1]
         if seeds < 2:
