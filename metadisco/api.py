@@ -116,7 +116,7 @@ def distil(run_dir: str | Path, which: str = "mean", **options) -> dict:
     """Fit closed forms to what a run evolved (its drift and/or value loss), as `metadisco distil`:
     writes RUN_DIR/distil/ and returns {plug: report} (options: symbolic, progress, seed,
     prior_fraction)."""
-    from analysis.distil_run import distillable
+    from analysis.distillation.run import distillable
     from analysis.runs import Run
     from metadisco.commands.distil import distil_for_run
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import meta_objectives as mo
-from analysis import distil as D
+from analysis.distillation import data as D
+from analysis.distillation.fit import distil_drift, distil_over_progress, distil_value_loss
+from analysis.distillation.methods import drift_library, fit_dpo, fit_sparse, fit_symbolic
 from analysis.export import export_closed_form
 from meta_objectives.closed_form import ClosedFormDrift
 from meta_objectives.constraints import check_drift_constraints
@@ -51,7 +53,7 @@ def test_fit_dpo_recovers_constants(samples):
     if samples == "given":
         rng = np.random.default_rng(7)
         samples = (np.exp(rng.normal(0, 0.3, 3000)), rng.standard_normal(3000))
-    fit = D.fit_dpo(_dpo_fn(alpha, beta), samples=samples, seed=1)
+    fit = fit_dpo(D.prepare_drift(_dpo_fn(alpha, beta), samples, seed=1))
     assert abs(fit["alpha"] - alpha) / alpha < 0.05 and abs(fit["beta"] - beta) / beta < 0.05
     assert fit["r2"] > 0.999 and fit["grid"]["r2"] > 0.999
     assert fit["expression"] == dpo_expression(fit["alpha"], fit["beta"])
@@ -59,15 +61,15 @@ def test_fit_dpo_recovers_constants(samples):
 
 
 def test_library_terms_satisfy_constraints_by_construction():
-    for name, term in D.drift_library():
+    for name, term in drift_library():
         assert check_drift_constraints(term, progresses=(0.0,), num=25) == [], name
 
 
 def test_sparse_regression_recovers_a_two_term_drift():
-    lib = dict(D.drift_library())
+    lib = dict(drift_library())
     t1, t2 = "(r-1)^2|A|[A<0]", "relu((r-1)A - 1.0tanh(x/1.0))[A>=0]"
     target = ClosedFormDrift(f"0.7*{lib[t1]} + 1.5*{lib[t2]}")
-    candidates = D.sparse_regression(lambda r, a, p: target.drift({}, r, a, p), max_terms=3)
+    candidates = fit_sparse(D.prepare_drift(lambda r, a, p: target.drift({}, r, a, p)), max_terms=3)
     best = max(candidates, key=lambda c: c["r2"])
     assert best["r2"] > 0.999 and best["n_terms"] <= 2 and set(best["terms"]) == {t1, t2}
     for c in candidates:
@@ -76,7 +78,7 @@ def test_sparse_regression_recovers_a_two_term_drift():
 
 
 def test_symbolic_regression_considers_mostly_valid_drifts_and_keeps_only_valid_ones():
-    out = D.symbolic_regression(_dpo_fn(2.0, 0.6), generations=3, population_size=60, n_points=512)
+    out = fit_symbolic(D.prepare_drift(_dpo_fn(2.0, 0.6), n_points=512), generations=3, population_size=60)
     assert out["n_considered"] > 60 and out["valid_share"] >= 0.5
     assert out["n_valid"] == round(out["valid_share"] * out["n_considered"])
     assert out["candidates"]
@@ -86,7 +88,7 @@ def test_symbolic_regression_considers_mostly_valid_drifts_and_keeps_only_valid_
 
 
 def test_distil_chooses_from_the_pareto_front_and_is_json():
-    result = D.distil(
+    result = distil_drift(
         _dpo_fn(1.3, 0.9), seed=0, symbolic=True,
         symbolic_kwargs={"generations": 2, "population_size": 50}, n_points=1024,
     )
@@ -109,7 +111,7 @@ def test_distil_chooses_from_the_pareto_front_and_is_json():
 
 def test_slope_fit_matches_dD_dr():
     """fit="slope" ranks by the error of dD/dr; a DPO target is recovered in slope as in value."""
-    result = D.distil(_dpo_fn(1.3, 0.9), symbolic=False, fit="slope", n_points=1024)
+    result = distil_drift(_dpo_fn(1.3, 0.9), symbolic=False, fit="slope", n_points=1024)
     chosen = result["chosen"]
     assert result["fit"] == "slope" and chosen["error"] == chosen["slope"]["rmse"]
     assert chosen["slope"]["r2"] > 0.999 and chosen["grid"]["r2"] > 0.999
@@ -166,7 +168,7 @@ def test_value_loss_distillation_recovers_a_known_loss():
         e = v - t
         return e**2 / 2 + 0.3 * jnp.where(e < 0, e**2 / 2, 0.0) - 0.2 * c * jnp.tanh(e / c)
 
-    report = D.distil_value_loss(learned, errors, targets)
+    report = distil_value_loss(learned, errors, targets)
     chosen = report["chosen"]
     assert chosen["r2"] > 0.9999 and not chosen["violations"], chosen
     assert sorted(chosen["terms"]) == sorted(["e^2/2[e<0]", f"-{c}tanh(e/{c})"])
@@ -199,7 +201,7 @@ def test_a_progress_dependent_drift_is_distilled_at_both_ends_and_interpolated()
     from meta_objectives.expressions import evaluate_numpy
 
     target = ClosedFormDrift(f"(1 - p)*({dpo_expression(2.0, 0.6)}) + p*({PPO_CLIP_EXPRESSION})")
-    report = D.distil_over_progress(target, seed=0, symbolic=False)
+    report = distil_over_progress(target, seed=0, symbolic=False)
     chosen = report["chosen"]
     assert chosen["method"] == "interpolated" and not chosen["violations"] and chosen["r2"] > 0.999
     assert [e["progress"] for e in report["ends"]] == [0.0, 1.0]
@@ -215,7 +217,7 @@ def test_a_value_loss_on_the_clipped_base_is_exported_with_its_clipping(tmp_path
     at v_old = v (where the clipping does nothing), so its expressions are over e, t alone; the
     report carries the base, and the export applies PPO's value clipping to the chosen expression
     again, in the objectives file and in the module, instead of silently dropping it."""
-    from analysis.distil_run import distil_value_loss
+    from analysis.distillation.run import distil_run_value_loss
     from meta_objectives.closed_form import ClosedFormValueLoss
 
     learned = mo.LearnedClippedValueLoss()
@@ -226,7 +228,7 @@ def test_a_value_loss_on_the_clipped_base_is_exported_with_its_clipping(tmp_path
     clipping_active = np.abs(np.asarray(value - old_value)) > learned.clip_eps
     for i, params in enumerate((init, rand)):
         objectives = mo.Objectives(value_loss=learned)
-        report = distil_value_loss(tmp_path / f"d{i}", np.asarray(value), np.asarray(target), objectives,
+        report = distil_run_value_loss(tmp_path / f"d{i}", np.asarray(value), np.asarray(target), objectives,
                                    {"value_loss": params}, seed=0, symbolic=False)
         assert report["closed_form_base"] == {"base": "clipped_l2", "clip_eps": learned.clip_eps}
         expression = report["chosen"]["expression"]

@@ -1,4 +1,4 @@
-"""The symbolic search whose candidates are valid by construction (analysis.distil_search), and
+"""The symbolic search whose candidates are valid by construction (analysis.distillation.search), and
 distillation of synthetic drifts that are not in the fitting library: each must come back as a
 valid closed form with grid R^2 >= 0.99, its slope error reported, within a small budget."""
 
@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from analysis import distil as D
-from analysis.distil_search import Plug, Problem, search, transform, transform_expression
+from analysis.distillation import fit as D
+from analysis.distillation.search import Plug, Problem, search, transform, transform_expression
 from meta_objectives.closed_form import ClosedFormDrift
 from meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
 from meta_objectives.expressions import evaluate_numpy
@@ -22,7 +22,7 @@ BUDGET = {"generations": 12, "population_size": 150}
 
 
 def _random_tree(rng, terminals, depth):
-    from analysis.distil_search import BINARY, UNARY
+    from analysis.distillation.search import BINARY, UNARY
 
     if depth == 0 or rng.random() < 0.3:
         return ("c", float(rng.uniform(-2, 2))) if rng.random() < 0.25 else ("x", terminals[rng.integers(len(terminals))])
@@ -55,7 +55,7 @@ def test_any_tree_becomes_a_valid_drift():
                                           ("|A|-scaled exponential", EXP_ABS_A)])
 def test_distil_finds_drifts_outside_its_library(name, target):
     start = time.perf_counter()
-    report = D.distil(target, symbolic_kwargs=BUDGET, n_points=2048)
+    report = D.distil_drift(target, symbolic_kwargs=BUDGET, n_points=2048)
     seconds = time.perf_counter() - start
     chosen = report["chosen"]
     assert chosen is not None and chosen["violations"] == []
@@ -81,7 +81,7 @@ def test_distil_finds_a_progress_dependent_mix():
 
 
 def test_slope_fit_recovers_the_kl_penalty():
-    report = D.distil(KL, fit="slope", symbolic_kwargs=BUDGET, n_points=2048)
+    report = D.distil_drift(KL, fit="slope", symbolic_kwargs=BUDGET, n_points=2048)
     chosen = report["chosen"]
     assert chosen["slope"]["grid"]["r2"] >= 0.999 and chosen["grid"]["r2"] >= 0.99
 

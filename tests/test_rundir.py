@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from analysis.distil_run import write_output
+from analysis.distillation.run import write_output
 from analysis.runs import Run, parse_metrics
 from meta_objectives.errors import EXIT_TERMINATED, MetadiscoError
 from metadisco.engine import MetaTrainer

@@ -1,7 +1,7 @@
 """`metadisco distil RUN_DIR`: fit closed forms to what the run evolved (its drift and/or value loss).
 
 The fit runs on the points that PPO training with the discovered objectives visits on every
-meta-training environment (analysis.distil_run writes RUN_DIR/distil/distil.json, value_loss.json
+meta-training environment (analysis.distillation.run writes RUN_DIR/distil/distil.json, value_loss.json
 and the figures); this module maps the command line onto it and prints the Pareto fronts.
 """
 
@@ -12,7 +12,7 @@ def _visited(cfg: dict, objectives, params, seed: int = 0):
     """(ratio, advantage, value, target, progress) rows PPO visits, equally many per environment."""
     import jax
 
-    from analysis.distil_run import balanced, visited_samples
+    from analysis.distillation.run import balanced, visited_samples
     from inner_loops import make_env
     from metadisco.config import RunConfig, ppo_config
 
@@ -24,7 +24,7 @@ def _visited(cfg: dict, objectives, params, seed: int = 0):
 
 def distil_for_run(run, cfg, objectives, params, which, plugs, **options) -> dict:
     """Distil `plugs` of a run on the points PPO visits with its objectives -> {plug: report}."""
-    from analysis.distil_run import check_options, distil_run
+    from analysis.distillation.run import check_options, distil_run
 
     check_options(options.get("progress"), options.get("prior_fraction", 0.5), options.get("fit", "value"))
     rows = _visited(cfg, objectives, params, options.get("seed", 0))
@@ -33,7 +33,7 @@ def distil_for_run(run, cfg, objectives, params, which, plugs, **options) -> dic
 
 def print_report(plug: str, report: dict) -> None:
     """The Pareto front as a numbered table (the numbers `export --candidate` takes) and the choice."""
-    from analysis.distil_run import pareto_rows
+    from analysis.distillation.run import pareto_rows
 
     sym = report.get("symbolic")
     for s in sym if isinstance(sym, list) else [sym] if sym else []:
@@ -57,7 +57,7 @@ def print_report(plug: str, report: dict) -> None:
 
 
 def run(args) -> None:
-    from analysis.distil_run import REPORT_FILES, distillable
+    from analysis.distillation.run import REPORT_FILES, distillable
     from analysis.runs import Run
 
     run = Run(args.run_dir)

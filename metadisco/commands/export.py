@@ -16,7 +16,7 @@ from meta_objectives.errors import MetadiscoError
 
 
 def run(args) -> None:
-    from analysis.distil_run import DISTILLABLE, distillable, pareto_rows, stored_report
+    from analysis.distillation.run import DISTILLABLE, distillable, pareto_rows, stored_report
     from analysis.export import export_closed_form, export_discogen
     from analysis.runs import Run
     from meta_objectives.closed_form import closed_form_base

@@ -1,15 +1,9 @@
 """Distil a learned drift D(r, A) into a closed form (as LPO was distilled into DPO, Lu et al. 2022),
-and a learned value loss L(e, t) into a sparse sum of valid loss terms (`distil_value_loss`).
+and a learned value loss L(e, t) into L2 plus a sparse sum of valid loss terms.
 
-Three fitters over the same data, each giving candidates in one format:
-
-  fit_dpo              least squares of the DPO family (alpha, beta > 0) to D
-  sparse_regression    non-negative least squares over a library of terms that satisfy the drift
-                       constraints by construction (>= 0, zero value and slope at r = 1), best
-                       subsets of 1..k terms plus sequential thresholding
-  symbolic_regression  genetic programming whose candidates are valid drifts by construction
-                       (analysis.distil_search: every tree g becomes c relu(g - T_1[g]), T_1[g] its
-                       one-sided first-order expansion at r = 1); its Pareto front of size vs error
+    distil_drift(drift_fn, samples)           fit_dpo, fit_sparse and fit_symbolic on the same points
+    distil_over_progress(drift_fn, samples)   a TA-LPO drift: fitted at both ends of training, interpolated
+    distil_value_loss(loss_fn, errors, targets)   the departure of a value loss from L2
 
 Data: the fit points are where training actually goes. Pass visited (ratio, advantage) samples
 from training; without them points are drawn from a default prior, A ~ N(0, 1) (advantages are
@@ -19,9 +13,6 @@ r in [0.5, 2], A in [-3, 3]. A candidate is a JSON-able dict:
   {"method", "expression" (a sympy string for meta_objectives.ClosedFormDrift), "complexity"
    (sympy count_ops), "n_terms", "r2", "max_abs_error", "rmse" (on the fit points),
    "grid": {"r2", "max_abs_error", "rmse", "weighted_rmse"}}
-
-The fit points and scoring live in analysis.distil_data, the fitting methods and term libraries
-in analysis.distil_methods; this module is the entry point (names from both are re-exported).
 
 `drift_fn(ratio, advantage, progress) -> D` is a plain callable (jax or numpy); a drift objective
 (with its params, via meta_objectives.constraints.as_drift_fn) or an expression string also work.
@@ -33,87 +24,29 @@ import itertools
 
 import numpy as np
 
-from analysis.distil_data import (  # noqa: F401  (re-exported: part of this module's API)
+from analysis.distillation.data import (
     GRID_A,
     GRID_NUM,
     GRID_R,
     FitData,
     candidate,
     choose,
-    evaluation_grid,
     prepare_drift,
-    round_sig,
-    sample_prior,
     target_slope,
     valid_subsample,
     visitation_samples,
-    visitation_weights,
 )
-from analysis.distil_methods import (  # noqa: F401
-    DPO_FAMILY,
-    drift_library,
-    fit_dpo_data,
-    sparse_fit,
-    symbolic_fit,
-    value_loss_library,
-)
+from analysis.distillation.methods import fit_dpo, fit_sparse, fit_symbolic, value_loss_library
 from meta_objectives.constraints import check_drift_constraints
 from meta_objectives.errors import MetadiscoError
 from meta_objectives.fileio import to_jsonable
-
-
-def fit_dpo(drift_fn, samples=None, progress: float = 0.0, seed: int = 0, n_points: int = 4096,
-            fit: str = "value") -> dict:
-    """Least-squares fit of the DPO family (Lu et al. 2022) to D on the fit points.
-
-    Returns a candidate dict plus "alpha", "beta" (both > 0, rounded to 6 significant digits as
-    in "expression"). Fitted in log(alpha), log(beta), multi-start from DPO_STARTS.
-    """
-    return fit_dpo_data(prepare_drift(drift_fn, samples, progress, seed, n_points, fit))
-
-
-def sparse_regression(
-    drift_fn,
-    samples=None,
-    progress: float = 0.0,
-    seed: int = 0,
-    max_terms: int = 3,
-    library: list[tuple[str, str]] | None = None,
-    max_subsets: int = 2000,
-    beam_width: int = 20,
-    threshold: float = 0.05,
-    n_points: int = 4096,
-    fit: str = "value",
-) -> list[dict]:
-    """Sparse non-negative fits D ~ sum_i w_i term_i (w_i >= 0, so the sum stays a valid drift).
-
-    For each size 1..max_terms: the best subset of `library` (default `drift_library()`), found
-    exhaustively while there are at most `max_subsets` subsets and by beam search beyond; plus
-    sequential thresholding of the full NNLS fit (drop terms contributing < `threshold` of the
-    largest, refit). Returns candidate dicts sorted by rmse.
-    """
-    data = prepare_drift(drift_fn, samples, progress, seed, n_points, fit)
-    return sparse_fit(data, max_terms, library, max_subsets, beam_width, threshold)
-
-
-def symbolic_regression(drift_fn, samples=None, seed: int = 0, progress: float = 0.0, n_points: int = 4096,
-                        fit: str = "value", **search_options) -> dict:
-    """The valid-by-construction symbolic search (analysis.distil_search) on D's fit points.
-
-    search_options: generations (20), population_size (200), max_size (15 nodes), parsimony,
-    time_limit (seconds). Returns {"candidates": the search's Pareto front as candidate dicts,
-    "n_considered", "n_valid", "valid_share", "seconds", "generations", "population_size"}.
-    """
-    data = prepare_drift(drift_fn, samples, progress, seed, n_points, fit)
-    return symbolic_fit(data, seed=seed, **search_options)
-
 
 # ---------------------------------------------------------------------------------------------
 # All together
 # ---------------------------------------------------------------------------------------------
 
 
-def distil(
+def distil_drift(
     drift_fn,
     samples=None,
     seed: int = 0,
@@ -125,7 +58,7 @@ def distil(
     symbolic_kwargs: dict | None = None,
     fit: str = "value",
 ) -> dict:
-    """Run fit_dpo, sparse_regression and (optionally) symbolic_regression on the same points.
+    """Run fit_dpo, fit_sparse and (optionally) fit_symbolic on the same fit points (`prepare_drift`).
 
     Returns a JSON-able dict {"dpo_fit", "candidates" (all, sorted by error, each with its
     "violations" and "score"), "pareto" (indices into "candidates": the valid ones on the front of
@@ -134,11 +67,11 @@ def distil(
     valid, valid share, seconds; or None), "fit", "data"}.
     """
     data = prepare_drift(drift_fn, samples, progress, seed, n_points, fit)
-    dpo = fit_dpo_data(data)
-    candidates = [dpo] + sparse_fit(data, max_terms)
+    dpo = fit_dpo(data)
+    candidates = [dpo] + fit_sparse(data, max_terms)
     sym = None
     if symbolic:
-        sym = symbolic_fit(data, seed=seed, **(symbolic_kwargs or {}))
+        sym = fit_symbolic(data, seed=seed, **(symbolic_kwargs or {}))
         candidates += sym.pop("candidates")
     return to_jsonable({
         "dpo_fit": dpo,
@@ -167,7 +100,7 @@ def distil_over_progress(drift_fn, samples=None, seed: int = 0, symbolic: bool =
     half of training when `samples` carry a progress column ([n, 3]: ratio, advantage, progress;
     [n, 2]: all samples at both ends). A convex combination of two valid drifts is a valid drift,
     so every pair from the two ends' Pareto fronts is a candidate, scored on every sample at its
-    own progress and on the grid at p0, the middle and p1. Returns `distil`'s report format (the
+    own progress and on the grid at p0, the middle and p1. Returns `distil_drift`'s report format (the
     ends' own reports are kept under "ends").
     """
     p0, p1 = progresses
@@ -180,7 +113,7 @@ def distil_over_progress(drift_fn, samples=None, seed: int = 0, symbolic: bool =
             for k, half in enumerate((rows[rows[:, 2] < mid], rows[rows[:, 2] >= mid])):
                 if len(half) >= 20:
                     halves[k] = half[:, :2]
-    ends = [distil(drift_fn, h, seed=seed, symbolic=symbolic, progress=p, n_points=n_points,
+    ends = [distil_drift(drift_fn, h, seed=seed, symbolic=symbolic, progress=p, n_points=n_points,
                    complexity_penalty=complexity_penalty, **kwargs) for h, p in zip(halves, progresses)]
     # every sample at its own progress (the prior: progress uniform over [p0, p1])
     rng = np.random.default_rng(seed)
@@ -254,7 +187,7 @@ def distil_value_loss(
     loss_fn(value, target) -> per-sample L (jax or numpy). errors, targets: visited prediction
     errors v - target and targets, (n,) each (targets None: 0). The report grid is e in
     [-3s, 3s] (s = std of the errors) at the median target. Returns {"candidates", "pareto",
-    "chosen", "data", "complexity_penalty"} in the format of `distil`; each candidate's
+    "chosen", "data", "complexity_penalty"} in the format of `distil_drift`; each candidate's
     "expression" is the whole loss (e**2/2 + ...), checked with `check_value_loss_constraints`.
     """
     errors = np.asarray(errors, np.float64).ravel()
@@ -285,12 +218,12 @@ def distil_value_loss(
         source="samples", kind="value_loss", fit=fit,
         s=departure_slope(errors, targets), grid_s=departure_slope(grid_e, grid_t),
     )
-    residuals = sparse_fit(data, max_terms, value_loss_library(scale))
+    residuals = fit_sparse(data, max_terms, value_loss_library(scale))
     l2 = candidate("0", data, "l2", 0)  # no departure at all: the L2 loss evolution started from
     candidates = [l2] + residuals
     sym = None
     if symbolic:
-        sym = symbolic_fit(data, seed=seed, **(symbolic_kwargs or {}))
+        sym = fit_symbolic(data, seed=seed, **(symbolic_kwargs or {}))
         candidates += sym.pop("candidates")
     for c in candidates:
         c["departure"] = c["expression"]

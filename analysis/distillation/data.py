@@ -1,4 +1,4 @@
-"""The data of a distillation and how a candidate closed form is scored (analysis.distil's base).
+"""The data of a distillation and how a candidate closed form is scored.
 
     sample_prior / visitation_weights / visitation_samples   fit points (r, A) where training goes
     evaluation_grid                                          the fixed report grid
@@ -209,7 +209,7 @@ class FitData:
         return check_value_loss_constraints(expression)
 
 
-def prepare_drift(drift_fn, samples, progress, seed, n_points, fit: str = "value",
+def prepare_drift(drift_fn, samples=None, progress=0.0, seed: int = 0, n_points: int = 4096, fit: str = "value",
                   grid_progresses: tuple[float, ...] | None = None) -> FitData:
     """Fit points (visited `samples` or the prior), the target's values and slopes there and on
     the grid. progress: one value, or one per sample (then `samples` are used as given, aligned

@@ -4,6 +4,7 @@
     rows = visited_samples(key, env, ppo, objectives, params)   [n, 5] (ratio, advantage, value, target, progress)
     rows = balanced([rows_env1, rows_env2, ...], seed)  equally many rows from each environment
     reports = distil_run(run, rows, objectives, params, plugs=plugs)   writes RUN_DIR/distil/
+                                                      (per plug: distil_run_drift, distil_run_value_loss)
     report = stored_report(run, plug)                 a report written earlier, or None
 
 `metadisco distil` and `metadisco export` are thin callers of these. The rows come from every
@@ -30,9 +31,10 @@ PARETO_FIGURES = {"drift": "distil_pareto", "value_loss": "value_loss_pareto"}
 ROW_COLUMNS = ("ratio", "advantage", "value", "target", "progress")
 
 
-def distillable(config: dict) -> tuple[str, ...]:
-    """The run's evolved plug points that have closed forms; RunDirError when there are none."""
-    evolved = tuple(config.get("objectives", {}).get("evolve", ("drift",)))
+def distillable(config) -> tuple[str, ...]:
+    """The evolved plug points of a run's config (a RunConfig, `Run.config()`) that have closed
+    forms; RunDirError when there are none."""
+    evolved = config.objectives.evolve
     plugs = tuple(p for p in DISTILLABLE if p in evolved)
     if not plugs:
         raise RunDirError(
@@ -73,7 +75,7 @@ def balanced(row_sets, seed: int = 0):
 
 def check_options(progress: float | None = None, prior_fraction: float = 0.5, fit: str = "value") -> None:
     """Refuse out-of-range options before any compute (MetadiscoError)."""
-    from analysis.distil_data import FITS
+    from analysis.distillation.data import FITS
 
     if fit not in FITS:
         raise MetadiscoError(f"--fit must be one of {', '.join(FITS)}, got {fit!r}")
@@ -108,10 +110,10 @@ def distil_run(run: Run, rows, objectives, params, which: str = "mean", symbolic
     options = {"symbolic": symbolic, "seed": seed, "fit": fit, "symbolic_kwargs": symbolic_kwargs}
     reports = {}
     if "drift" in plugs:
-        reports["drift"] = distil_drift(out, rows[:, [0, 1, 4]], objectives, params, progress=progress,
+        reports["drift"] = distil_run_drift(out, rows[:, [0, 1, 4]], objectives, params, progress=progress,
                                         prior_fraction=prior_fraction, **options)
     if "value_loss" in plugs:
-        reports["value_loss"] = distil_value_loss(out, rows[:, 2], rows[:, 3], objectives, params, **options)
+        reports["value_loss"] = distil_run_value_loss(out, rows[:, 2], rows[:, 3], objectives, params, **options)
     for plug, report in reports.items():
         report["source"] = {"run_dir": str(run.path), "which": which, plug: getattr(objectives, plug).spec(),
                             "n_rows": int(len(rows)),
@@ -168,16 +170,16 @@ def _save_figure(fig, stem) -> None:
         save_figure(fig, stem)
 
 
-def distil_drift(out, samples, objectives, params, symbolic, progress, seed, prior_fraction, fit="value",
-                 symbolic_kwargs=None) -> dict:
+def distil_run_drift(out, samples, objectives, params, symbolic, progress, seed, prior_fraction, fit="value",
+                     symbolic_kwargs=None) -> dict:
     """Fit the drift on visited (r, A, progress) [n, 3] mixed with the prior (at uniform progress);
     draws learned vs distilled."""
     import jax
     import numpy as np
 
-    from analysis.distil import distil, distil_over_progress, sample_prior
-    from analysis.figures.drift import DriftDifference
-    from analysis.plots import drift_surface_figure
+    from analysis.distillation.data import sample_prior
+    from analysis.distillation.fit import distil_drift, distil_over_progress
+    from analysis.figures.drift import DriftDifference, drift_surface_figure
     from meta_objectives import ClosedFormDrift
 
     drift, dparams = objectives.drift, params["drift"]
@@ -197,7 +199,7 @@ def distil_drift(out, samples, objectives, params, symbolic, progress, seed, pri
     if over_progress:  # TA-LPO: interpolate closed forms fitted at the start and the end of training
         report = distil_over_progress(jax.jit(drift_fn), samples=samples, **options)
     else:
-        report = distil(jax.jit(drift_fn), samples=samples[:, :2], progress=progress, **options)
+        report = distil_drift(jax.jit(drift_fn), samples=samples[:, :2], progress=progress, **options)
     if report["chosen"]:
         closed = ClosedFormDrift(report["chosen"]["expression"])
         _save_figure(drift_surface_figure({
@@ -208,8 +210,8 @@ def distil_drift(out, samples, objectives, params, symbolic, progress, seed, pri
     return report
 
 
-def distil_value_loss(out, values, targets, objectives, params, seed, symbolic=True, fit="value",
-                      symbolic_kwargs=None) -> dict:
+def distil_run_value_loss(out, values, targets, objectives, params, seed, symbolic=True, fit="value",
+                          symbolic_kwargs=None) -> dict:
     """Fit the value loss on visited predictions and targets [n]; draws learned vs distilled.
 
     The loss is sampled at v_old = v, where PPO's value clipping does nothing, so the expressions
@@ -218,14 +220,14 @@ def distil_value_loss(out, values, targets, objectives, params, seed, symbolic=T
     (learned_clipped) keeps its clipping, which export applies to the chosen expression."""
     import jax
 
-    from analysis.distil import distil_value_loss as fit_value_loss
-    from analysis.plots import value_loss_figure
+    from analysis.distillation.fit import distil_value_loss
+    from analysis.figures.value_loss import value_loss_figure
     from meta_objectives.closed_form import ClosedFormValueLoss, closed_form_base
 
     loss, lparams = objectives.value_loss, params["value_loss"]
     loss_fn = jax.jit(lambda v, t: loss.value_loss(lparams, v, t, v))
-    report = fit_value_loss(loss_fn, values - targets, targets, seed=seed, symbolic=symbolic, fit=fit,
-                            symbolic_kwargs=symbolic_kwargs)
+    report = distil_value_loss(loss_fn, values - targets, targets, seed=seed, symbolic=symbolic, fit=fit,
+                               symbolic_kwargs=symbolic_kwargs)
     report["closed_form_base"] = base = closed_form_base(loss)
     if report["chosen"]:
         span = 3 * report["data"]["error_std"]

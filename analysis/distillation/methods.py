@@ -1,13 +1,14 @@
 """The fitting methods of a distillation, each over a FitData, each giving candidates in one format.
 
-    fit_dpo_data(data)           least squares of the DPO family (alpha, beta > 0)
-    sparse_fit(data, library)    non-negative best subsets of a term library, plus thresholding
-    symbolic_fit(data)           genetic programming whose candidates are valid by construction
-                                 (analysis.distil_search): its Pareto front of size against error
-    drift_library(), value_loss_library(scale)   the term libraries sparse_fit draws from
+    fit_dpo(data)                least squares of the DPO family (alpha, beta > 0)
+    fit_sparse(data, library)    non-negative best subsets of a term library, plus thresholding
+    fit_symbolic(data)           genetic programming whose candidates are valid by construction
+                                 (analysis.distillation.search): its Pareto front of size against error
+    drift_library(), value_loss_library(scale)   the term libraries fit_sparse draws from
                                                  (drift_library lives in meta_objectives.drift_terms)
 
-Each matches what `data.fit` says: the target's values or its slopes along r (or e).
+`data` is a FitData (`analysis.distillation.data.prepare_drift` for a drift). Each matches what
+`data.fit` says: the target's values or its slopes along r (or e).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import math
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from analysis.distil_data import FitData, candidate, round_sig
-from analysis.distil_search import Plug, Problem, search, transform_expression, tree_str
+from analysis.distillation.data import FitData, candidate, round_sig
+from analysis.distillation.search import Plug, Problem, search, transform_expression, tree_str
 from meta_objectives.drift_terms import drift_library
 from meta_objectives.formulas import DPO_FORMULA, dpo_expression
 
@@ -31,7 +32,12 @@ DPO_FAMILY = DPO_FORMULA.template  # symbols alpha, beta > 0
 DPO_STARTS = ((2.0, 0.6), (1.0, 1.0), (0.5, 0.3), (4.0, 2.0))
 
 
-def fit_dpo_data(data: FitData) -> dict:
+def fit_dpo(data: FitData) -> dict:
+    """Least-squares fit of the DPO family (Lu et al. 2022) to the target on the fit points.
+
+    Returns a candidate dict plus "alpha", "beta" (both > 0, rounded to 6 significant digits as
+    in "expression"). Fitted in log(alpha), log(beta), multi-start from DPO_STARTS.
+    """
     def residual(theta):
         alpha, beta = np.exp(theta)
         return data.column(DPO_FAMILY, alpha=alpha, beta=beta) - data.target
@@ -50,7 +56,16 @@ def fit_dpo_data(data: FitData) -> dict:
 # Sparse regression over a constrained library
 # ---------------------------------------------------------------------------------------------
 
-def sparse_fit(data, max_terms=3, library=None, max_subsets=2000, beam_width=20, threshold=0.05):
+def fit_sparse(data: FitData, max_terms: int = 3, library: list[tuple[str, str]] | None = None,
+               max_subsets: int = 2000, beam_width: int = 20, threshold: float = 0.05) -> list[dict]:
+    """Sparse non-negative fits target ~ sum_i w_i term_i (w_i >= 0, so a sum of valid drifts stays
+    valid).
+
+    For each size 1..max_terms: the best subset of `library` (default `drift_library()`), found
+    exhaustively while there are at most `max_subsets` subsets and by beam search beyond; plus
+    sequential thresholding of the full NNLS fit (drop terms contributing < `threshold` of the
+    largest, refit). Returns candidate dicts sorted by rmse.
+    """
     library = drift_library() if library is None else list(library)
     columns, names, terms = [], [], []
     for name, term in library:
@@ -118,16 +133,19 @@ def _record(chosen, subset, w, method="sparse", rel_tol=1e-4):
 # ---------------------------------------------------------------------------------------------
 
 
-def symbolic_fit(data: FitData, generations: int = 20, seed: int = 0, population_size: int = 200,
+def fit_symbolic(data: FitData, generations: int = 20, seed: int = 0, population_size: int = 200,
                  max_size: int = 15, parsimony: float = 1e-3, time_limit: float | None = None) -> dict:
-    """analysis.distil_search over `data` (at one progress) -> {"candidates" (the search's Pareto
-    front as candidate dicts), "n_considered", "n_valid", "valid_share", "seconds", ...}.
+    """The valid-by-construction search (analysis.distillation.search) over `data` (at one
+    progress) -> {"candidates" (the search's Pareto front as candidate dicts), "n_considered",
+    "n_valid", "valid_share", "seconds", "generations", "population_size"}.
+
+    generations, population_size, max_size (nodes), parsimony, time_limit (seconds): the search's budget.
 
     A drift candidate is c * relu(g - T_1[g] - DELTA); a value-loss departure from L2 is
     (b - 1) e^2/2 + c * relu(g - T_0[g] - DELTA), b, c >= 0 (the whole loss b e^2/2 + c ...).
     """
     if not data.scalar_progress:
-        raise ValueError("symbolic_fit fits one progress at a time; distil_over_progress interpolates")
+        raise ValueError("fit_symbolic fits one progress at a time; distil_over_progress interpolates")
     plug = Plug(data.kind)
     base = ()
     if data.kind == "value_loss":  # the departure's e^2/2 coefficient may fall to -1 (b >= 0)
