@@ -85,10 +85,27 @@ def test_drawing_leaves_the_users_matplotlib_settings_alone(drifts):
     assert {k for k in before if str(before[k]) != str(after[k])} == set()
 
 
-def test_drift_comparison_table(lpo):
-    d = plots.default_drift_comparison(*lpo)
-    assert list(d) == ["learned (LPO)", "PPO-clip (ε = 0.2)", "DPO (α = 2, β = 0.6)"]
-    assert isinstance(d["PPO-clip (ε = 0.2)"][0], mo.PPOClip) and isinstance(d["DPO (α = 2, β = 0.6)"][0], mo.DPO)
+@pytest.mark.parametrize("which", ["lpo", "drift_mix(eps=0.3)"])
+def test_drift_comparison_draws_what_its_titles_say(lpo, which):
+    """The given drift at its own parameters first, then PPO-clip at the epsilon its title gives (the
+    given drift's own) and DPO at the constants its title gives, each checked against its formula
+    written out here (Schulman et al. 2017; Lu et al. 2022, DPO)."""
+    objective, params = lpo if which == "lpo" else (mo.DriftMix(clip_eps=0.3), None)
+    comparison = plots.default_drift_comparison(objective, params)
+    (title, (drawn, drawn_params)), (ppo_title, (ppo, ppo_params)), (dpo_title, (dpo, dpo_params)) = comparison.items()
+    r, a = np.meshgrid(np.linspace(0.3, 3.0, 41, dtype=np.float32), np.linspace(-3.0, 3.0, 41, dtype=np.float32))
+    assert title == objective.title
+    want = objective.drift(params if params is not None else objective.default_params(), r, a, 0.0)
+    np.testing.assert_array_equal(drawn.drift(drawn_params, r, a, 0.0), want)
+    eps = float(re.fullmatch(r"PPO-clip \(ε = ([0-9.]+)\)", ppo_title).group(1))
+    assert eps == getattr(objective, "clip_eps", 0.2)
+    np.testing.assert_allclose(ppo.drift(ppo_params, r, a, 0.0), np.maximum((r - np.clip(r, 1 - eps, 1 + eps)) * a, 0.0),
+                               atol=1e-6)
+    alpha, beta = map(float, re.fullmatch(r"DPO \(α = ([0-9.]+), β = ([0-9.]+)\)", dpo_title).groups())
+    x = np.where(a >= 0, (r - 1) * a, np.log(r) * a)
+    scale = np.where(a >= 0, alpha, beta)
+    np.testing.assert_allclose(dpo.drift(dpo_params, r, a, 0.0), np.maximum(x - scale * np.tanh(x / scale), 0.0),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_drift_surface_figure(drifts):

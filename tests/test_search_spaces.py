@@ -57,8 +57,23 @@ def test_the_families_are_registered_and_picked_up_by_the_registry_tests():
     assert DPOSchedule.options() == {"alpha": (float, 2.0), "beta": (float, 0.6)}
     assert sum(np.size(x) for x in jax.tree.leaves(DriftMix().default_params())) == 40  # tens, not a thousand
     assert sum(np.size(x) for x in jax.tree.leaves(DPOSchedule().default_params())) == 4
-    assert DPOSchedule().depends_on_progress and DriftMix().depends_on_progress
-    assert DPOSchedule().plotted and DriftMix().plotted
+
+
+def _moves_with_progress(objective, params, ratio, adv) -> bool:
+    """Whether the drift at `params` differs anywhere on (ratio, adv) between progress 0 and 1."""
+    return not np.array_equal(objective.drift(params, ratio, adv, 0.0), objective.drift(params, ratio, adv, 1.0))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_depends_on_progress_is_true_exactly_when_members_change_over_training(name):
+    """Analysis draws a drift over training progress, and distils it over p, where
+    `depends_on_progress` says so: it must hold exactly where the members' drift moves with p
+    (the weights of a mix with schedule=False do not)."""
+    objective = FAMILIES[name]
+    k_r, k_a = jax.random.split(jax.random.key(2))
+    ratio, adv = jnp.exp(0.5 * jax.random.normal(k_r, (512,))), 2.0 * jax.random.normal(k_a, (512,))
+    moves = [_moves_with_progress(objective, es_member(objective, jax.random.key(i), 1.0), ratio, adv) for i in range(3)]
+    assert objective.depends_on_progress == any(moves), (name, moves)
 
 
 @functools.cache
@@ -123,7 +138,8 @@ def test_the_member_is_its_own_closed_form(name):
         params = es_member(objective, jax.random.key(i), scale)
         expression = objective.closed_form(params)
         closed = ClosedFormDrift(expression)  # parses under the safe grammar
-        assert closed.depends_on_progress == (name == "dpo_schedule" or "p" in expression)
+        # it reads p exactly when the member changes with p (analysis plots and distils over p by this)
+        assert closed.depends_on_progress == _moves_with_progress(objective, params, ratio, adv), expression
         for progress in (0.0, 0.5, 1.0):
             np.testing.assert_allclose(closed.drift({}, ratio, adv, progress), objective.drift(params, ratio, adv, progress),
                                        rtol=1e-5, atol=1e-5, err_msg=f"{name} at p={progress}: {expression}")

@@ -16,6 +16,7 @@ import pytest
 from analysis.suites import EvaluationError
 from analysis.targets import resolve_target
 from inner_loops import PPOConfig, make_env, make_train
+from inner_loops.catalog import check_env_name
 from meta_objectives import Objectives, discovered
 from meta_objectives.constraints import check_objective
 from tests.helpers import metadisco
@@ -41,8 +42,14 @@ def test_every_entry_loads_is_valid_and_says_where_it_comes_from(name):
     assert set(PROVENANCE) <= set(prov), sorted(set(PROVENANCE) - set(prov))
     assert {"envs", "budget", "table", "rows"} <= set(prov["heldout"]) and prov["heldout"]["rows"]
     assert entry.envs and tuple(extra["envs"]) == entry.envs  # evaluate flags them as meta-training envs
-    assert prov["commit"] in prov["config"] and prov["commit"] in prov["how"]
-    assert ("old yardstick" in prov["yardstick"] or "issue 13's yardstick" in prov["yardstick"]) and "\n" not in entry.summary
+    assert "\n" not in entry.summary  # `metadisco zoo` lists one line per entry
+    # the held-out record: real environments, none of them meta-trained on, in tables the repository holds
+    heldout = prov["heldout"]["envs"]
+    for env in heldout:
+        check_env_name(env)
+    assert heldout and not set(heldout) & set(entry.envs), (heldout, entry.envs)
+    tables = [t.strip() for t in prov["heldout"]["table"].split(",")]
+    assert all((ROOT / t).is_file() for t in tables), tables
     # the plug points it lists are exactly those that differ from PPO's
     ppo = Objectives().spec()
     assert set(entry.plugs) == {plug for plug, spec in objectives.spec().items() if spec != ppo[plug]}
@@ -57,9 +64,16 @@ def test_every_entry_loads_is_valid_and_says_where_it_comes_from(name):
 def test_the_commit_an_entry_names_is_in_this_repositorys_history(name):
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
-    commit = discovered.entry(name).provenance["commit"]
+    prov = discovered.entry(name).provenance
+    commit = prov["commit"]
     proc = subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, f"{name}: commit {commit} is not an ancestor of HEAD ({proc.stderr.strip()})"
+    # ... and the experiment file it names ("PATH at commit COMMIT") is there at that commit
+    path, at, config_commit = prov["config"].partition(" at commit ")
+    assert at and config_commit == commit, prov["config"]
+    proc = subprocess.run(["git", "cat-file", "-e", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{name}: {path} is not in commit {commit}"
+    assert Path(path).stem == prov["experiment"], (prov["experiment"], path)  # the experiment it says it ran
 
 
 def test_zoo_targets_resolve_to_objectives_and_unknown_names_fail_with_close_matches():
