@@ -32,6 +32,16 @@ validity-preserving operations: the filter wastes most of the budget (an unconst
 almost never exactly flat at r = 1), and a grammar of products with (r - 1)^2 cannot write the
 KL-like r - 1 - log r, a Bregman divergence, without an infinite series. The transform keeps the
 search over unconstrained g (so crossover and mutation stay simple) and makes every g count.
+
+The drift's terminals are u = r - 1, l = log r, A and the generators f of the f-divergences
+D_f(pi_new || pi_old) = E_old[f(r)] (Csiszar 1967) that trust-region and mirror-learning drifts are
+built from (Schulman et al. 2015 KL; Belousov & Peters 2019 f- and alpha-divergence regions; Kuba
+et al. 2022, mirror learning), each with f(1) = f'(1) = 0 (so T_1[f] = 0: a generator is its own
+candidate, of size 1): kl = r log r - r + 1 (KL), hel = (sqrt r - 1)^2 (squared Hellinger),
+js = (r log r - (1 + r) log((1 + r)/2))/2 (Jensen-Shannon). The others are already small trees:
+reverse KL r - 1 - log r is neg(l), Pearson chi^2 (r - 1)^2 is sq(u), the alpha-divergences
+r^a - 1 - a (r - 1) are exp(a l) (a polished constant). Total variation |r - 1|/2 kinks at r = 1,
+which a drift may not (the transform maps abs(u) to 0); relu(abs(u) - eps) is its flat variant.
 """
 
 from __future__ import annotations
@@ -50,7 +60,15 @@ DELTA = 1e-5  # the transform's dead band, larger than float32 rounding of g at 
 
 UNARY = ("neg", "sq", "relu", "abs", "tanh", "exp")
 BINARY = ("add", "sub", "mul")
-TERMINALS = {"drift": ("u", "l", "A"), "value_loss": ("e", "t")}  # u = r - 1, l = log r
+# f-divergence generators f(r), f(1) = f'(1) = 0 (module docstring); values and slopes derived from these
+DIVERGENCES = {
+    "kl": r_sym * sp.log(r_sym) - r_sym + 1,
+    "hel": (sp.sqrt(r_sym) - 1) ** 2,
+    "js": (r_sym * sp.log(r_sym) - (1 + r_sym) * sp.log((1 + r_sym) / 2)) / 2,
+}
+TERMINALS = {"drift": ("u", "l", "A", *DIVERGENCES), "value_loss": ("e", "t")}  # u = r - 1, l = log r
+_DIVERGENCE_FNS = {k: (sp.lambdify(r_sym, f, "numpy"), sp.lambdify(r_sym, sp.diff(f, r_sym), "numpy"))
+                   for k, f in DIVERGENCES.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,7 +216,8 @@ class Plug:
         y = np.asarray(y, np.float64)
         if self.kind == "drift":
             return {"u": (x - 1.0, direction * np.ones_like(x)), "l": (np.log(x), direction / x),
-                    "A": (y, np.zeros_like(y))}
+                    "A": (y, np.zeros_like(y)),
+                    **{k: (f(x), direction * df(x)) for k, (f, df) in _DIVERGENCE_FNS.items()}}
         return {"e": (x, direction * np.ones_like(x)), "t": (y, np.zeros_like(y))}
 
     @property
@@ -207,9 +226,11 @@ class Plug:
 
     def symbolic_env(self, at_pivot: bool, direction: float = 1.0):
         if self.kind == "drift":
-            if at_pivot:
-                return {"u": (sp.S.Zero, direction), "l": (sp.S.Zero, direction), "A": (A_sym, 0)}
-            return {"u": (r_sym - 1, 1), "l": (sp.log(r_sym), 1 / r_sym), "A": (A_sym, 0)}
+            if at_pivot:  # every generator is 0 and flat at r = 1
+                return {"u": (sp.S.Zero, direction), "l": (sp.S.Zero, direction), "A": (A_sym, 0),
+                        **{k: (sp.S.Zero, sp.S.Zero) for k in DIVERGENCES}}
+            return {"u": (r_sym - 1, 1), "l": (sp.log(r_sym), 1 / r_sym), "A": (A_sym, 0),
+                    **{k: (f, sp.diff(f, r_sym)) for k, f in DIVERGENCES.items()}}
         if at_pivot:
             return {"e": (sp.S.Zero, direction), "t": (t_sym, 0)}
         return {"e": (e_sym, 1), "t": (t_sym, 0)}
@@ -394,8 +415,9 @@ def search(problem: Problem, generations: int = 20, population_size: int = 200, 
         s = score(tree)
         return math.inf if s is None else s["fitness"]
 
-    population = [fold(random_tree(int(rng.integers(1, 4)), full=bool(rng.random() < 0.5)))
-                  for _ in range(population_size)]
+    population = atoms(problem.plug)[:population_size]
+    population += [fold(random_tree(int(rng.integers(1, 4)), full=bool(rng.random() < 0.5)))
+                   for _ in range(population_size - len(population))]
     gens_done = 0
     for _ in range(generations):
         fits = np.array([fitness(t) for t in population])
@@ -420,6 +442,17 @@ def search(problem: Problem, generations: int = 20, population_size: int = 200, 
         "n_considered": len(seen), "n_valid": n_valid, "valid_share": n_valid / max(1, len(seen)),
         "generations": gens_done, "population_size": population_size, "seconds": time.perf_counter() - start,
     })
+
+
+def atoms(plug: Plug) -> list:
+    """The grammar's smallest trees, the start of every search: each terminal, each unary operation
+    of one, and for a drift each r-terminal scaled by A and by |A| (so the f-divergence generators
+    and their advantage-weighted forms are scored from the first generation, not left to chance)."""
+    xs = [("x", t) for t in plug.terminals]
+    trees = xs + [(op, x) for op in UNARY for x in xs]
+    if plug.kind == "drift":
+        trees += [("mul", scale, x) for scale in (("x", "A"), ("abs", ("x", "A"))) for x in xs if x[1] != "A"]
+    return trees
 
 
 def pareto(members: list[dict], size: str = "size", error: str = "rmse") -> list[dict]:
