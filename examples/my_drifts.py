@@ -7,20 +7,16 @@ A drift D(r, A) enters PPO's policy loss as -(r A - D) (LPO, Lu et al. 2022, eq.
 >= 0, and 0 with zero slope at r = 1, so that the first gradient step is the policy gradient.
 """
 
-from dataclasses import dataclass
-
 import jax.numpy as jnp
 
 from meta_objectives import MetaObjective
 
 
-@dataclass(frozen=True)
-class ScaledSquare(MetaObjective):
+class ScaledSquare(MetaObjective):  # a subclass is a frozen dataclass by itself; its title: "scaled square"
     """D(r, A) = c |A| (r - 1)^2: >= 0, and 0 with zero slope at r = 1. `c` evolves."""
 
     plug = "drift"
     name = "scaled_square"
-    title = "scaled square"
     c0: float = 0.5  # an option: objectives.drift.c0=1.0 sets the starting point of evolution
 
     def init(self, key):

@@ -1,9 +1,10 @@
 """The meta-objective interface (the plug-in contract) and the registry of everything that evolves.
 
-A meta-objective is a small frozen dataclass (its fields are static structure: sizes, feature
-switches, constants; they are the options an experiment file sets) with pure functions over a
-separate parameter pytree (which evolution perturbs and vmap batches), as optax's
-`GradientTransformation` and gymnax's `(env, env_params)` split:
+A meta-objective is a small frozen dataclass, which subclassing `MetaObjective` makes it (its
+fields are static structure: sizes, feature switches, constants; they are the options an
+experiment file sets), with pure functions over a separate parameter pytree (which evolution
+perturbs and vmap batches), as optax's `GradientTransformation` and gymnax's `(env, env_params)`
+split:
 
     objective.init(key) -> params        # reproduces the hand-designed baseline exactly
     objective.<plug method>(params, ...) # the function the PPO plug point calls
@@ -20,12 +21,13 @@ Everything else asks the objective about itself through the contract, never by i
 `reads_observations` / `for_env(obs_shape)` / `incompatibility(obs_shape, env_name)`,
 `default_params()` and `options()`.
 
-Adding an objective = one frozen dataclass that sets `plug`, `name` and `title` and implements
-`init` and its plug method, in any module of the user's own: configs name it `module:attr`
-(`objectives.drift=my_drifts:ScaledSquare`), or an installed package registers it under the entry-point
-group `metadisco.objectives` (meta_objectives.plugins). `check_contract` checks all of that when the
-name is resolved, for a plug-in exactly as for a built-in; `@register` (the built-ins) checks it at
-import and makes the class constructible by its short name.
+Adding an objective = one subclass that sets `plug` and `name` (and `title` where the name does
+not read well in a figure) and implements `init` and its plug method, in any module of the user's
+own: configs name it `module:attr` (`objectives.drift=my_drifts:ScaledSquare`), or an installed
+package registers it under the entry-point group `metadisco.objectives` (meta_objectives.plugins).
+`check_contract` checks all of that when the name is resolved, for a plug-in exactly as for a
+built-in; `@register` (the built-ins) checks it at import and makes the class constructible by its
+short name.
 """
 
 from __future__ import annotations
@@ -59,13 +61,41 @@ FROM_ENV = "from_env"  # field metadata key: an option the environment sets (thr
 
 
 class MetaObjective:
-    """Base of all objectives: `init` plus one plug method, and the hooks analysis asks."""
+    """Base of all objectives: `init` plus one plug method, and the hooks analysis asks.
+
+    Every subclass is a frozen dataclass by itself (as flax makes its modules dataclasses in
+    `Module.__init_subclass__`): its annotated class attributes with defaults are its options. A
+    subclass that sets `name` and no `title` is titled by its name ("scaled_square" -> "scaled
+    square"). An explicit `@dataclass(frozen=True)` above a subclass is harmless (see
+    `__init_subclass__`)."""
 
     plug: ClassVar[str]
     name: ClassVar[str]
-    title: ClassVar[str]  # for figures and reports, e.g. "learned (LPO)"
+    title: ClassVar[str]  # for figures and reports, e.g. "learned (LPO)"; defaults to the name
     learned: ClassVar[bool] = False  # True when params are a network (not a few constants)
     reads_observations: ClassVar[bool] = False  # True when sized for one observation shape
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if isinstance(own.get("name"), str) and "title" not in own:
+            cls.title = own["name"].replace("_", " ")
+        declared = {k: v for k, v in own.items() if isinstance(v, dataclasses.Field)}
+        dataclasses.dataclass(frozen=True)(cls)
+        # So that a second pass, an explicit @dataclass(frozen=True) that runs after this hook,
+        # builds the same fields and does not fail: it refuses to overwrite __setattr__ and
+        # __delattr__ (MetaObjective's own keep instances frozen instead), and it reads each
+        # option's default from the class attribute, which must still be the declared Field
+        # where one carries more than a default (metadata such as FROM_ENV, a factory).
+        del cls.__setattr__, cls.__delattr__
+        for k, f in declared.items():
+            setattr(cls, k, f)
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
     def init(self, key: jax.Array) -> Params:
         raise NotImplementedError
@@ -136,7 +166,8 @@ def _fits(value, tp) -> bool:
 
 def check_contract(cls: type) -> type:
     """TypeError saying what to fix when `cls` breaks the objective contract: its plug point, own
-    name and title, a frozen dataclass, its plug method, `init`, options with types and defaults.
+    name (and a title, which the name gives by default), its plug method, `init`, options with
+    types and defaults.
     Built-ins are checked at import (`register`), plug-ins when a config names them, so a class
     that breaks it fails with what to fix, not later inside a jitted PPO."""
     where = cls.__name__
@@ -147,9 +178,10 @@ def check_contract(cls: type) -> type:
     if not isinstance(name, str) or not name.isidentifier():
         raise TypeError(f"{where} must set its own `name` (an identifier), got {name!r}")
     if not isinstance(cls.__dict__.get("title"), str) or not cls.__dict__["title"]:
-        raise TypeError(f"{where} must set its own `title` (how figures and reports name it)")
+        raise TypeError(f"{where}.title must be a non-empty string (how figures and reports name it)")
     if not (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):
-        raise TypeError(f"{where} must be a frozen dataclass: decorate it with @dataclass(frozen=True)")
+        raise TypeError(f"{where} is decorated as a dataclass that is not frozen: every MetaObjective "
+                        "subclass is a frozen dataclass by itself; remove the decorator")
     method = PLUG_METHODS[plug]
     if not callable(getattr(cls, method, None)):
         found = [m for m in dir(cls) if not m.startswith("_") and callable(getattr(cls, m))]
@@ -174,8 +206,8 @@ def check_contract(cls: type) -> type:
 
 
 def register(cls: type) -> type:
-    """Class decorator (above @dataclass(frozen=True)): `check_contract`, then make `cls`
-    constructible by its short name via `make_objective`."""
+    """Class decorator: `check_contract`, then make `cls` constructible by its short name via
+    `make_objective`."""
     check_contract(cls)
     plug, name = cls.plug, cls.name
     registry = _REGISTRY[plug]
@@ -249,8 +281,8 @@ def objective_class(plug: str, name: str) -> type:
 def plugin_class(plug: str, name: str, obj) -> type:
     """`obj` (what plug-in `name` resolved to) checked as an objective class for `plug`."""
     if not (isinstance(obj, type) and issubclass(obj, MetaObjective)):
-        raise PluginError(f"{plug} objective {name!r} is a {type(obj).__name__}, not an objective: give a frozen "
-                          "dataclass that subclasses meta_objectives.MetaObjective")
+        raise PluginError(f"{plug} objective {name!r} is a {type(obj).__name__}, not an objective: give a class "
+                          "that subclasses meta_objectives.MetaObjective")
     if getattr(obj, "plug", None) != plug:
         raise PluginError(f"{name!r} is a {getattr(obj, 'plug', None)} objective, not a {plug} objective: "
                           f"it cannot fill the {plug} plug point")

@@ -9,7 +9,6 @@ the string). Constraint checks live in constraints.py.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from meta_objectives.base import MetaObjective, register
 from meta_objectives.expressions import (
@@ -27,7 +26,6 @@ VALUE_LOSS_L2_EXPRESSION = L2_EXPRESSION
 
 
 @register
-@dataclass(frozen=True)
 class ClosedFormDrift(MetaObjective):
     """A drift given by a sympy expression string over r (ratio), A (advantage), p (progress).
 
@@ -69,7 +67,6 @@ VALUE_LOSS_BASES = ("none", "clipped_l2")  # what a closed-form value loss's exp
 
 
 @register
-@dataclass(frozen=True)
 class ClosedFormValueLoss(MetaObjective):
     """A value loss given by a sympy expression string over e (= value - target) and t (target).
 

@@ -8,8 +8,6 @@ n / N in [0, 1] (update index over total updates). All arrays broadcast together
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import jax
 import jax.numpy as jnp
 
@@ -19,7 +17,6 @@ from meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, dpo_expressi
 
 
 @register
-@dataclass(frozen=True)
 class PPOClip(MetaObjective):
     """PPO-clip (Schulman et al. 2017) written as a drift (formulas.PPO_CLIP_FORMULA); no parameters."""
 
@@ -39,7 +36,6 @@ class PPOClip(MetaObjective):
 
 
 @register
-@dataclass(frozen=True)
 class DPO(MetaObjective):
     """Discovered Policy Optimisation (Lu et al. 2022; formulas.DPO_FORMULA, alpha=2, beta=0.6).
 
@@ -78,7 +74,6 @@ def lpo_features(ratio, advantage):
 
 
 @register
-@dataclass(frozen=True)
 class LPO(MetaObjective):
     """Learned Policy Optimisation: a learned residual on PPO's drift (Lu et al. 2022).
 
@@ -127,7 +122,6 @@ class LPO(MetaObjective):
 
 
 @register
-@dataclass(frozen=True)
 class TALPO(LPO):
     """Temporally-aware LPO (Jackson et al. 2024): features [x, (n/N) x], 16 inputs."""
 

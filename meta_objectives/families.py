@@ -17,8 +17,6 @@ member is read as "this at the start, that at the end".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,7 +45,6 @@ def linear(value: float, slope: float) -> str:
 
 
 @register
-@dataclass(frozen=True)
 class DPOSchedule(MetaObjective):
     """DPO (Lu et al. 2022, the drift of eq. (11) with the discovered constants) whose constants
     follow training progress p = n / N:
@@ -107,7 +104,6 @@ class DPOSchedule(MetaObjective):
 
 
 @register
-@dataclass(frozen=True)
 class DriftMix(MetaObjective):
     """A non-negative combination of valid drift terms with weights that follow training progress:
 
@@ -218,7 +214,6 @@ ROBUST_VALUE_TERMS = (
 
 
 @register
-@dataclass(frozen=True)
 class ValueLossMix(MetaObjective):
     """A non-negative combination of PPO's clipped value loss and bounded-slope robust losses:
 

@@ -9,7 +9,7 @@ critic bootstraps from it too).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import jax.numpy as jnp
 
@@ -18,7 +18,6 @@ from meta_objectives.base import FROM_ENV, MetaObjective, register
 
 
 @register
-@dataclass(frozen=True)
 class NoShaping(MetaObjective):
     plug = "shaping"
     name = "none"
@@ -42,7 +41,6 @@ def monotone_transform(params, reward):
 
 
 @register
-@dataclass(frozen=True)
 class PotentialShaping(MetaObjective):
     """Learned potential Phi(s) = MLP(obs) (zero output layer: no shaping at init).
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import jax.numpy as jnp
 
 from meta_objectives._nets import apply_mlp, init_mlp
@@ -34,7 +32,6 @@ def clipped_l2_latex(clip_eps: float) -> str:
 
 
 @register
-@dataclass(frozen=True)
 class L2(MetaObjective):
     plug = "value_loss"
     name = "l2"
@@ -51,7 +48,6 @@ class L2(MetaObjective):
 
 
 @register
-@dataclass(frozen=True)
 class ClippedL2(MetaObjective):
     """PPO's default (PureJaxRL): L2 with the value change clipped to +-clip_eps."""
 
@@ -71,7 +67,6 @@ BASES = ("l2", "clipped_l2")  # the hand-designed loss a learned value loss adds
 
 
 @register
-@dataclass(frozen=True)
 class LearnedValueLoss(MetaObjective):
     """A hand-designed base loss plus a learned residual of the prediction error e = v - t.
 
@@ -127,7 +122,6 @@ class LearnedValueLoss(MetaObjective):
 
 
 @register
-@dataclass(frozen=True)
 class LearnedClippedValueLoss(LearnedValueLoss):
     """LearnedValueLoss from PPO's own clipped value loss, with odd and even features: at its
     initial parameters it is PPO's value loss bit for bit, so "evolved vs PPO" measures what

@@ -82,10 +82,10 @@ BROKEN = textwrap.dedent("""
         def drift(self, params, ratio, advantage, progress):
             return params["c"] * advantage * (ratio - 1.0)
 
-    @dataclass(frozen=True)
-    class NoTitle(MetaObjective):
+    @dataclass
+    class NotFrozen(MetaObjective):   # says it is a mutable dataclass: every objective is frozen
         plug = "drift"
-        name = "no_title"
+        name = "not_frozen"
         def init(self, key):
             return {}
         def drift(self, params, ratio, advantage, progress):
@@ -142,7 +142,7 @@ def test_check_passes_the_example_drift_and_the_function_says_the_same(monkeypat
     ("user_objectives:Lineer", "has no attribute 'Lineer'. Did you mean Linear?"),
     ("user_objectives:not_a_class", "not an objective"),
     ("meta_objectives.value_loss:L2", "not a drift objective"),
-    ("user_objectives:NoTitle", "must set its own `title`"),
+    ("user_objectives:NotFrozen", "not frozen"),
     ("user_objectives:Misspelled", "has no method 'drift' (found 'drfit')"),
 ])
 def test_a_bad_plugin_is_one_line_and_exit_2_before_compute(user_module, capsys, name, fragment):
@@ -155,6 +155,41 @@ def test_a_bad_plugin_environment_is_reported_before_compute(user_module, capsys
     for name, fragment in (("no_such_module:Env", "no module named"), ("user_objectives:Linear", "not an environment")):
         code, _, err = _main_exit(["train", f"envs={name}", "generations=1", *TINY], capsys)
         assert code == 2 and fragment in err, err
+
+
+EIGHT_LINES = textwrap.dedent("""
+    import jax.numpy as jnp
+    from meta_objectives import MetaObjective
+
+    class Tiny(MetaObjective):
+        plug = "drift"
+        name = "tiny_square"
+        def init(self, key):
+            return {"c": jnp.float32(0.5)}
+        def drift(self, params, ratio, advantage, progress):
+            return params["c"] * jnp.abs(advantage) * (ratio - 1.0) ** 2
+""")
+
+
+@pytest.mark.timeout(300)
+def test_the_smallest_drift_that_says_what_it_is_checks_and_trains(tmp_path, monkeypatch, capsys):
+    """Plug, name, init and drift, no decorator and no title: the base class supplies the rest."""
+    (tmp_path / "tiny_drift.py").write_text(EIGHT_LINES)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        cls = meta_objectives.objective_class("drift", "tiny_drift:Tiny")
+        assert cls.title == "tiny square" and cls().spec()["name"] == "tiny_drift:Tiny"
+        main(["check", "tiny_drift:Tiny", "--samples", "1"])
+        assert "every drift constraint holds" in capsys.readouterr().out
+        run_dir = api.train("lpo_cartpole_cpu", tmp_path / "run", generations=1, **dict(a.split("=", 1) for a in TINY),
+                            **{"objectives.drift": "tiny_drift:Tiny"})
+    finally:
+        sys.modules.pop("tiny_drift", None)
+    stored = json.loads((run_dir / "objectives" / "mean.json").read_text())
+    assert stored["spec"]["drift"]["name"] == "tiny_drift:Tiny" and set(stored["params"]["drift"]) == {"c"}
+    (generation,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert generation["fitness_mean"] > 0 and generation["num_diverged"] == 0, generation
 
 
 def test_an_objectives_file_records_the_import_path_and_reimports_it(tmp_path, monkeypatch):
@@ -221,7 +256,8 @@ def test_the_readme_drift_is_the_example_and_holds_its_constraints():
 
 @pytest.mark.timeout(60)
 def test_the_api_evaluates_a_run_on_the_held_out_set_it_declared(tmp_path, monkeypatch):
-    from analysis import evaluate as ev
+    from analysis.evaluation import render
+    from analysis.evaluation import run as evaluation
 
     run = tmp_path / "run"
     (run / "objectives").mkdir(parents=True)
@@ -229,8 +265,8 @@ def test_the_api_evaluates_a_run_on_the_held_out_set_it_declared(tmp_path, monke
         "envs": ["CartPole-v1"], "heldout": {"envs": ["Acrobot-v1", "Catch-bsuite"], "timesteps": 4096, "seeds": 3}}))
     shutil.copy(Path(__file__).parents[1] / "docs" / "results" / "l2_value_loss.json", run / "objectives" / "mean.json")
     calls = []
-    monkeypatch.setattr(ev, "evaluate", lambda targets, **kw: calls.append(kw) or {"kw": kw})
-    monkeypatch.setattr(ev, "save", lambda results, out: out)
+    monkeypatch.setattr(evaluation, "evaluate", lambda targets, **kw: calls.append(kw) or {"kw": kw})
+    monkeypatch.setattr(render, "save", lambda results, out: out)
 
     api.evaluate(run, out=tmp_path / "out")
     assert calls[-1]["envs"] == ["Acrobot-v1", "Catch-bsuite"]

@@ -541,6 +541,40 @@ def test_register_refuses_a_misspelled_plug_method_and_a_reused_name():
     assert "typo" not in meta_objectives.names("drift")
 
 
+@pytest.mark.parametrize("decorated", [False, True])
+def test_every_objective_is_a_frozen_dataclass_by_itself_and_a_decorator_changes_nothing(decorated):
+    """MetaObjective.__init_subclass__ makes the dataclass; an explicit @dataclass(frozen=True)
+    runs a second pass that must build the same fields (metadata included) and not fail."""
+    import dataclasses
+
+    from meta_objectives import MetaObjective, check_contract
+    from meta_objectives.base import FROM_ENV
+
+    class Sized(MetaObjective):
+        plug = "shaping"
+        name = "sized_thing"
+        scale: float = 2.0
+        obs_shape: tuple[int, ...] = dataclasses.field(default=(), metadata={FROM_ENV: True})
+
+        def init(self, key):
+            return {}
+
+        def shape_reward(self, params, obs, reward, next_obs, terminated, gamma):
+            return self.scale * reward
+
+    if decorated:
+        Sized = dataclasses.dataclass(frozen=True)(Sized)
+    assert check_contract(Sized) is Sized and Sized.title == "sized thing"
+    assert [(f.name, dict(f.metadata)) for f in dataclasses.fields(Sized)] == [
+        ("scale", {}), ("obs_shape", {FROM_ENV: True})]
+    assert Sized.options() == {"scale": (float, 2.0)}  # obs_shape is the environment's
+    obj = Sized(scale=3.0, obs_shape=(4,))
+    assert obj == Sized(3.0, (4,)) and hash(obj) == hash(Sized(3.0, (4,))) and obj != Sized()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        obj.scale = 1.0
+    assert dataclasses.replace(obj, scale=1.0).scale == 1.0 and repr(Sized()).endswith(".Sized(scale=2.0, obs_shape=())")
+
+
 def test_options_are_checked_with_close_matches_and_types():
     with pytest.raises(ValueError, match="no option 'hiden'. Did you mean hidden"):
         make_objective("drift", "lpo", hiden=8)
