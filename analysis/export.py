@@ -18,7 +18,6 @@ from pathlib import Path
 
 from meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
 from meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
-from meta_objectives.errors import MetadiscoError
 from meta_objectives.expressions import (
     DRIFT_VARIABLES,
     VALUE_LOSS_VARIABLES,
@@ -27,9 +26,10 @@ from meta_objectives.expressions import (
     parse_expression,
     to_latex,
 )
-from meta_objectives.fileio import atomic_write_text
 from meta_objectives.io import save_objectives
 from meta_objectives.objectives import Objectives
+from metadisco_common.errors import MetadiscoError
+from metadisco_common.fileio import atomic_write_text
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

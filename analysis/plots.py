@@ -41,8 +41,8 @@ from analysis.figures.training import training_curves_figure
 from analysis.figures.value_loss import value_loss_figure
 from analysis.report import CAPTIONS, write_report
 from analysis.runs import WHICH, Run
-from meta_objectives.errors import EXIT_FAILED, MetadiscoError
-from meta_objectives.fileio import save_figure
+from metadisco_common.errors import EXIT_FAILED, MetadiscoError
+from metadisco_common.fileio import save_figure
 
 __all__ = [
     "PlotError", "FigureError", "FORMATS", "R_LABEL", "A_LABEL", "D_LABEL", "GRAD_LABEL", "SLICE_ADVANTAGES", "OBS_NAMES",

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from analysis import search_health
-from meta_objectives.fileio import atomic_write_text
+from metadisco_common.fileio import atomic_write_text
 
 __all__ = ["CAPTIONS", "write_report"]
 

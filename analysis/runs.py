@@ -32,7 +32,7 @@ import os
 import re
 from pathlib import Path
 
-from meta_objectives.errors import MetadiscoError
+from metadisco_common.errors import MetadiscoError
 
 CHECKPOINT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
 WHICH = ("mean", "best")

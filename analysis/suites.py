@@ -23,7 +23,7 @@ import textwrap
 from itertools import groupby
 
 from inner_loops.catalog import preset_name
-from meta_objectives.errors import MetadiscoError
+from metadisco_common.errors import MetadiscoError
 
 __all__ = [
     "TABLE", "SUITES", "BUDGETS", "FAMILY_BUDGETS", "DESCRIPTIONS", "DEFAULT_SEEDS", "EvaluationError",

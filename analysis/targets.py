@@ -18,7 +18,7 @@ import jax
 from analysis.runs import Run, RunDirError, run_containing
 from analysis.suites import EvaluationError
 from meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, discovered, load_objectives, make_objective
-from meta_objectives.plugins import is_import_path, load
+from metadisco_common.plugins import is_import_path, load
 
 __all__ = ["REFERENCES", "Target", "builtin", "full_params", "resolve_target"]
 

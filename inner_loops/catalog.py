@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import difflib
 
-from meta_objectives.errors import ConfigError
-from meta_objectives.plugins import ENVS_GROUP, entry_points, is_import_path, load, load_entry_point
+from metadisco_common.errors import ConfigError
+from metadisco_common.plugins import ENVS_GROUP, entry_points, is_import_path, load, load_entry_point
 
 BRAX_PREFIX = "brax/"
 BRAX_BACKENDS = ("spring", "positional", "generalized", "mjx")
@@ -59,7 +59,7 @@ def is_builtin_env(name: str) -> bool:
 def plugin_env_object(name: str):
     """What plug-in environment `name` (`module:attr`, or an entry point of group metadisco.envs)
     names, imported from the user's environment (PluginError naming the module otherwise);
-    `inner_loops.plugin_envs` turns it into an Env."""
+    `inner_loops.envs` turns it into an Env."""
     if is_import_path(name):
         return load(name, "environment")
     return load_entry_point(ENVS_GROUP, name, "environment")

@@ -9,7 +9,8 @@
 
 Bring your own environment: `from_gymnax(my_env)` wraps any object with gymnax 1.0's API (a
 subclass of `gymnax.environments.environment.Environment`, say), `from_brax(brax_env, name)` a
-brax `Env`. Both keep termination and truncation apart.
+brax `Env`. Both keep termination and truncation apart. By name, `make_env("my_envs:Corridor")`
+(or an entry point of group `metadisco.envs`) builds the user's own through them (`load_env`).
 
 `Step.final_obs` is the observation the transition reached before any auto-reset: with
 `terminated` it is terminal (no bootstrap), with `truncated` it is not (bootstrap from it).
@@ -22,14 +23,22 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from inner_loops.catalog import BRAX_PREFIX, DEFAULT_BRAX_BACKEND, available_envs, check_env_name, is_builtin_env  # noqa: F401  (re-exported)
+from inner_loops.catalog import (  # noqa: F401  (re-exported)
+    BRAX_PREFIX,
+    DEFAULT_BRAX_BACKEND,
+    available_envs,
+    check_env_name,
+    is_builtin_env,
+    plugin_env_object,
+)
+from metadisco_common.plugins import PluginError
 
 BRAX_EPISODE_LENGTH = 1000
 
@@ -128,11 +137,9 @@ class Env:
 
 def make_env(name: str) -> Env:
     """Build an environment by name (see module docstring); a plug-in (`module:attr` or an entry
-    point) through `inner_loops.plugin_envs`."""
+    point) through `load_env`."""
     check_env_name(name)
     if not is_builtin_env(name):
-        from inner_loops.plugin_envs import load_env
-
         return load_env(name)
     if name.startswith(BRAX_PREFIX):
         base, _, backend = name.partition(":")
@@ -265,3 +272,81 @@ def _import_brax():
 def registered_brax_names() -> list[str]:
     """brax's own registry (it keeps no public list); `catalog.BRAX_ENVS` is checked against it."""
     return list(_import_brax()._envs)
+
+
+# Environments from the user's own code: `envs=my_envs:Corridor`, or an installed entry point.
+#
+# What a plug-in name (metadisco_common.plugins: `module:attr` or an entry point of group
+# `metadisco.envs`) may resolve to, and how it becomes an `Env` through the public wrappers:
+#
+# - a gymnax-style environment class (gymnax 1.0's API: `reset_env`/`step_env` behind
+#   `reset`/`step`, `default_params`, `action_space`, `observation_space`), instantiated with no
+#   arguments, or an instance of one -> `from_gymnax`;
+# - a brax `Env` class or instance (`reset(key)`, `step(state, action)`, `observation_size`,
+#   `action_size`) -> `from_brax`;
+# - an `Env` already built, or a function of no arguments returning any of the above.
+#
+# Termination and truncation stay apart, as for the built-ins. The environment's name is the
+# plug-in name, so run directories and evaluation results record what re-imports it. A plug-in
+# environment trains with the classic PPO preset (`inner.*` overrides change it).
+
+GYMNAX_API = ("reset", "step", "default_params", "action_space", "observation_space")
+BRAX_API = ("reset", "step", "observation_size", "action_size")
+
+
+def load_env(name: str) -> Env:
+    """The plug-in environment `name` as an `Env`, checked by tracing one reset and one step
+    (PluginError saying what is wrong, before anything compiles for real)."""
+    env = as_env(plugin_env_object(name), name)
+    check_env(env)
+    return env
+
+
+def as_env(obj, name: str, call: bool = True) -> Env:
+    """`obj` (a class, an instance, an `Env`, or a function returning one of them) -> Env."""
+    if isinstance(obj, Env):
+        return replace(obj, name=name)
+    if isinstance(obj, type) or (call and callable(obj) and not _has(obj, GYMNAX_API) and not _has(obj, BRAX_API)):
+        what = f"class {obj.__name__}" if isinstance(obj, type) else f"function {getattr(obj, '__name__', obj)}"
+        try:
+            made = obj()
+        except Exception as e:
+            raise PluginError(f"environment {name!r}: calling {what}() with no arguments raised "
+                              f"{type(e).__name__}: {e}; give an instance, or a function that builds one") from None
+        return as_env(made, name, call=False)
+    try:
+        if _has(obj, GYMNAX_API):
+            return from_gymnax(obj, None, name)
+        if _has(obj, BRAX_API):
+            return from_brax(obj, name)
+    except Exception as e:
+        raise PluginError(f"environment {name!r}: its spaces could not be read ({type(e).__name__}: {e})") from None
+    raise PluginError(
+        f"environment {name!r} resolves to a {type(obj).__name__!r} object, not an environment: give a gymnax-style Environment "
+        f"(class or instance with {', '.join(GYMNAX_API)}), a brax Env, an inner_loops.Env, or a function returning one"
+    )
+
+
+def check_env(env: Env) -> None:
+    """Trace one reset and one step of `env` (shapes only, nothing runs): PluginError naming
+    the environment when they fail or disagree with its declared observation shape."""
+    key = jax.random.key(0)
+    action = jnp.int32(0) if env.discrete else jnp.zeros((env.num_actions,), jnp.float32)
+    try:
+        obs, state = jax.eval_shape(env.reset, key)
+        step = jax.eval_shape(env.step, key, state, action)
+    except Exception as e:
+        message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise PluginError(f"environment {env.name!r}: reset or step failed when traced "
+                          f"({type(e).__name__}: {message})") from None
+    for what, shape in (("reset", obs.shape), ("step", step.obs.shape), ("final_observation", step.final_obs.shape)):
+        if tuple(shape) != env.obs_shape:
+            raise PluginError(f"environment {env.name!r}: {what} gives observations of shape {tuple(shape)}, "
+                              f"but its observation_space says {env.obs_shape}")
+    for what in ("terminated", "truncated"):
+        if getattr(step, what).shape != ():
+            raise PluginError(f"environment {env.name!r}: step's {what} must be a scalar bool per environment")
+
+
+def _has(obj, names: tuple[str, ...]) -> bool:
+    return all(hasattr(obj, n) for n in names)

@@ -1,7 +1,7 @@
 """What evolves: drifts, value losses and reward shapings behind one interface (see base.py).
 
-The package imports lazily: `import meta_objectives.errors` or `meta_objectives.fileio` does not
-start jax (the command line validates configs and reads run directories before jax is imported);
+The package imports lazily: `import meta_objectives.plugs` does not start jax (the command line
+validates configs and reads run directories before jax is imported);
 `from meta_objectives import LPO` imports the module that defines it on first use.
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import importlib
 
-_SUBMODULES = ("drift", "value_loss", "shaping", "closed_form", "base", "io", "objectives", "errors", "fileio",
-               "plugs", "plugins", "expressions", "formulas", "constraints", "families", "drift_terms",
+_SUBMODULES = ("drift", "value_loss", "shaping", "closed_form", "base", "io", "objectives",
+               "plugs", "expressions", "formulas", "constraints", "families", "drift_terms",
                "discovered")
 _EXPORTS = {
     "PLUGS": "plugs", "PLUG_METHODS": "plugs",
     "MetaObjective": "base", "from_spec": "base", "make_objective": "base", "names": "base", "register": "base",
     "check_options": "base", "objective_class": "base", "check_contract": "base", "objective_name": "base",
-    "PluginError": "plugins", "check_objective": "constraints", "Violation": "constraints",
+    "check_objective": "constraints", "Violation": "constraints",
     "PPOClip": "drift", "DPO": "drift", "LPO": "drift", "TALPO": "drift",
     "L2": "value_loss", "ClippedL2": "value_loss", "LearnedValueLoss": "value_loss", "LearnedClippedValueLoss": "value_loss",
     "NoShaping": "shaping", "PotentialShaping": "shaping",
@@ -24,7 +24,6 @@ _EXPORTS = {
     "DPOSchedule": "families", "DriftMix": "families", "ValueLossMix": "families",
     "ObjectiveFileError": "io", "load_objectives": "io", "save_objectives": "io",
     "Objectives": "objectives",
-    "MetadiscoError": "errors",
 }
 
 __all__ = sorted(_EXPORTS) + list(_SUBMODULES[:3])

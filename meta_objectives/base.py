@@ -24,7 +24,7 @@ Everything else asks the objective about itself through the contract, never by i
 Adding an objective = one subclass that sets `plug` and `name` (and `title` where the name does
 not read well in a figure) and implements `init` and its plug method, in any module of the user's
 own: configs name it `module:attr` (`objectives.drift=my_drifts:ScaledSquare`), or an installed
-package registers it under the entry-point group `metadisco.objectives` (meta_objectives.plugins).
+package registers it under the entry-point group `metadisco.objectives` (metadisco_common.plugins).
 `check_contract` checks all of that when the name is resolved, for a plug-in exactly as for a
 built-in; `@register` (the built-ins) checks it at import and makes the class constructible by its
 short name.
@@ -40,8 +40,9 @@ from typing import Any, ClassVar
 
 import jax
 
-from meta_objectives import _compat  # noqa: F401  (refuses a deadlocking jaxlib)
-from meta_objectives.plugins import (
+from meta_objectives.plugs import PLUG_METHODS, PLUGS
+from metadisco_common import jaxlib_guard  # noqa: F401  (refuses a deadlocking jaxlib)
+from metadisco_common.plugins import (
     OBJECTIVES_GROUP,
     PluginError,
     Source,
@@ -51,7 +52,6 @@ from meta_objectives.plugins import (
     load_entry_point,
     source,
 )
-from meta_objectives.plugs import PLUG_METHODS, PLUGS
 
 Params = Any  # a pytree of float32 arrays
 

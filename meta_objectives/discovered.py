@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from meta_objectives.errors import MetadiscoError
+from metadisco_common.errors import MetadiscoError
 
 PACKAGE = "meta_objectives.zoo"
 CHECKOUT = Path(__file__).resolve().parent.parent / "zoo"  # in a checkout that is not installed

@@ -30,7 +30,7 @@ import numpy as np
 import sympy as sp
 from sympy.parsing.sympy_parser import auto_number, convert_xor, parse_expr
 
-from meta_objectives.errors import MetadiscoError
+from metadisco_common.errors import MetadiscoError
 
 # ---------------------------------------------------------------------------------------------
 # Symbols and the whitelist

@@ -13,8 +13,8 @@ import argparse
 import os
 import sys
 
-from meta_objectives.errors import ConfigError, MetadiscoError, RunInterrupted
 from metadisco import compile_cache
+from metadisco_common.errors import ConfigError, MetadiscoError, RunInterrupted
 
 
 def _setup_jax(args) -> None:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from meta_objectives.errors import ConfigError
 from meta_objectives.plugs import PLUGS, upgrade_section
 from metadisco import resources
+from metadisco_common.errors import ConfigError
 
 EXPERIMENTS = "experiments"  # the data folder of named experiments (metadisco.resources)
 DEMO_EXPERIMENT = "rediscover_value_loss"  # what `metadisco train` runs with no experiment and no override
@@ -579,7 +579,7 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
 
 
 def _check_plugin_envs(names) -> None:
-    """Build each plug-in environment once (inner_loops.plugin_envs traces a reset and a step), so
+    """Build each plug-in environment once (inner_loops.envs traces a reset and a step), so
     that one that is not an environment is reported here, before anything compiles."""
     from inner_loops import make_env
     from inner_loops.catalog import is_builtin_env

@@ -24,9 +24,9 @@ from analysis.stats import gap_closed_ci, mean_ci, normalize_score
 from inner_loops import make_env, make_train
 from meta_objectives import Objectives
 from meta_objectives import names as objective_names
-from meta_objectives.errors import ConfigError, MetadiscoError
 from metadisco import strategy as strategies
 from metadisco.config import ObjectivesConfig, RunConfig, ppo_config
+from metadisco_common.errors import ConfigError, MetadiscoError
 
 
 def build_objectives(cfg: ObjectivesConfig, obs_shape) -> Objectives:

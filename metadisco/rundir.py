@@ -10,7 +10,7 @@
         run.save_checkpoint(gen, tree) / run.load_checkpoint(template)
 
 Every file is written whole or not at all (temporary file + fsync + rename, through
-meta_objectives.fileio) with the umask's mode; a failed write raises RunWriteError naming the file
+metadisco_common.fileio) with the umask's mode; a failed write raises RunWriteError naming the file
 and the cause, and leaves the previous files as they were.
 """
 
@@ -25,7 +25,7 @@ import socket
 from pathlib import Path
 
 from analysis.runs import Run, RunDirError, RunWriteError, writing
-from meta_objectives.fileio import atomic_write_bytes, atomic_write_text, to_jsonable
+from metadisco_common.fileio import atomic_write_bytes, atomic_write_text, to_jsonable
 
 __all__ = ["KEEP_CHECKPOINTS", "RunDir", "RunDirError", "RunLockedError", "RunWriteError"]
 

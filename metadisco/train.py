@@ -23,11 +23,11 @@ import numpy as np
 
 from analysis import search_health as health
 from meta_objectives import save_objectives
-from meta_objectives.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, RunInterrupted
 from metadisco import config as config_lib
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.mirrors import Mirrors
 from metadisco.rundir import RunDir, RunDirError, RunWriteError
+from metadisco_common.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, RunInterrupted
 
 
 def _checkpoint_tree(state: RunState, baseline: Baseline) -> dict:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from meta_objectives import _compat
+from metadisco_common import jaxlib_guard
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_check_jaxlib_refuses_the_deadlocking_release():
     with pytest.raises(RuntimeError, match=r"Python >= 3\.12") as err:
-        _compat.check_jaxlib("0.10.2")
+        jaxlib_guard.check_jaxlib("0.10.2")
     assert "0.10.2" in str(err.value)
-    _compat.check_jaxlib("0.11.2")
-    _compat.check_jaxlib("0.11.3rc1")
-    _compat.check_jaxlib()  # the installed one (importing meta_objectives already checked it)
+    jaxlib_guard.check_jaxlib("0.11.2")
+    jaxlib_guard.check_jaxlib("0.11.3rc1")
+    jaxlib_guard.check_jaxlib()  # the installed one (importing meta_objectives already checked it)
 
 
 SEVERAL_PROGRAMS = textwrap.dedent(
@@ -122,7 +122,7 @@ def test_installed_gymnax_step_returns_the_new_six_tuple():
     assert {"final_observation", "terminated", "truncated"} <= set(info)
 
 
-PACKAGES = ("metadisco", "inner_loops", "meta_objectives", "analysis")
+PACKAGES = ("metadisco", "inner_loops", "meta_objectives", "analysis", "metadisco_common")
 
 
 def _build_wheel(out: Path) -> Path:

@@ -1,5 +1,6 @@
-"""The design's layering holds: dependencies point one way, no module reads another's private
-names, and no library file grows into a grab-bag (README "Design in one screen")."""
+"""The design's layering holds: dependencies point one way, no import circle anywhere, no module
+reads another's private names, and no library file grows into a grab-bag (README "Design in one
+screen")."""
 
 import ast
 from pathlib import Path
@@ -8,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Each package may import itself and the packages after it, never those before it.
-LAYERS = ("metadisco", "analysis", "inner_loops", "meta_objectives")
+LAYERS = ("metadisco", "analysis", "inner_loops", "meta_objectives", "metadisco_common")
 MAX_LINES = 500  # analysis/ and meta_objectives/: a file this long mixes concerns
 
 
@@ -55,3 +56,99 @@ def test_no_module_imports_another_modules_private_names(package):
 def test_no_library_file_is_a_grab_bag(package):
     long = {str(p.relative_to(ROOT)): n for p in modules(package) if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+# No import circles anywhere: a module never imports, directly or through others, one that imports it.
+SKIPPED = {".venv", "build", "dist", "runs", "__pycache__"}
+
+
+def project_sources(root: Path = ROOT) -> dict[str, str]:
+    """{path relative to root, posix: source} of every .py file of the project (not .venv, build
+    outputs, runs or hidden folders)."""
+    return {rel.as_posix(): path.read_text() for path in sorted(root.rglob("*.py"))
+            if not ((rel := path.relative_to(root)).parts[0].startswith(".") or set(rel.parts) & SKIPPED)}
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """{module: the project modules it imports}, from `project_sources`: every import statement
+    anywhere in a file (inside functions too), relative imports resolved. `from P import n` is an
+    edge to P.n where that is a module, else to the module P's lazy `_EXPORTS` table names for n
+    (the packages' PEP 562 re-exports), else to P."""
+    def name(path):
+        parts = path.removesuffix(".py").split("/")
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    names = {name(p): p for p in sources}
+
+    def exports(package):
+        path = names.get(package, "")
+        for node in ast.parse(sources[path]).body if path.endswith("__init__.py") else ():
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_EXPORTS" for t in node.targets):
+                return ast.literal_eval(node.value)
+        return {}
+
+    def deepest(module):  # the innermost project module an `import a.b.c` runs
+        parts = module.split(".")
+        return next((m for i in range(len(parts), 0, -1) if (m := ".".join(parts[:i])) in names), None)
+
+    graph = {}
+    for module, path in names.items():
+        package = module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
+        edges = set()
+        for node in ast.walk(ast.parse(sources[path])):
+            if isinstance(node, ast.Import):
+                edges |= {deepest(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else []
+                source = ".".join([*base, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    table = exports(source)
+                    edges.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in names
+                              else f"{source}.{table[alias.name]}" if alias.name in table else deepest(source))
+        graph[module] = edges - {None, module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of `graph` with more than one module, each sorted
+    (Tarjan 1972, "Depth-first search and linear graph algorithms")."""
+    index, low, stack, circles = {}, {}, [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_import_circle_anywhere_in_the_project():
+    graph = import_graph(project_sources())
+    assert {"metadisco.cli", "inner_loops.envs", "tests.test_layout"} <= set(graph)
+    assert "metadisco_common.errors" in graph["metadisco.cli"]
+    assert not import_circles(graph), import_circles(graph)
+
+
+@pytest.mark.parametrize("sources", [
+    {"a/__init__.py": "", "a/x.py": "from a.y import f\n", "a/y.py": "def f():\n    from a import x\n"},  # in a function
+    {"a/__init__.py": "", "a/x.py": "from . import y\n", "a/y.py": "from .x import g\n"},  # relative
+    {"a/__init__.py": "_EXPORTS = {'F': 'y'}\n", "a/x.py": "from a import F\n", "a/y.py": "import a.x\n"},  # lazy export
+    {"a/__init__.py": "", "a/x.py": "import a.y\n", "a/y.py": "import a.z\n", "a/z.py": "from a.x import h\n"},  # 3 long
+])
+def test_the_circle_check_sees_every_form_of_the_import(sources):
+    assert import_circles(import_graph(sources)), sources
+    chain = {**sources, "a/x.py": "import os\n"}  # the same files with the circle cut
+    assert not import_circles(import_graph(chain)), chain

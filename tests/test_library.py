@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 import meta_objectives
-from meta_objectives import MetadiscoError, load_objectives, save_objectives
-from meta_objectives.plugins import PluginError
+from meta_objectives import load_objectives, save_objectives
 from metadisco import api
 from metadisco.cli import main
+from metadisco_common.errors import MetadiscoError
+from metadisco_common.plugins import PluginError
 from tests.helpers import TINY
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -689,8 +689,8 @@ def test_options_from_an_experiment_file_reach_the_objective(tmp_path):
     ("objectives.drift=closed_form objectives.drift.expression=os(r)", "not an allowed function"),
 ])
 def test_bad_objective_options_fail_before_compute(override, message):
-    from meta_objectives.errors import ConfigError
     from metadisco.config import resolve
+    from metadisco_common.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         resolve(None, override.split())

@@ -16,8 +16,8 @@ from matplotlib.collections import QuadMesh
 import meta_objectives as mo
 from analysis import plots
 from meta_objectives import save_objectives
-from meta_objectives.errors import MetadiscoError
 from meta_objectives.objectives import Objectives
+from metadisco_common.errors import MetadiscoError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -451,7 +451,7 @@ def test_a_figure_that_fails_is_shown_and_fails_the_run_after_the_others(synthet
                                                                           capsys):
     """A broken figure does not cost the others, nor does it pass unseen: its traceback goes to
     stderr, the report notes it, and plot_run raises FigureError (`metadisco plot` exits 1)."""
-    from meta_objectives.errors import EXIT_FAILED
+    from metadisco_common.errors import EXIT_FAILED
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the slices")

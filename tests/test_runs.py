@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from analysis.runs import Run, RunDirError, parse_metrics, run_containing
-from meta_objectives.errors import MetadiscoError
+from metadisco_common.errors import MetadiscoError
 
 
 def test_importing_the_reader_does_not_import_jax():

@@ -38,8 +38,8 @@ from analysis.distillation.data import (
 )
 from analysis.distillation.methods import fit_dpo, fit_sparse, fit_symbolic, value_loss_library
 from meta_objectives.constraints import check_drift_constraints
-from meta_objectives.errors import MetadiscoError
-from meta_objectives.fileio import to_jsonable
+from metadisco_common.errors import MetadiscoError
+from metadisco_common.fileio import to_jsonable
 
 # ---------------------------------------------------------------------------------------------
 # All together

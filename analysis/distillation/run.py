@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 
 from analysis.runs import Run, RunDirError, writing
-from meta_objectives.errors import MetadiscoError
-from meta_objectives.fileio import atomic_write_text, save_figure, to_jsonable
+from metadisco_common.errors import MetadiscoError
+from metadisco_common.fileio import atomic_write_text, save_figure, to_jsonable
 
 DISTILLABLE = ("drift", "value_loss")
 REPORT_FILES = {"drift": "distil.json", "value_loss": "value_loss.json"}

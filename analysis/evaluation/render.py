@@ -24,7 +24,7 @@ from analysis.evaluation import protocol as scoring
 from analysis.evaluation import summary
 from analysis.suites import EvaluationError
 from analysis.targets import Target
-from meta_objectives.fileio import save_figure, to_jsonable
+from metadisco_common.fileio import save_figure, to_jsonable
 
 __all__ = ["CSV_COLUMNS", "OUTPUTS", "default_out_dir", "check_out_dir", "to_markdown", "to_csv", "curves_figure",
            "save"]

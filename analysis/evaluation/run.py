@@ -28,7 +28,7 @@ from analysis.evaluation.programs import Programs, hparams, mesh
 from analysis.evaluation.protocol import Protocol, resolve_protocol
 from analysis.suites import EvaluationError
 from inner_loops import PPOConfig, preset_name
-from meta_objectives.fileio import to_jsonable
+from metadisco_common.fileio import to_jsonable
 
 __all__ = ["FORMAT", "VERSION", "evaluate"]
 

@@ -7,8 +7,8 @@ counterexample; the exit code is 0 when every constraint holds, 2 otherwise.
 
 from __future__ import annotations
 
-from meta_objectives.errors import ConfigError, MetadiscoError
 from meta_objectives.plugs import PLUGS
+from metadisco_common.errors import ConfigError, MetadiscoError
 
 
 class ConstraintsViolated(MetadiscoError):
@@ -18,7 +18,7 @@ class ConstraintsViolated(MetadiscoError):
 def resolve(name: str, plug: str | None = None):
     """The objective class NAME names, at `plug` or at the one plug point where it is found."""
     from meta_objectives import objective_class
-    from meta_objectives.plugins import PluginError, is_import_path, load
+    from metadisco_common.plugins import PluginError, is_import_path, load
 
     if plug is None and is_import_path(name):
         plug = getattr(load(name, "objective"), "plug", None)

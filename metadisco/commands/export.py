@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from meta_objectives.errors import MetadiscoError
+from metadisco_common.errors import MetadiscoError
 
 
 def run(args) -> None:

@@ -3,7 +3,7 @@
 jaxlib 0.10.x (the newest that Python 3.11 can install) hangs forever in `block_until_ready`
 when one process runs one large vmapped jitted program and then another: exactly what a
 meta-training run does hundreds of times. No XLA flag made it safe; jaxlib 0.11.2 does not hang.
-This module is imported by every metadisco package (meta_objectives is the lowest layer).
+meta_objectives.base imports this module, so whatever builds an objective has checked it.
 """
 
 import sys

@@ -22,7 +22,7 @@ import importlib
 import importlib.metadata
 from typing import Any, NamedTuple
 
-from meta_objectives.errors import ConfigError
+from metadisco_common.errors import ConfigError
 
 OBJECTIVES_GROUP = "metadisco.objectives"
 ENVS_GROUP = "metadisco.envs"

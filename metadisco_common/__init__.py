@@ -1,0 +1,11 @@
+"""What every metadisco package uses and none owns: the lowest layer, importing none of the others.
+
+    errors.py        MetadiscoError (the one error a user can fix), ConfigError, RunInterrupted and
+                     the command line's exit codes
+    fileio.py        atomic, umask-respecting writes; strict JSON; figures saved in several formats
+    plugins.py       a user's code by `module:attr` or an installed entry point (objectives, envs)
+    jaxlib_guard.py  refuses a jaxlib known to deadlock (imported by meta_objectives.base)
+
+Every module but jaxlib_guard is jax-free, so the command line can check a config and read a run
+directory before jax starts.
+"""
