@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from metadisco_common.errors import ConfigError
+from meta_objectives.errors import ConfigError
 
 __all__ = ["distil", "evaluate", "plot", "train"]
 
@@ -73,17 +73,19 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
              out: str | Path | None = None, **options) -> dict:
     """Held-out evaluation of `targets` ("ppo", "dpo", objectives files, run directories,
     RUN_DIR:best / :init, `module:attr` objectives) on `envs` (names or `module:attr`, a list or
-    a comma-separated string); `options` as `analysis.evaluate.evaluate` (seeds, budget, quick,
+    a comma-separated string); `options` as `analysis.evaluation.run.evaluate` (seeds, budget, quick,
     suite, tune_lr, lr, inner, seed, progress). Writes results.json/csv/md and the curves to `out`
     (default as the CLI: RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP) and returns
     the results, with "out_dir" the folder written. With no `envs` (nor suite/quick), a run
     target's declared held-out set (its config's `heldout`: envs, timesteps, seeds) is used."""
-    from analysis import evaluate as ev
+    from analysis.evaluation import render
+    from analysis.evaluation import run as evaluation
+    from analysis.targets import resolve_target
     from metadisco.commands.evaluate import declared_heldout, inner_overrides
 
     if isinstance(targets, (str, Path)):
         targets = [targets]
-    resolved = [ev.resolve_target(str(t)) for t in targets]
+    resolved = [resolve_target(str(t)) for t in targets]
     found = None if envs or options.get("suite") or options.get("quick") else declared_heldout(resolved)
     if found:  # as the CLI: no environments given, the held-out set a run declared before it ran
         heldout = found[1]
@@ -94,8 +96,8 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
         if heldout.get("inner_from_run") and "inner" not in options:
             options["inner"] = inner_overrides([], resolved)
     options.setdefault("progress", False)
-    results = ev.evaluate(resolved, envs=envs, **options)
-    path = ev.save(results, ev.check_out_dir(out) if out else ev.default_out_dir(resolved))
+    results = evaluation.evaluate(resolved, envs=envs, **options)
+    path = render.save(results, render.check_out_dir(out) if out else render.default_out_dir(resolved))
     return {**results, "out_dir": str(path)}
 
 

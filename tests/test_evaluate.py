@@ -1,4 +1,4 @@
-"""`metadisco evaluate`: held-out evaluation against PPO and DPO (analysis.evaluate).
+"""`metadisco evaluate`: held-out evaluation against PPO and DPO (analysis.evaluation).
 
 Every evaluation here uses the same tiny settings (2 seeds, 4096 steps); the tests that call
 `evaluate` directly share one compiled-program cache (`programs`). The statistics themselves
@@ -18,8 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis import evaluate as ev
 from analysis import suites
+from analysis.evaluation import render
+from analysis.evaluation import run as evaluation
+from analysis.evaluation.programs import Programs
+from analysis.evaluation.protocol import LR_FACTORS
+from analysis.targets import resolve_target
 from inner_loops import preset_for, preset_name
 from meta_objectives import Objectives, PotentialShaping, save_objectives
 from metadisco.cli import main
@@ -46,7 +50,7 @@ def cli(argv, capsys):
 @pytest.fixture(scope="module")
 def programs():
     """One compiled-program cache for the direct `evaluate` calls of this file."""
-    return ev.Programs()
+    return Programs()
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +73,7 @@ def tiny_run(tmp_path_factory):
 def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvement_one_half(tmp_path, programs):
     copy = tmp_path / "ppo_copy.json"  # PPO's objectives as a file target: a second label, same program
     save_objectives(copy, Objectives(), Objectives().init(jax.random.key(0)))
-    results = ev.evaluate([str(copy)], envs=["CartPole-v1"], seeds=2, budget=4096, progress=False, programs=programs,
+    results = evaluation.evaluate([str(copy)], envs=["CartPole-v1"], seeds=2, budget=4096, progress=False, programs=programs,
                           bootstrap_reps=200)
 
     assert [m["label"] for m in results["methods"]] == ["ppo_copy", "ppo", "dpo"]
@@ -100,12 +104,12 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
 
 
 def test_tune_lr_scores_every_method_at_its_own_best_rate_of_the_grid(programs):
-    results = ev.evaluate(["dpo"], envs=["CartPole-v1"], seeds=2, budget=4096, tune_lr=True, progress=False,
+    results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=2, budget=4096, tune_lr=True, progress=False,
                           programs=programs, bootstrap_reps=200)
     assert [m["label"] for m in results["methods"]] == ["dpo", "ppo"]  # no extra row: every method is tuned
     env = results["envs"]["CartPole-v1"]
     preset_lr = results["settings"]["presets"]["CartPole-v1"]["config"]["lr"]
-    assert results["settings"]["lr_grid"]["CartPole-v1"] == pytest.approx([f * preset_lr for f in ev.LR_FACTORS])
+    assert results["settings"]["lr_grid"]["CartPole-v1"] == pytest.approx([f * preset_lr for f in LR_FACTORS])
     for label in ("dpo", "ppo"):
         tuning = env["tuning"][label]
         assert tuning["lrs"] == pytest.approx(results["settings"]["lr_grid"]["CartPole-v1"])
@@ -132,7 +136,7 @@ class StandInResult(NamedTuple):
     init_eval_return_greedy: jax.Array
 
 
-class StandInPrograms(ev.Programs):
+class StandInPrograms(Programs):
     """Programs whose "training" is a known function of the learning rate: each method's return
     peaks at its own rate (PPO at x2 the preset's, DPO at x0.5), plus seed noise in [0, 1). No
     PPO compiles, so the tuning logic is tested exactly and in a second."""
@@ -158,7 +162,7 @@ class StandInPrograms(ev.Programs):
 
 
 def test_tuning_picks_each_method_its_own_learning_rate():
-    results = ev.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, tune_lr=True, progress=False,
+    results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, tune_lr=True, progress=False,
                           programs=StandInPrograms(), bootstrap_reps=200)
     env = results["envs"]["CartPole-v1"]
     preset_lr = results["settings"]["presets"]["CartPole-v1"]["config"]["lr"]
@@ -172,14 +176,14 @@ def test_tuning_picks_each_method_its_own_learning_rate():
             max(x for x in tuned["mean_scores"] if x is not None), abs=1e-6)
     # each method at its best rate peaks at ~100: normalised against the tuned PPO, DPO is ~1
     assert env["methods"]["dpo"]["norm_mean"] == pytest.approx(1.0, abs=0.05)
-    md, rows = ev.to_markdown(results), list(csv.DictReader(io.StringIO(ev.to_csv(results))))
+    md, rows = render.to_markdown(results), list(csv.DictReader(io.StringIO(render.to_csv(results))))
     assert {r["method"]: float(r["lr"]) for r in rows} == pytest.approx({"ppo": 2 * preset_lr, "dpo": 0.5 * preset_lr})
     assert "each method is scored at its best: dpo 0.000125, ppo 0.0005" in md
 
 
 def test_the_discogen_protocol_tunes_over_ten_rates_up_to_ten_times_the_base_on_eight_seeds():
     programs = StandInPrograms()
-    results = ev.evaluate(["ppo"], envs=["CartPole-v1"], seeds=2, budget=4096, protocol="discogen", progress=False,
+    results = evaluation.evaluate(["ppo"], envs=["CartPole-v1"], seeds=2, budget=4096, protocol="discogen", progress=False,
                           programs=programs, bootstrap_reps=200)
     protocol = results["settings"]["protocol"]
     assert protocol["name"] == "discogen" and protocol["tail"] == 0.05 and results["settings"]["tuning_seeds"] == 8
@@ -194,18 +198,18 @@ def test_the_discogen_protocol_tunes_over_ten_rates_up_to_ten_times_the_base_on_
     assert env["score"] == "eval_greedy" and env["methods"]["ppo"]["mean"] == pytest.approx(
         env["methods"]["ppo"]["columns"]["eval_greedy"])  # the stand-in's greedy = sampled + 1
     assert env["methods"]["ppo"]["columns"]["eval_greedy"] == pytest.approx(env["methods"]["ppo"]["columns"]["eval"] + 1)
-    assert "Protocol discogen" in ev.to_markdown(results)
+    assert "Protocol discogen" in render.to_markdown(results)
 
 
 def test_a_probability_of_improvement_interval_that_includes_one_half_is_never_called_above_it():
-    results = ev.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, progress=False,
+    results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, progress=False,
                           programs=StandInPrograms(), bootstrap_reps=200)
     agg = results["aggregate"]["held_out"]["methods"]["dpo"]
     agg["poi_vs_ppo"] = {"point": 0.6, "low": 0.4974, "high": 0.716}
-    line = next(x for x in ev.to_markdown(results).splitlines() if x.startswith("- dpo against ppo"))
+    line = next(x for x in render.to_markdown(results).splitlines() if x.startswith("- dpo against ppo"))
     assert "above 0.5" not in line and "includes 0.5" in line
     agg["poi_vs_ppo"] = {"point": 0.7, "low": 0.5026, "high": 0.816}
-    line = next(x for x in ev.to_markdown(results).splitlines() if x.startswith("- dpo against ppo"))
+    line = next(x for x in render.to_markdown(results).splitlines() if x.startswith("- dpo against ppo"))
     assert "better" in line and "above 0.5" in line
 
 
@@ -253,7 +257,7 @@ def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
     moved = jax.tree.map(lambda x: x + 1.0, trainer.default_params)  # the ES mean, somewhere else
     run.write_file(run.objectives_path("mean"), save_objectives, trainer.objectives, moved, {"envs": list(cfg.envs)})
 
-    init = ev.resolve_target(f"{run.path}:init")
+    init = resolve_target(f"{run.path}:init")
     assert init.label == "run:init"
     for plug, started in trainer.default_params.items():
         assert jax.tree.all(jax.tree.map(np.array_equal, init.params[plug], started)), plug
@@ -264,14 +268,14 @@ def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
     del config["seed"]
     run.config_path.write_text(json.dumps(config))
     with pytest.raises(suites.EvaluationError, match="no integer 'seed'"):
-        ev.resolve_target(f"{run.path}:init")
+        resolve_target(f"{run.path}:init")
 
 
 def test_evaluate_a_run_directory_flags_its_meta_training_env(tiny_run, capsys):
-    target = ev.resolve_target(f"{tiny_run}:best")
+    target = resolve_target(f"{tiny_run}:best")
     assert target.label == "run:best" and target.meta_train_envs == ("CartPole-v1",)
-    assert ev.resolve_target(str(tiny_run / "objectives" / "best.json")).label == "run:best"
-    init, mean = ev.resolve_target(f"{tiny_run}:init"), ev.resolve_target(str(tiny_run))
+    assert resolve_target(str(tiny_run / "objectives" / "best.json")).label == "run:best"
+    init, mean = resolve_target(f"{tiny_run}:init"), resolve_target(str(tiny_run))
     assert init.label == "run:init" and init.objectives == mean.objectives  # same structure...
     fresh = mean.objectives.init(jax.random.key(0))  # ...at the parameters evolution started from
     assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), init.params["drift"], fresh["drift"]))
@@ -400,25 +404,25 @@ def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, capsys)
     from metadisco.commands.evaluate import inner_overrides as _inner_overrides
     from metadisco.config import RunConfig
 
-    target = ev.resolve_target(str(tiny_run))
+    target = resolve_target(str(tiny_run))
     stored = RunConfig.from_dict(json.loads((tiny_run / "config.json").read_text())).inner.overrides()
     assert stored["total_timesteps"] == 4096
     assert _inner_overrides([], [target]) == {k: v for k, v in stored.items() if k != "total_timesteps"}
     assert _inner_overrides(["num_envs=2", "hidden=8,8"], [target])["hidden"] == (8, 8)
     # a file inside the run (an export, objectives/mean.json) knows its run too
-    in_run = ev.resolve_target(str(tiny_run / "objectives" / "mean.json"))
+    in_run = resolve_target(str(tiny_run / "objectives" / "mean.json"))
     assert in_run.run_dir == str(tiny_run) and _inner_overrides([], [in_run]) == _inner_overrides([], [target])
     elsewhere = tiny_run.parent / "copied.json"
     elsewhere.write_text((tiny_run / "objectives" / "mean.json").read_text())
-    assert ev.resolve_target(str(elsewhere)).run_dir is None
+    assert resolve_target(str(elsewhere)).run_dir is None
     with pytest.raises(ValueError, match="--inner"):
         _inner_overrides(["num_envs=many"], [])
     with pytest.raises(ValueError, match="RUN_DIR"):
-        _inner_overrides([], [ev.resolve_target("ppo")])
+        _inner_overrides([], [resolve_target("ppo")])
 
     code, stdout, err = cli(["evaluate", "ppo", "--envs", "CartPole-v1", "--inner", "num_envs=0", *TINY], capsys)
     assert code == 2 and "num_envs" in err and "--inner" in err  # rejected before anything compiles
-    results = ev.evaluate(["ppo"], envs=["CartPole-v1"], seeds=1, budget=2048, progress=False,
+    results = evaluation.evaluate(["ppo"], envs=["CartPole-v1"], seeds=1, budget=2048, progress=False,
                           inner={"num_envs": 2, "hidden": (8,)})
     config = results["settings"]["presets"]["CartPole-v1"]["config"]
     assert config["num_envs"] == 2 and list(config["hidden"]) == [8] and config["total_timesteps"] == 2048
@@ -468,8 +472,8 @@ def test_an_evaluation_keeps_one_environments_programs_not_every_one():
     """Each compiled PPO program holds about a thousand memory mappings on the CPU and a process
     may have 65,530: an evaluation of 6 environments x 5 methods (60 programs) crashed with "LLVM
     compilation error: Cannot allocate memory" while it kept them all."""
-    programs = ev.Programs()
-    results = ev.evaluate(["ppo"], envs=["CartPole-v1", "Acrobot-v1"], seeds=2, budget=1024, progress=False,
+    programs = Programs()
+    results = evaluation.evaluate(["ppo"], envs=["CartPole-v1", "Acrobot-v1"], seeds=2, budget=1024, progress=False,
                           programs=programs, bootstrap_reps=100, inner={"hidden": (8,), "num_minibatches": 2})
     assert set(results["envs"]) == {"CartPole-v1", "Acrobot-v1"}
     assert programs.environments() == {"Acrobot-v1"}  # the first environment's programs went before the second began

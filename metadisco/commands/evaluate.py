@@ -1,4 +1,4 @@
-"""`metadisco evaluate TARGET [TARGET...]`: held-out evaluation against PPO and DPO (analysis.evaluate)."""
+"""`metadisco evaluate TARGET [TARGET...]`: held-out evaluation against PPO and DPO (analysis.evaluation)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from analysis import suites
 from analysis.evaluation import protocol
 from analysis.evaluation.protocol import BOOTSTRAP_REPS
-from metadisco_common.errors import ConfigError
+from meta_objectives.errors import ConfigError
 
 
 def run(args) -> None:
@@ -21,20 +21,22 @@ def run(args) -> None:
     if args.bootstrap < 1:
         raise ConfigError(f"--bootstrap must be >= 1, got {args.bootstrap}")
 
-    from analysis import evaluate as ev
+    from analysis.evaluation import render
+    from analysis.evaluation import run as evaluation
+    from analysis.targets import resolve_target
 
-    targets = [ev.resolve_target(t) for t in args.targets]
+    targets = [resolve_target(t) for t in args.targets]
     if args.envs is None and args.suite is None and not args.quick:
         _use_declared_heldout(args, targets)
     inner = inner_overrides(args.inner or [], targets if args.inner_from_run else ())
-    out = ev.check_out_dir(args.out) if args.out else ev.default_out_dir(targets)
-    results = ev.evaluate(
+    out = render.check_out_dir(args.out) if args.out else render.default_out_dir(targets)
+    results = evaluation.evaluate(
         targets, envs=args.envs, suite=args.suite, seeds=args.seeds, budget=args.timesteps,
         tune_lr=args.tune_lr, quick=args.quick, progress=not args.no_progress, seed=args.seed, lr=args.lr,
         inner=inner, protocol=args.protocol, bootstrap_reps=args.bootstrap,
     )
-    path = ev.save(results, out)
-    print(ev.to_markdown(results))
+    path = render.save(results, out)
+    print(render.to_markdown(results))
     print(f"results written to {path}/ (results.json, results.csv, results.md, curves.png, curves.pdf)",
           file=sys.stderr)
     print(path)
