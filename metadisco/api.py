@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from meta_objectives.errors import ConfigError
+from metadisco_common.errors import ConfigError
 
 __all__ = ["distil", "evaluate", "plot", "train"]
 

@@ -8,7 +8,7 @@ import sys
 from analysis import suites
 from analysis.evaluation import protocol
 from analysis.evaluation.protocol import BOOTSTRAP_REPS
-from meta_objectives.errors import ConfigError
+from metadisco_common.errors import ConfigError
 
 
 def run(args) -> None:
