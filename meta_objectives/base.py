@@ -56,7 +56,7 @@ from metadisco_common.plugins import (
 Params = Any  # a pytree of float32 arrays
 
 _REGISTRY: dict[str, dict[str, type]] = {plug: {} for plug in PLUGS}
-OPTION_TYPES = (bool, int, float, str, tuple[int, ...], tuple[str, ...])
+OPTION_TYPES = (bool, int, float, str, tuple[int, ...], tuple[float, ...], tuple[str, ...])
 FROM_ENV = "from_env"  # field metadata key: an option the environment sets (through `for_env`)
 
 
@@ -139,6 +139,11 @@ class MetaObjective:
         """This objective sized for an environment with observations of `obs_shape`."""
         return self
 
+    def observation_shape(self) -> tuple[int, ...] | None:
+        """The observation shape this objective is built for, when its options fix one (None:
+        any, through `for_env`); the constraint checks draw their states in it."""
+        return None
+
     def incompatibility(self, obs_shape: tuple[int, ...], env_name: str = "the environment") -> str | None:
         """Why this objective cannot run on an environment with observations of `obs_shape`
         (None when it can). Drifts and value losses see only ratios, advantages and values."""
@@ -158,7 +163,7 @@ def _fits(value, tp) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if tp is str:
         return isinstance(value, str)
-    if tp in (tuple[int, ...], tuple[str, ...]):
+    if tp in (tuple[int, ...], tuple[float, ...], tuple[str, ...]):
         item = typing.get_args(tp)[0]
         return isinstance(value, (tuple, list)) and all(_fits(v, item) for v in value)
     return False

@@ -13,6 +13,7 @@ an objective's plug point on any objective, a user's plug-in as well as a built-
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -255,7 +256,8 @@ def check_shaping_constraints(shaping: MetaObjective, params: Params, *, initial
     order between policies (Ng et al. 1999). initial=True: `params` are the initial parameters,
     at which a shaping must leave every reward unchanged (PPO exactly at the start of evolution).
     """
-    shaping = shaping.for_env((obs_dim,))  # (a no-op for a shaping that reads no observations)
+    shaping = shaping.for_env(shaping.observation_shape() or (obs_dim,))  # (a no-op for a shaping that reads none)
+    obs_dim = math.prod(shaping.observation_shape() or (obs_dim,))
     k_s, k_m, k_r = jax.random.split(jax.random.key(seed), 3)
     reward = jax.random.normal(k_r, (steps,))
     start_end = jax.random.normal(k_s, (2, obs_dim))
@@ -322,7 +324,8 @@ def check_objective(objective: MetaObjective, params: Params = None, *, samples:
     Value loss: finite, zero_at_target, finite_gradient, pulls_toward_target.
     Shaping: finite, identity_at_init, potential_based."""
     if objective.plug == "shaping":
-        objective = objective.for_env((3,))  # a potential reads observations: size it for the check's states
+        # a potential reads observations: size it for the check's states
+        objective = objective.for_env(objective.observation_shape() or (3,))
     initial = params is None
     points = [("initial parameters", objective.default_params() if initial else params)]
     if initial:

@@ -48,6 +48,11 @@ class PotentialShaping(MetaObjective):
     learns, never which policy is optimal (Ng et al. 1999).
 
     obs_shape: one observation's shape (set from the environment through `for_env`).
+    obs_scale: per-dimension scales the (flattened) observation is divided by before the network
+      reads it, e.g. MountainCar's (1.0, 0.07): a raw velocity of at most 0.07 would hardly move a
+      tanh layer, nor an ES perturbation of its weights. Empty: the raw observation.
+    scale: Phi's unit (Phi = scale * MLP): the size of potential an ES step of sigma moves, so that
+      sigma is set in units that change behaviour (a shaped reward of about the reward's size).
     transform: also learn the monotone reward transform g (identity at init). NOT policy-invariant:
       only positive affine maps of the reward keep the optimal policy, and a strictly increasing
       g is not one (it reweighs rewards of different sizes), so with it evolution may change the
@@ -57,6 +62,8 @@ class PotentialShaping(MetaObjective):
     obs_shape: tuple[int, ...] = field(default=(), metadata={FROM_ENV: True})
     hidden: int = 32
     transform: bool = False
+    obs_scale: tuple[float, ...] = ()
+    scale: float = 1.0
     plug = "shaping"
     name = "potential"
     title = "learned potential"
@@ -65,14 +72,25 @@ class PotentialShaping(MetaObjective):
 
     def __post_init__(self):
         object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
+        object.__setattr__(self, "obs_scale", tuple(float(d) for d in self.obs_scale))
+        if not all(math.isfinite(d) and d > 0 for d in self.obs_scale) or not math.isfinite(self.scale):
+            raise ValueError(f"potential shaping: obs_scale must be positive numbers and scale finite, "
+                             f"got obs_scale={self.obs_scale}, scale={self.scale}")
         if self.transform:  # the instance's title, for figures and reports (not a field)
             object.__setattr__(self, "title", "learned potential + reward transform (not policy-invariant)")
 
     def for_env(self, obs_shape):
         return replace(self, obs_shape=tuple(obs_shape))
 
+    def observation_shape(self):
+        return self.obs_shape or ((len(self.obs_scale),) if self.obs_scale else None)
+
     def incompatibility(self, obs_shape, env_name="the environment"):
         mine, theirs = tuple(self.obs_shape), tuple(int(d) for d in obs_shape)
+        if self.obs_scale and len(self.obs_scale) != math.prod(theirs):
+            return (f"its shaping potential divides the observation by obs_scale = {list(self.obs_scale)} "
+                    f"({len(self.obs_scale)} numbers), but {env_name} has observations of shape {theirs} "
+                    f"({math.prod(theirs)} numbers); give one scale per observation number, or none.")
         if mine == theirs:
             return None
         return (
@@ -98,7 +116,10 @@ class PotentialShaping(MetaObjective):
         """obs: [..., *obs_shape] -> Phi: [...]."""
         batch = obs.shape[: obs.ndim - len(self.obs_shape)]
         flat = obs.reshape(batch + (self.obs_dim,)).astype(jnp.float32)
-        return apply_mlp(params["potential"], flat)[..., 0]
+        if self.obs_scale:
+            flat = flat / jnp.asarray(self.obs_scale, jnp.float32)
+        phi = apply_mlp(params["potential"], flat)[..., 0]
+        return phi if self.scale == 1.0 else self.scale * phi
 
     def shape_reward(self, params, obs, reward, next_obs, terminated, gamma):
         if self.transform:

@@ -717,3 +717,30 @@ def test_a_legacy_config_json_still_loads():
     # the nested form round-trips through config.json
     again = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
     assert again == cfg and again.to_dict()["objectives"]["drift"] == {"name": "talpo", "hidden": 8}
+
+
+def test_potential_reads_the_observation_in_its_scale_and_unit():
+    """obs_scale divides each observation number before the network, scale multiplies Phi: the
+    potential equals scale x the same network on obs / obs_scale; a length that does not match
+    the environment is named before any compute, and the constraint checks run at its size."""
+    from meta_objectives.constraints import check_objective
+
+    plain = PotentialShaping().for_env((2,))
+    scaled = PotentialShaping(obs_scale=(1.0, 0.07), scale=30.0).for_env((2,))
+    params = perturbed_params(plain, jax.random.key(1), 1.0)  # a nonzero output layer
+    obs = jnp.array([[-0.5, 0.035], [0.4, -0.07]])
+    np.testing.assert_allclose(scaled.potential(params, obs),
+                               30.0 * plain.potential(params, obs / jnp.array([1.0, 0.07])), rtol=1e-5)
+    assert scaled.incompatibility((2,), "MountainCar-v0") is None
+    assert "obs_scale" in scaled.incompatibility((4,), "CartPole-v1")
+    assert check_objective(PotentialShaping(obs_scale=(1.0, 0.07), scale=30.0)) == []
+    with pytest.raises(ValueError, match="obs_scale must be positive"):
+        PotentialShaping(obs_scale=(1.0, 0.0))
+
+
+def test_a_potential_sized_for_other_observations_fails_before_compute():
+    from metadisco.config import resolve, validate
+
+    with pytest.raises(Exception, match="obs_scale = \\[1.0, 0.07\\].*CartPole-v1") as error:
+        validate(resolve("rediscover_shaping", ["envs=CartPole-v1"]))
+    assert type(error.value).__name__ == "ConfigError"
