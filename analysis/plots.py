@@ -14,8 +14,8 @@ writes `report.html`:
     plot_run(run_dir)                     all of the above that apply -> files + report.html
 
 Each builder lives in `analysis.figures.<what it draws>` (drift, value_loss, shaping, training;
-the shared theme in `analysis.figures.style`), the page in `analysis.report`; this module
-re-exports them. Every panel axis carries a label (`Axes.get_label()`), e.g. "surface/<title>",
+the shared theme in `analysis.figures.style`), the page in `analysis.report`; import them from
+there. Every panel axis carries a label (`Axes.get_label()`), e.g. "surface/<title>",
 "slice/A=<a>", "value_loss/loss", "shaping/<i>,<j>", "curves/fitness", so callers and tests find
 panels without relying on their order; colour-bar axes keep matplotlib's own label "<colorbar>".
 Importing this module changes no global matplotlib state (themes are scoped rc contexts).
@@ -28,28 +28,19 @@ import traceback
 from pathlib import Path
 
 from analysis.figures.drift import (
-    GRAD_LABEL,
-    SLICE_ADVANTAGES,
     default_drift_comparison,
     drift_slices_figure,
     drift_surface_figure,
     progress_surfaces_figure,
 )
-from analysis.figures.shaping import OBS_NAMES, observation_bounds, shaping_bounds, shaping_figure
-from analysis.figures.style import A_LABEL, D_LABEL, PNG_DPI, R_LABEL
+from analysis.figures.shaping import shaping_bounds, shaping_figure
+from analysis.figures.style import PNG_DPI
 from analysis.figures.training import training_curves_figure
 from analysis.figures.value_loss import value_loss_figure
-from analysis.report import CAPTIONS, write_report
+from analysis.report import write_report
 from analysis.runs import WHICH, Run
 from metadisco_common.errors import EXIT_FAILED, MetadiscoError
 from metadisco_common.fileio import save_figure
-
-__all__ = [
-    "PlotError", "FigureError", "FORMATS", "R_LABEL", "A_LABEL", "D_LABEL", "GRAD_LABEL", "SLICE_ADVANTAGES", "OBS_NAMES",
-    "CAPTIONS", "drift_surface_figure", "drift_slices_figure", "progress_surfaces_figure", "value_loss_figure",
-    "shaping_figure", "training_curves_figure", "observation_bounds", "default_drift_comparison", "plot_run",
-    "write_report",
-]
 
 FORMATS = ("png", "pdf", "svg")
 

@@ -15,6 +15,18 @@ from matplotlib.collections import QuadMesh
 
 import meta_objectives as mo
 from analysis import plots
+from analysis.figures.drift import (
+    GRAD_LABEL,
+    SLICE_ADVANTAGES,
+    default_drift_comparison,
+    drift_slices_figure,
+    drift_surface_figure,
+    progress_surfaces_figure,
+)
+from analysis.figures.shaping import observation_bounds, shaping_figure
+from analysis.figures.style import A_LABEL, D_LABEL, R_LABEL
+from analysis.figures.training import training_curves_figure
+from analysis.figures.value_loss import value_loss_figure
 from meta_objectives import save_objectives
 from meta_objectives.objectives import Objectives
 from metadisco_common.errors import MetadiscoError
@@ -42,7 +54,7 @@ def lpo():
 
 @pytest.fixture(scope="module")
 def drifts(lpo):
-    return plots.default_drift_comparison(*lpo, label="learned (LPO)")
+    return default_drift_comparison(*lpo, label="learned (LPO)")
 
 
 @pytest.fixture(autouse=True)
@@ -79,8 +91,8 @@ def colorbars(fig):
 def test_drawing_leaves_the_users_matplotlib_settings_alone(drifts):
     """The seaborn theme is scoped to each builder: a notebook's own rcParams survive every figure."""
     before = dict(matplotlib.rcParams)
-    plots.drift_slices_figure(drifts, num=11)
-    plots.training_curves_figure(metrics_rows(2))
+    drift_slices_figure(drifts, num=11)
+    training_curves_figure(metrics_rows(2))
     after = dict(matplotlib.rcParams)
     assert {k for k in before if str(before[k]) != str(after[k])} == set()
 
@@ -91,7 +103,7 @@ def test_drift_comparison_draws_what_its_titles_say(lpo, which):
     given drift's own) and DPO at the constants its title gives, each checked against its formula
     written out here (Schulman et al. 2017; Lu et al. 2022, DPO)."""
     objective, params = lpo if which == "lpo" else (mo.DriftMix(clip_eps=0.3), None)
-    comparison = plots.default_drift_comparison(objective, params)
+    comparison = default_drift_comparison(objective, params)
     (title, (drawn, drawn_params)), (ppo_title, (ppo, ppo_params)), (dpo_title, (dpo, dpo_params)) = comparison.items()
     r, a = np.meshgrid(np.linspace(0.3, 3.0, 41, dtype=np.float32), np.linspace(-3.0, 3.0, 41, dtype=np.float32))
     assert title == objective.title
@@ -109,15 +121,15 @@ def test_drift_comparison_draws_what_its_titles_say(lpo, which):
 
 
 def test_drift_surface_figure(drifts):
-    fig = plots.drift_surface_figure(drifts, num=41)
+    fig = drift_surface_figure(drifts, num=41)
     surf, grad = panels(fig, "surface/"), panels(fig, "gradient/")
     assert [ax.get_label() for ax in surf] == [f"surface/{t}" for t in drifts]
     assert len(grad) == 3 and len(colorbars(fig)) == 2
     assert len(fig.axes) == 3 + 3 + 2
     assert [ax.get_title() for ax in surf] == list(drifts)
     # labels on the outer panels
-    assert all(ax.get_xlabel() == plots.R_LABEL for ax in grad)
-    assert surf[0].get_ylabel() == grad[0].get_ylabel() == plots.A_LABEL
+    assert all(ax.get_xlabel() == R_LABEL for ax in grad)
+    assert surf[0].get_ylabel() == grad[0].get_ylabel() == A_LABEL
     # one colour scale per row: the same (vmin, vmax) on every heatmap of the row
     for row, (lo_expected, symmetric) in ((surf, (0.0, False)), (grad, (None, True))):
         clims = {m.get_clim() for ax in row for m in meshes(ax)}
@@ -140,12 +152,12 @@ def test_drift_surface_figure(drifts):
     np.testing.assert_allclose(values, expected, atol=1e-6)
     # colour bars are labelled
     labels = {cb.get_ylabel() for cb in colorbars(fig)}
-    assert plots.D_LABEL in labels and plots.GRAD_LABEL in labels
+    assert D_LABEL in labels and GRAD_LABEL in labels
 
 
 def test_surrogate_gradient_of_ppo_clip_is_a_or_zero():
     """d(rA - D)/dr for PPO-clip: A inside the trust region, 0 where the update is clipped."""
-    fig = plots.drift_surface_figure({"PPO": (mo.PPOClip(), {})}, num=31)
+    fig = drift_surface_figure({"PPO": (mo.PPOClip(), {})}, num=31)
     (ax,) = panels(fig, "gradient/")
     g = np.asarray(meshes(ax)[0].get_array()).reshape(31, 31)
     r = np.linspace(0.5, 2.0, 31)
@@ -163,7 +175,7 @@ def test_difference_column_is_zero_for_identical_drifts(lpo):
     from analysis.figures.drift import DriftDifference
 
     obj, params = lpo
-    fig = plots.drift_surface_figure({"learned − learned": (DriftDifference(obj, params, obj, params), {})}, num=21)
+    fig = drift_surface_figure({"learned − learned": (DriftDifference(obj, params, obj, params), {})}, num=21)
     for prefix in ("surface/", "gradient/"):
         (ax,) = panels(fig, prefix)
         np.testing.assert_array_equal(np.asarray(meshes(ax)[0].get_array()), 0.0)
@@ -175,7 +187,7 @@ def test_difference_column_draws_the_difference_of_the_weights(lpo):
 
     obj, params = lpo
     ppo = mo.PPOClip()
-    fig = plots.drift_surface_figure({"a": (obj, params), "b": (ppo, {}),
+    fig = drift_surface_figure({"a": (obj, params), "b": (ppo, {}),
                                       "a − b": (DriftDifference(obj, params, ppo, {}), {})}, num=21)
     (sa, sb, sd), (ga, gb, gd) = ([np.asarray(meshes(ax)[0].get_array()) for ax in panels(fig, prefix)]
                                   for prefix in ("surface/", "gradient/"))
@@ -189,7 +201,7 @@ def test_closed_form_drift_surface_matches_its_objective():
     from meta_objectives.formulas import dpo_expression
 
     dpo = mo.DPO()
-    fig = plots.drift_surface_figure({"closed form": (mo.ClosedFormDrift(dpo_expression()), None),
+    fig = drift_surface_figure({"closed form": (mo.ClosedFormDrift(dpo_expression()), None),
                                       "DPO": (dpo, dpo.init(jax.random.key(0)))}, num=31)
     a, b = (meshes(ax)[0] for ax in panels(fig, "surface/"))
     np.testing.assert_allclose(np.asarray(a.get_array()), np.asarray(b.get_array()), atol=1e-5)
@@ -198,17 +210,17 @@ def test_closed_form_drift_surface_matches_its_objective():
 
 
 def test_drift_slices_figure(drifts):
-    fig = plots.drift_slices_figure(drifts, num=51)
+    fig = drift_slices_figure(drifts, num=51)
     slices = panels(fig, "slice/")
-    assert [ax.get_label() for ax in slices] == [f"slice/A={a:g}" for a in plots.SLICE_ADVANTAGES]
-    assert [ax.get_title() for ax in slices] == [f"A = {a:g}" for a in plots.SLICE_ADVANTAGES]
+    assert [ax.get_label() for ax in slices] == [f"slice/A={a:g}" for a in SLICE_ADVANTAGES]
+    assert [ax.get_title() for ax in slices] == [f"A = {a:g}" for a in SLICE_ADVANTAGES]
     for ax in slices:
         lines = data_lines(ax)
         assert [ln.get_label() for ln in lines] == list(drifts)
         assert all(len(ln.get_xdata()) == 51 for ln in lines)
         assert len(r1_lines(ax)) == 1
-    assert all(ax.get_xlabel() == plots.R_LABEL for ax in slices[3:])
-    assert slices[0].get_ylabel() == plots.D_LABEL
+    assert all(ax.get_xlabel() == R_LABEL for ax in slices[3:])
+    assert slices[0].get_ylabel() == D_LABEL
     legend_texts = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend_texts == list(drifts)
     # D(r) at A = 2 for PPO-clip is relu((r - 1.2) * 2)
@@ -221,7 +233,7 @@ def test_progress_surfaces_figure():
     obj = mo.TALPO(hidden=16)
     params = perturb_output(obj.init(jax.random.key(2)), 0.5)
     progresses = (0.0, 0.5, 1.0)
-    fig = plots.progress_surfaces_figure(obj, params, progresses=progresses, num=31)
+    fig = progress_surfaces_figure(obj, params, progresses=progresses, num=31)
     top, change = panels(fig, "progress/"), panels(fig, "progress_change/")
     assert len(top) == len(change) == 3 and len(colorbars(fig)) == 2
     assert [ax.get_title() for ax in top] == ["n/N = 0", "n/N = 0.5", "n/N = 1"]
@@ -238,7 +250,7 @@ def test_progress_surfaces_figure():
 def test_value_loss_figure(use_target):
     obj = mo.LearnedValueLoss(hidden=8, use_target=use_target)
     params = perturb_output(obj.init(jax.random.key(0)), 0.5)
-    fig = plots.value_loss_figure(obj, params, num=101)
+    fig = value_loss_figure(obj, params, num=101)
     loss, diff, grad = (panels(fig, f"value_loss/{k}")[0] for k in ("loss", "difference", "gradient"))
     assert len(fig.axes) == 3
     n_targets = 3 if use_target else 1
@@ -260,7 +272,7 @@ def test_value_loss_figure(use_target):
 
 def test_value_loss_figure_at_init_is_l2():
     obj = mo.LearnedValueLoss()
-    fig = plots.value_loss_figure(obj, None, num=41)
+    fig = value_loss_figure(obj, None, num=41)
     diff = panels(fig, "value_loss/difference")[0]
     np.testing.assert_allclose(diff.lines[0].get_ydata(), 0.0, atol=1e-6)
 
@@ -271,7 +283,7 @@ def test_shaping_figure():
     params = {"potential": perturb_output(params["potential"], 0.5)}
     low, high = -np.arange(1, 5, dtype=np.float32), np.arange(1, 5, dtype=np.float32)
     names = ("x", "ẋ", "θ", "θ̇")
-    fig = plots.shaping_figure(obj, params, low, high, max_pairs=6, num=21, dim_names=names)
+    fig = shaping_figure(obj, params, low, high, max_pairs=6, num=21, dim_names=names)
     maps = panels(fig, "shaping/")
     assert [ax.get_label() for ax in maps] == [f"shaping/{i},{j}" for i, j in
                                                [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]]
@@ -287,14 +299,14 @@ def test_shaping_figure():
     obs = np.stack([x0, x1, np.zeros_like(x0), np.zeros_like(x0)], -1).astype(np.float32)
     np.testing.assert_allclose(phi, np.asarray(obj.potential(params, jnp.asarray(obs))), atol=1e-5)
     # fewer pairs on request
-    fig2 = plots.shaping_figure(obj, params, low, high, max_pairs=2, num=11)
+    fig2 = shaping_figure(obj, params, low, high, max_pairs=2, num=11)
     assert len(panels(fig2, "shaping/")) == 2 and panels(fig2, "shaping/")[0].get_xlabel() == "obs[0]"
 
 
 def test_shaping_figure_rejects_empty_box():
     obj = mo.PotentialShaping(obs_shape=(2,))
     with pytest.raises(ValueError, match="obs_high > obs_low"):
-        plots.shaping_figure(obj, None, np.zeros(2), np.array([1.0, 0.0]))
+        shaping_figure(obj, None, np.zeros(2), np.array([1.0, 0.0]))
 
 
 def metrics_rows(n=6, eval_at=(2, 5)):
@@ -312,7 +324,7 @@ def metrics_rows(n=6, eval_at=(2, 5)):
 
 def test_training_curves_figure():
     rows = metrics_rows()
-    fig = plots.training_curves_figure(rows, "fitness (auc)")
+    fig = training_curves_figure(rows, "fitness (auc)")
     (fit,), (sig,) = panels(fig, "curves/fitness"), panels(fig, "curves/sigma")
     lines = {ln.get_label(): ln for ln in fit.lines}
     best = "max member so far (selected on noise)"  # named for what it is: a maximum over noisy scores
@@ -328,11 +340,11 @@ def test_training_curves_figure():
     assert len(sig.lines[0].get_xdata()) == 6
     # without evaluation rows and with a non-positive sigma: two lines, linear scale
     rows = [dict(r, sigma=0.0) for r in metrics_rows(eval_at=())]
-    fig = plots.training_curves_figure(rows)
+    fig = training_curves_figure(rows)
     (fit,), (sig,) = panels(fig, "curves/fitness"), panels(fig, "curves/sigma")
     assert len(fit.lines) == 2 and sig.get_yscale() == "linear"
     with pytest.raises(ValueError):
-        plots.training_curves_figure([])
+        training_curves_figure([])
 
 
 def test_training_curves_show_search_health_and_the_start_point():
@@ -344,7 +356,7 @@ def test_training_curves_show_search_health_and_the_start_point():
         r["health/grad_cos"] = c
         if "eval_mean_fitness" in r:
             r["eval_start_fitness"] = 9.0
-    fig = plots.training_curves_figure(rows)
+    fig = training_curves_figure(rows)
     (health,) = panels(fig, "curves/health")
     points, running = health.lines[0], health.lines[1]
     np.testing.assert_array_equal(points.get_ydata(), cos)
@@ -477,7 +489,7 @@ def test_a_figure_that_fails_is_shown_and_fails_the_run_after_the_others(synthet
 
 
 def test_observation_bounds_cover_cartpole():
-    low, high = plots.observation_bounds("CartPole-v1", num_envs=4, num_steps=32)
+    low, high = observation_bounds("CartPole-v1", num_envs=4, num_steps=32)
     assert low.shape == high.shape == (4,) and np.all(high > low)
     assert -0.25 < low[2] < 0 < high[2] < 0.25  # the pole angle stays within the termination limit
 
