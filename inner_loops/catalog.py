@@ -9,6 +9,7 @@ drops an environment fails a test instead of drifting silently.
 from __future__ import annotations
 
 import difflib
+import re
 
 from metadisco_common.errors import ConfigError
 from metadisco_common.plugins import ENVS_GROUP, entry_points, is_import_path, load, load_entry_point
@@ -48,8 +49,41 @@ def preset_name(env_name: str) -> str:
     return "classic"
 
 
+_VARIANT = re.compile(r"^(?P<base>[^\[\]]+)\[(?P<params>[^\[\]]*)\]$")
+
+
+def env_variant(name: str) -> tuple[str, dict[str, bool | int | float]]:
+    """A gymnax environment with other parameters: "MountainCar-v0[gravity=0.003,force=0.0012]"
+    -> ("MountainCar-v0", {"gravity": 0.003, "force": 0.0012}); a plain name -> (name, {}).
+    Values are numbers or true/false; `make_env` checks the names against the environment's
+    EnvParams (a held-out variant, or a distribution over a family)."""
+    match = _VARIANT.match(name)
+    if match is None:
+        if "[" in name or "]" in name:
+            raise ConfigError(f"environment {name!r}: write other parameters as NAME[param=value,...], "
+                              "e.g. MountainCar-v0[gravity=0.003]")
+        return name, {}
+    values: dict[str, bool | int | float] = {}
+    for item in filter(None, (i.strip() for i in match["params"].split(","))):
+        key, eq, text = (part.strip() for part in item.partition("="))
+        if not eq or not key.isidentifier() or key in values:
+            raise ConfigError(f"environment {name!r}: {item!r} is not param=value (once per parameter), "
+                              "e.g. MountainCar-v0[gravity=0.003]")
+        if text.lower() in ("true", "false"):
+            values[key] = text.lower() == "true"
+            continue
+        try:
+            values[key] = int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
+        except ValueError:
+            raise ConfigError(f"environment {name!r}: {key} = {text!r} is not a number (or true/false)") from None
+    if not values:
+        raise ConfigError(f"environment {name!r}: empty brackets; name a parameter, e.g. MountainCar-v0[gravity=0.003]")
+    return match["base"].strip(), values
+
+
 def is_builtin_env(name: str) -> bool:
-    """Whether `name` is a gymnax id or a brax name (not a plug-in)."""
+    """Whether `name` is a gymnax id (with or without other parameters) or a brax name (not a plug-in)."""
+    name = _VARIANT.sub(r"\g<base>", name)
     base, _, backend = name.partition(":")
     if base.startswith(BRAX_PREFIX):
         return base[len(BRAX_PREFIX):] in BRAX_ENVS and (not backend or backend in BRAX_BACKENDS)
@@ -74,6 +108,10 @@ def check_env_name(name: str) -> None:
     if is_import_path(name) or (not is_builtin_env(name) and name in entry_points(ENVS_GROUP)):
         plugin_env_object(name)
         return
+    name, variant = env_variant(name)
+    if variant and (name.startswith(BRAX_PREFIX) or ":" in name):
+        raise ConfigError(f"other parameters in brackets are for gymnax environments (e.g. "
+                          f"MountainCar-v0[gravity=0.003]); {name!r} is not one")
     base, _, backend = name.partition(":")
     if base.startswith(BRAX_PREFIX):
         if backend and backend not in BRAX_BACKENDS:

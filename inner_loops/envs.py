@@ -35,9 +35,11 @@ from inner_loops.catalog import (  # noqa: F401  (re-exported)
     DEFAULT_BRAX_BACKEND,
     available_envs,
     check_env_name,
+    env_variant,
     is_builtin_env,
     plugin_env_object,
 )
+from metadisco_common.errors import ConfigError
 from metadisco_common.plugins import PluginError
 
 BRAX_EPISODE_LENGTH = 1000
@@ -149,6 +151,7 @@ def make_env(name: str) -> Env:
         return from_brax(env, name)
     import gymnax
 
+    name, variant = env_variant(full_name := name)
     try:
         env, params = gymnax.make(name)
     except OSError as e:  # MNISTBandit-bsuite downloads MNIST when it is built
@@ -156,7 +159,32 @@ def make_env(name: str) -> Env:
             f"{name} could not be built: gymnax fetches its data on first use and that failed ({e}). "
             "Run once on a machine with internet access, or choose another environment (`metadisco envs`)."
         ) from e
-    return from_gymnax(env, params, name)
+    if variant:
+        params = _with_params(params, variant, full_name)
+    return from_gymnax(env, params, full_name)
+
+
+def _with_params(params, variant: dict, name: str):
+    """gymnax EnvParams with `variant`'s fields replaced (ConfigError naming the valid fields)."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(params)}
+    unknown = sorted(set(variant) - set(fields))
+    if unknown:
+        raise ConfigError(f"environment {name!r}: no parameter {', '.join(unknown)}; "
+                          f"its parameters: {', '.join(fields)}")
+    typed = {}
+    for key, value in variant.items():
+        default = getattr(params, key)
+        kind = bool if isinstance(default, bool) else int if isinstance(default, int) else float
+        if kind is float and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            article = "an" if kind is int else "a"
+            raise ConfigError(f"environment {name!r}: {key} takes {article} {kind.__name__} "
+                              f"(its default is {default!r}), got {value!r}")
+        typed[key] = value
+    return params.replace(**typed)
 
 
 def from_gymnax(env, params: Any = None, name: str | None = None) -> Env:
