@@ -121,8 +121,8 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
             images[name] = files["png"]
 
     if rows:
-        emit("training_curves", lambda: training_curves_figure(rows, f"fitness ({config.get('fitness', '?')})"))
-    evolve = set((config.get("objectives") or {}).get("evolve") or ())
+        emit("training_curves", lambda: training_curves_figure(rows, f"fitness ({config.fitness})"))
+    evolve = set(config.objectives.evolve)
     if loaded is not None:
         objectives, params, _extra = loaded
         # Each objective says whether it is worth drawing (learned, or a discovered closed form);
@@ -139,7 +139,7 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
         if vl.plotted or "value_loss" in evolve:
             emit("value_loss", lambda: value_loss_figure(vl, params.get("value_loss")))
         if shaping.plotted or "shaping" in evolve:
-            low, high, names = shaping_bounds(shaping, list(config.get("envs") or []), notes)
+            low, high, names = shaping_bounds(shaping, list(config.envs), notes)
             emit("shaping", lambda: shaping_figure(shaping, params.get("shaping"), low, high, dim_names=names))
     if report:
         write_report(report_path, run.path, config, rows, images, written, notes, which,

@@ -48,36 +48,32 @@ def _table(pairs) -> str:
     return f"<table>{body}</table>"
 
 
-def _choice(value) -> str:
-    """An objectives section entry: "lpo", or {"name": "lpo", "hidden": 64} -> "lpo (hidden=64)"."""
-    if not isinstance(value, dict):
-        return str(value)
-    options = ", ".join(f"{k}={_fmt(v)}" for k, v in value.items() if k != "name")
-    return f"{value.get('name')}" + (f" ({options})" if options else "")
+def _choice(choice) -> str:
+    """A PlugChoice as the report names it: "lpo", or "lpo (hidden=64)"."""
+    options = ", ".join(f"{k}={_fmt(v)}" for k, v in choice.options)
+    return choice.name + (f" ({options})" if options else "")
 
 
-def _config_summary(config: dict) -> list[tuple[str, object]]:
-    o = config.get("objectives") or {}
-    es = config.get("es") or {}
-    inner = {k: v for k, v in (config.get("inner") or {}).items() if v is not None}
-    pairs = [
-        ("name", config.get("name")),
-        ("environments", config.get("envs")),
-        ("drift / value loss / shaping", " / ".join(_choice(o.get(p)) for p in ("drift", "value_loss", "shaping"))),
-        ("evolved plug points", o.get("evolve")),
-        ("strategy", f"{es.get('strategy')}, population {es.get('population_size')}, σ₀ {es.get('sigma_init')}, "
-                     f"lr {es.get('lr')}, {es.get('optimizer')}"),
-        ("generations", config.get("generations")),
-        ("fitness", f"{config.get('fitness')} over {config.get('seeds_per_member')} seed(s) per member"),
+def _config_summary(config) -> list[tuple[str, object]]:
+    """(label, value) rows of a RunConfig (`Run.config()`) for the report's Configuration table."""
+    o, es, inner = config.objectives, config.es, config.inner.overrides()
+    return [
+        ("name", config.name),
+        ("environments", config.envs),
+        ("drift / value loss / shaping", " / ".join(_choice(getattr(o, p)) for p in ("drift", "value_loss", "shaping"))),
+        ("evolved plug points", o.evolve),
+        ("strategy", f"{es.strategy}, population {es.population_size}, σ₀ {es.sigma_init}, lr {es.lr}, {es.optimizer}"),
+        ("generations", config.generations),
+        ("fitness", f"{config.fitness} over {config.seeds_per_member} seed(s) per member"),
         ("inner PPO overrides", ", ".join(f"{k}={_fmt(v)}" for k, v in inner.items()) or "(preset)"),
-        ("seed", config.get("seed")),
+        ("seed", config.seed),
     ]
-    return [(k, v) for k, v in pairs if v is not None]
 
 
-def write_report(path, run_dir, config: dict, rows: list, images: dict, written: dict, notes, which: str,
+def write_report(path, run_dir, config, rows: list, images: dict, written: dict, notes, which: str,
                  extra: dict) -> Path:
-    """One self-contained HTML page: config summary, last metrics row, figures as data URIs.
+    """One self-contained HTML page: config summary (`config`, the run's RunConfig), last metrics
+    row, figures as data URIs.
 
     images {figure name: PNG file} are embedded in order; written {figure name: [paths]} are linked.
     """
@@ -86,7 +82,7 @@ def write_report(path, run_dir, config: dict, rows: list, images: dict, written:
     last_eval = next((r for r in reversed(rows) if r.get("eval_mean_fitness") is not None), None)
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>metadisco report: {html.escape(str(config.get('name', run_dir.name)))}</title>",
+        f"<title>metadisco report: {html.escape(config.name)}</title>",
         "<style>body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1100px;margin:2em auto;"
         "padding:0 1em;color:#222;line-height:1.45}h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.8em;"
         "border-bottom:1px solid #ddd}table{border-collapse:collapse;font-size:.9em;margin:.5em 0}"
@@ -94,7 +90,7 @@ def write_report(path, run_dir, config: dict, rows: list, images: dict, written:
         "th{font-weight:600;color:#444}td{font-variant-numeric:tabular-nums}figure{margin:1.2em 0}"
         "img{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:.9em;color:#555}"
         ".notes{background:#fff8e1;padding:.5em 1em;border-left:3px solid #f0b400}</style></head><body>",
-        f"<h1>metadisco run: {html.escape(str(config.get('name', run_dir.name)))}</h1>",
+        f"<h1>metadisco run: {html.escape(config.name)}</h1>",
         f"<p>Run directory <code>{html.escape(str(run_dir.resolve()))}</code>; objectives: <b>{html.escape(which)}</b>"
         + (f" (saved after {html.escape(_fmt(extra.get('generation')))} generations)"
            if extra.get("generation") is not None else "")

@@ -1,6 +1,6 @@
 """The one reader of a run directory (jax-free: `import analysis.runs` starts no jax).
 
-    RUN_DIR/config.json             the resolved RunConfig (a dict here; metadisco.config parses it)
+    RUN_DIR/config.json             the resolved RunConfig (analysis.run_config), as RunConfig.to_dict
     RUN_DIR/metrics.jsonl           one JSON line per generation
     RUN_DIR/baseline.json           PPO's returns used to normalise fitness (normalised fitness only)
     RUN_DIR/checkpoints/gen_NNNNNN.msgpack   the newest few checkpoints
@@ -9,11 +9,12 @@
     RUN_DIR/.lock                   held by the one process that writes the run (metadisco train)
 
     run = Run(path)
-    run.config()               dict; RunDirError when missing or corrupt
+    run.config()               RunConfig, the one typed reading of config.json; RunDirError when
+                               missing, corrupt or not a run config
     run.metrics()              [row, ...]: complete lines only (a run may be writing the next one)
     run.baseline()             dict, or None when the run has none
     run.checkpoints()          [Path, ...] oldest first; temporary files ignored
-    run.heldout()              the held-out section the run declared before it ran ({} if none)
+    run.heldout()              HeldoutConfig the run declared before it ran, or None
     run.objectives_path(which) RUN_DIR/objectives/{which}.json ("mean" or "best")
     run.objectives(which)      (objectives, params, extra): imports jax, on demand
     run_containing(file)       the Run a file inside RUN_DIR/objectives or RUN_DIR/export belongs to
@@ -32,7 +33,8 @@ import os
 import re
 from pathlib import Path
 
-from metadisco_common.errors import MetadiscoError
+from analysis.run_config import HeldoutConfig, RunConfig
+from metadisco_common.errors import ConfigError, MetadiscoError
 
 CHECKPOINT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
 WHICH = ("mean", "best")
@@ -147,14 +149,18 @@ class Run:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise RunDirError(f"{path} is corrupt ({e})") from None
 
-    def config(self) -> dict:
-        """The resolved config the run was started with, as stored (a dict)."""
+    def config(self) -> RunConfig:
+        """The resolved config the run was started with, read as `RunConfig.from_dict` reads it (a
+        field the file lacks takes RunConfig's default, as `metadisco train --resume` reads it)."""
         if not self.path.is_dir():
             raise RunDirError(f"no run directory at {self.path}; `metadisco train --run-dir {self.path}` creates one")
         config = self.read_json("config.json")
         if not isinstance(config, dict):
             raise RunDirError(f"{self.config_path} is corrupt (not a JSON object)")
-        return config
+        try:
+            return RunConfig.from_dict(config)
+        except ConfigError as e:
+            raise RunDirError(f"{self.config_path} is not a run config this metadisco reads: {e}") from None
 
     def metrics(self) -> list[dict]:
         """One dict per completed generation, oldest first; [] before the first generation."""
@@ -179,10 +185,11 @@ class Run:
         """The number of completed generations a checkpoint file holds (from its name)."""
         return int(CHECKPOINT_RE.match(Path(path).name).group(1))
 
-    def heldout(self) -> dict:
-        """The `heldout` section the run declared before it ran ({} when it declared none)."""
-        section = self.config().get("heldout") or {}
-        return section if section.get("envs") else {}
+    def heldout(self) -> HeldoutConfig | None:
+        """The held-out set the run declared before it ran (config `heldout`), or None when its
+        `heldout.envs` is empty."""
+        heldout = self.config().heldout
+        return heldout if heldout.envs else None
 
     def objectives(self, which: str = "mean"):
         """(objectives, params, extra) from RUN_DIR/objectives/{which}.json. Imports jax.
@@ -194,7 +201,7 @@ class Run:
 
         path = self.objectives_path(which)
         if not path.is_file():
-            every = self._config_field("checkpoint_every")
+            every = self._checkpoint_every()
             raise RunDirError(
                 f"{path} is missing: the run has not written its objectives yet (it writes them with each "
                 f"checkpoint{f', every {every} generations' if every else ''}). Wait for it, resume it with "
@@ -204,9 +211,9 @@ class Run:
         except ObjectiveFileError as e:
             raise RunDirError(str(e)) from None
 
-    def _config_field(self, name: str):
+    def _checkpoint_every(self) -> int | None:
         try:
-            return self.config().get(name)
+            return self.config().checkpoint_every
         except RunDirError:
             return None
 

@@ -15,12 +15,13 @@ from typing import NamedTuple
 
 import jax
 
+from analysis.run_config import HeldoutConfig
 from analysis.runs import Run, RunDirError, run_containing
 from analysis.suites import EvaluationError
 from meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, discovered, load_objectives, make_objective
 from metadisco_common.plugins import is_import_path, load
 
-__all__ = ["REFERENCES", "Target", "builtin", "full_params", "resolve_target"]
+__all__ = ["REFERENCES", "Target", "builtin", "declared_heldout", "full_params", "resolve_target"]
 
 REFERENCES = ("ppo", "dpo")
 
@@ -35,6 +36,18 @@ class Target(NamedTuple):
     source: str  # "builtin" | "file" | "run" | "plugin" | "zoo"
     spec: str  # as given
     run_dir: str | None = None  # the run it came from: a run-directory target, or a file inside one
+
+
+def declared_heldout(targets) -> tuple[str, HeldoutConfig] | None:
+    """(run directory, the held-out set it declared before it ran) of the first target from a run
+    that declared one (config `heldout.envs`), or None: what an evaluation given no environments
+    runs on (`metadisco.api.evaluate`, and so `metadisco evaluate`)."""
+    for target in targets:
+        if target.run_dir:
+            heldout = Run(target.run_dir).heldout()
+            if heldout is not None:
+                return str(target.run_dir), heldout
+    return None
 
 
 def builtin(name: str) -> Objectives:
@@ -140,11 +153,7 @@ def _run_target(spec: str, run: Run, which: str) -> Target:
     stored = "mean" if which == "init" else which
     objectives, params, extra = _usable(spec, run.objectives_path(stored), lambda: run.objectives(stored))
     if which == "init":  # the run's own start: init(key(its seed)), as the engine draws it
-        seed = config.get("seed")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise EvaluationError(f"target {spec!r}: {run.config_path} has no integer 'seed', so the parameters "
-                                  f"the run started from, init(key(seed)), are unknown (got {seed!r})")
-        params = objectives.init(jax.random.key(seed))
+        params = objectives.init(jax.random.key(config.seed))
     label = run.path.resolve().name + ("" if which == "mean" else f":{which}")
-    envs = _envs_from(config.get("envs")) or _envs_from(extra.get("envs"))
+    envs = _envs_from(config.envs) or _envs_from(extra.get("envs"))
     return Target(label, objectives, params, envs, "run", spec, str(run.path))

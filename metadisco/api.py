@@ -20,6 +20,7 @@ you). On a CPU without it, the population runs on one device.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -70,35 +71,70 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
 
 
 def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | str | None = None, *,
-             out: str | Path | None = None, **options) -> dict:
+             out: str | Path | None = None, inner: dict | Sequence[str] | None = None, inner_from_run: bool = False,
+             **options) -> dict:
     """Held-out evaluation of `targets` ("ppo", "dpo", objectives files, run directories,
     RUN_DIR:best / :init, `module:attr` objectives) on `envs` (names or `module:attr`, a list or
-    a comma-separated string); `options` as `analysis.evaluation.run.evaluate` (seeds, budget, quick,
-    suite, tune_lr, lr, inner, seed, progress). Writes results.json/csv/md and the curves to `out`
-    (default as the CLI: RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP) and returns
-    the results, with "out_dir" the folder written. With no `envs` (nor suite/quick), a run
-    target's declared held-out set (its config's `heldout`: envs, timesteps, seeds) is used."""
+    a comma-separated string), as `metadisco evaluate` (which calls this); `options` as
+    `analysis.evaluation.run.evaluate` (seeds, budget, quick, suite, tune_lr, lr, seed, progress,
+    protocol, bootstrap_reps). Writes results.json/csv/md and the curves to `out` (default:
+    RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP) and returns the results, with
+    "out_dir" the folder written.
+
+    inner: PPO settings for every environment, a dict ({"num_envs": 64, "hidden": (64, 64)}) or
+    FIELD=VALUE strings, read and checked as `metadisco train` reads inner.FIELD=VALUE, over the
+    first run target's own inner settings (except its budget) when `inner_from_run`.
+    With no `envs`, `suite` or `quick`, the held-out set the first run target declared before it
+    ran (its config's `heldout`: envs, timesteps, seeds, inner_from_run) is used, and said on
+    stderr; options given win over it.
+    """
     from analysis.evaluation import render
     from analysis.evaluation import run as evaluation
-    from analysis.targets import resolve_target
-    from metadisco.commands.evaluate import declared_heldout, inner_overrides
+    from analysis.targets import declared_heldout, resolve_target
 
     if isinstance(targets, (str, Path)):
         targets = [targets]
     resolved = [resolve_target(str(t)) for t in targets]
-    found = None if envs or options.get("suite") or options.get("quick") else declared_heldout(resolved)
-    if found:  # as the CLI: no environments given, the held-out set a run declared before it ran
-        heldout = found[1]
-        envs = list(heldout["envs"])
-        for option, field in (("budget", "timesteps"), ("seeds", "seeds")):
-            if options.get(option) is None and heldout.get(field):
-                options[option] = heldout[field]
-        if heldout.get("inner_from_run") and "inner" not in options:
-            options["inner"] = inner_overrides([], resolved)
+    if envs is None and options.get("suite") is None and not options.get("quick"):
+        found = declared_heldout(resolved)
+        if found is not None:
+            run_dir, heldout = found
+            envs = list(heldout.envs)
+            if options.get("budget") is None:
+                options["budget"] = heldout.timesteps
+            if options.get("seeds") is None:
+                options["seeds"] = heldout.seeds
+            inner_from_run = inner_from_run or heldout.inner_from_run
+            steps = options["budget"]
+            print(f"evaluating on the held-out set {run_dir} declared before it ran: {','.join(envs)}"
+                  f"{f' at {steps:,} steps' if isinstance(steps, int) else ''} (config: heldout)", file=sys.stderr)
+    options["inner"] = _inner_settings(inner, resolved if inner_from_run else ())
+    out_dir = render.check_out_dir(out) if out else render.default_out_dir(resolved)
     options.setdefault("progress", False)
     results = evaluation.evaluate(resolved, envs=envs, **options)
-    path = render.save(results, render.check_out_dir(out) if out else render.default_out_dir(resolved))
-    return {**results, "out_dir": str(path)}
+    return {**results, "out_dir": str(render.save(results, out_dir))}
+
+
+def _inner_settings(inner: dict | Sequence[str] | None, targets) -> dict:
+    """PPO overrides for every environment: the first run target's `inner` section when `targets`
+    are given (inner_from_run; its total_timesteps stays out, the budget sets it), then `inner`
+    (a dict or FIELD=VALUE items), coerced and checked as `metadisco train` does inner.FIELD=VALUE."""
+    from analysis.runs import Run
+    from metadisco.config import inner_config
+
+    items = _items(inner) if isinstance(inner, dict) else list(inner or ())
+    base: dict = {}
+    if targets:
+        runs = [t for t in targets if t.run_dir]
+        if not runs:
+            raise ConfigError("--inner-from-run (inner_from_run) needs a RUN_DIR target, or a file in a run directory "
+                              "(RUN_DIR/export/*.json, RUN_DIR/objectives/*.json)")
+        stored = Run(runs[0].run_dir).config().inner.overrides()
+        base = {k: v for k, v in stored.items() if k != "total_timesteps"}
+    try:
+        return inner_config(base, items).overrides()
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"--inner (inner): {e}; fields: see InnerConfig in analysis/run_config.py") from None
 
 
 def plot(run_dir: str | Path, **options) -> dict:
@@ -114,15 +150,36 @@ def plot(run_dir: str | Path, **options) -> dict:
     return {**written, "notes": notes}
 
 
-def distil(run_dir: str | Path, which: str = "mean", **options) -> dict:
-    """Fit closed forms to what a run evolved (its drift and/or value loss), as `metadisco distil`:
-    writes RUN_DIR/distil/ and returns {plug: report} (options: symbolic, progress, seed,
-    prior_fraction)."""
-    from analysis.distillation.run import distillable
+def distil(run_dir: str | Path, which: str = "mean", plugs: Sequence[str] | None = None, **options) -> dict:
+    """Fit closed forms to what a run evolved, as `metadisco distil` (which calls this; so does
+    `metadisco export` for a plug point not distilled yet): writes RUN_DIR/distil/ and returns
+    {plug: report}. plugs: the plug points to distil (default: every evolved one with closed
+    forms, the drift and/or the value loss). options: symbolic, progress, seed, prior_fraction, fit.
+
+    The fit runs on the points PPO visits when it trains with the run's objectives on each of its
+    meta-training environments, equally many per environment, plus points from a prior.
+    """
+    from analysis.distillation.run import check_options, distil_run, distillable
     from analysis.runs import Run
-    from metadisco.commands.distil import distil_for_run
 
     run = Run(run_dir)
     cfg = run.config()
+    plugs = distillable(cfg) if plugs is None else tuple(plugs)
     objectives, params, _ = run.objectives(which)
-    return distil_for_run(run, cfg, objectives, params, which, distillable(cfg), **options)
+    check_options(options.get("progress"), options.get("prior_fraction", 0.5), options.get("fit", "value"))
+    rows = _visited(cfg, objectives, params, options.get("seed", 0))
+    return distil_run(run, rows, objectives, params, which, plugs=plugs, **options)
+
+
+def _visited(cfg, objectives, params, seed: int = 0):
+    """(ratio, advantage, value, target, progress) rows PPO visits with `objectives` at `params`
+    on each environment of `cfg` (the run's RunConfig), equally many per environment."""
+    import jax
+
+    from analysis.distillation.run import balanced, visited_samples
+    from inner_loops import make_env
+    from metadisco.config import ppo_config
+
+    keys = jax.random.split(jax.random.key(cfg.seed + 7), len(cfg.envs))
+    return balanced([visited_samples(k, make_env(env), ppo_config(cfg, env), objectives, params)
+                     for k, env in zip(keys, cfg.envs)], seed)

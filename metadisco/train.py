@@ -119,7 +119,7 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
 
 def _stored_config(run: RunDir, cfg: config_lib.RunConfig | None) -> config_lib.RunConfig:
     """The run's own config; a different `cfg` is refused with the differences listed."""
-    stored = config_lib.RunConfig.from_dict(run.config())
+    stored = run.config()
     if cfg is not None and cfg != stored:
         changes = config_lib.diff(stored.to_dict(), cfg.to_dict())
         raise RunDirError(

@@ -265,9 +265,9 @@ def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
     assert not jax.tree.all(jax.tree.map(np.array_equal, init.params["drift"], seed0))
 
     config = json.loads(run.config_path.read_text())
-    del config["seed"]
+    config["seed"] = "seven"  # read as analysis.runs reads every config: typed, or refused
     run.config_path.write_text(json.dumps(config))
-    with pytest.raises(suites.EvaluationError, match="no integer 'seed'"):
+    with pytest.raises(suites.EvaluationError, match="seed: cannot read 'seven' as int"):
         resolve_target(f"{run.path}:init")
 
 
@@ -398,27 +398,36 @@ def test_building_the_parser_does_not_import_jax():
     assert out.stdout.strip() == "False"
 
 
-def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, capsys):
+def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, tmp_path, capsys, monkeypatch):
     """CPU-sized Brax needs the run's small PPO settings, not the accelerator preset: --inner-from-run
     takes the run's inner section (not its budget), --inner overrides it; bad values fail first."""
-    from metadisco.commands.evaluate import inner_overrides as _inner_overrides
-    from metadisco.config import RunConfig
+    from metadisco import api
 
-    target = resolve_target(str(tiny_run))
     stored = RunConfig.from_dict(json.loads((tiny_run / "config.json").read_text())).inner.overrides()
     assert stored["total_timesteps"] == 4096
-    assert _inner_overrides([], [target]) == {k: v for k, v in stored.items() if k != "total_timesteps"}
-    assert _inner_overrides(["num_envs=2", "hidden=8,8"], [target])["hidden"] == (8, 8)
-    # a file inside the run (an export, objectives/mean.json) knows its run too
-    in_run = resolve_target(str(tiny_run / "objectives" / "mean.json"))
-    assert in_run.run_dir == str(tiny_run) and _inner_overrides([], [in_run]) == _inner_overrides([], [target])
-    elsewhere = tiny_run.parent / "copied.json"
-    elsewhere.write_text((tiny_run / "objectives" / "mean.json").read_text())
-    assert resolve_target(str(elsewhere)).run_dir is None
-    with pytest.raises(ValueError, match="--inner"):
-        _inner_overrides(["num_envs=many"], [])
-    with pytest.raises(ValueError, match="RUN_DIR"):
-        _inner_overrides([], [resolve_target("ppo")])
+    seen = []
+
+    def inner(target, items=(), from_run=True):
+        """The PPO settings `api.evaluate` (and so `metadisco evaluate`) trains `target` with."""
+        api.evaluate(str(target), "CartPole-v1", inner=items, inner_from_run=from_run, out=tmp_path / f"o{len(seen)}")
+        return seen[-1]
+
+    with monkeypatch.context() as m:
+        m.setattr(evaluation, "evaluate", lambda targets, **kw: seen.append(kw["inner"]) or {})
+        m.setattr(render, "save", lambda results, out: out)
+        assert inner(tiny_run) == {k: v for k, v in stored.items() if k != "total_timesteps"}
+        assert inner(tiny_run, ["num_envs=2", "hidden=8,8"]) == {"num_envs": 2, "hidden": (8, 8)}
+        assert inner(tiny_run, {"num_envs": 2, "hidden": (8, 8)}) == seen[-2]  # a dict reads the same
+        # a file inside the run (an export, objectives/mean.json) knows its run too
+        in_run = tiny_run / "objectives" / "mean.json"
+        assert resolve_target(str(in_run)).run_dir == str(tiny_run) and inner(in_run) == inner(tiny_run)
+        elsewhere = tiny_run.parent / "copied.json"
+        elsewhere.write_text(in_run.read_text())
+        assert resolve_target(str(elsewhere)).run_dir is None
+        with pytest.raises(ValueError, match="--inner"):
+            inner("ppo", ["num_envs=many"], from_run=False)
+        with pytest.raises(ValueError, match="RUN_DIR"):
+            inner("ppo")
 
     code, stdout, err = cli(["evaluate", "ppo", "--envs", "CartPole-v1", "--inner", "num_envs=0", *TINY], capsys)
     assert code == 2 and "num_envs" in err and "--inner" in err  # rejected before anything compiles
@@ -448,6 +457,36 @@ def test_evaluate_run_defaults_to_the_held_out_set_it_declared(tiny_run, tmp_pat
                             capsys)
     assert code == 0 and "declared" not in err
     assert list(json.loads((tmp_path / "b" / "results.json").read_text())["envs"]) == ["CartPole-v1"]
+
+
+def test_the_cli_and_the_api_evaluate_a_run_on_its_declared_set_alike(tiny_run, tmp_path, capsys, monkeypatch):
+    """`metadisco evaluate RUN` and `api.evaluate(RUN)` are one code path: the same environments,
+    budget, seeds and PPO settings (the run's own, as its heldout.inner_from_run asks) for a run
+    that declared its held-out set, and the same word on stderr that they were taken from it."""
+    import shutil
+
+    from metadisco import api
+
+    run = tmp_path / "declared"
+    shutil.copytree(tiny_run, run)
+    config = json.loads((run / "config.json").read_text())
+    config["inner"].update(num_envs=2, hidden=[8, 8])
+    config["heldout"] = {"envs": ["Catch-bsuite"], "timesteps": 2048, "seeds": 3, "inner_from_run": True}
+    (run / "config.json").write_text(json.dumps(config))
+    calls = []
+    monkeypatch.setattr(evaluation, "evaluate", lambda targets, **kw: calls.append(
+        ([t.label for t in targets], {k: kw.get(k) for k in ("envs", "budget", "seeds", "inner")})) or {})
+    monkeypatch.setattr(render, "save", lambda results, out: out)
+    monkeypatch.setattr(render, "to_markdown", lambda results: "")
+
+    code, _, cli_err = cli(["evaluate", str(run), "--no-progress", "--out", str(tmp_path / "cli")], capsys)
+    assert code == 0, cli_err
+    api.evaluate(run, out=tmp_path / "api")
+    api_err = capsys.readouterr().err
+    assert calls[0] == calls[1] == (["declared"], {"envs": ["Catch-bsuite"], "budget": 2048, "seeds": 3,
+                                                   "inner": {"num_envs": 2, "hidden": (8, 8)}})
+    for err in (cli_err, api_err):
+        assert f"held-out set {run} declared before it ran: Catch-bsuite at 2,048 steps" in err
 
 
 def test_a_held_out_set_that_overlaps_meta_training_is_refused_before_training():

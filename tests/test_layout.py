@@ -37,6 +37,47 @@ def test_dependencies_point_one_way(package):
     assert not bad, bad
 
 
+# The command line sits on the library, never under it: what a verb and the API both need lives below both.
+COMMAND_LINE = ("metadisco/cli.py", "metadisco/commands/")
+LIBRARY = (*LAYERS, "benchmarks", "examples")
+
+
+def commands_imported(source: str, package: tuple[str, ...]) -> list[str]:
+    """What `source`, a file of `package` (e.g. ("metadisco",)), imports of metadisco.commands,
+    relative imports and imports inside functions included."""
+    def is_commands(name):
+        return name == "metadisco.commands" or name.startswith("metadisco.commands.")
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if is_commands(a.name)]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else ()
+            module = ".".join((*base, *([node.module] if node.module else [])))
+            found += [module] if is_commands(module) else [n for a in node.names if is_commands(n := f"{module}.{a.name}")]
+    return found
+
+
+def test_only_the_command_line_imports_the_commands():
+    bad = [f"{rel} imports {', '.join(found)}"
+           for package in LIBRARY for path in modules(package)
+           if not (rel := path.relative_to(ROOT).as_posix()).startswith(COMMAND_LINE)
+           and (found := commands_imported(path.read_text(), path.relative_to(ROOT).parent.parts))]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("source", [
+    "def distil():\n    from metadisco.commands.distil import distil_for_run\n",  # metadisco/api.py before issue 27
+    "import metadisco.commands.evaluate\n",
+    "from metadisco import commands\n",
+    "from .commands.evaluate import declared_heldout\n",
+])
+def test_the_commands_check_sees_every_form_of_the_import(source):
+    assert commands_imported(source, ("metadisco",)), source
+    assert not commands_imported(source.replace("commands", "config"), ("metadisco",))
+
+
 @pytest.mark.parametrize("package", LAYERS)
 def test_no_module_imports_another_modules_private_names(package):
     bad = []

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from analysis.run_config import HeldoutConfig, InnerConfig, ObjectivesConfig, RunConfig
 from analysis.runs import Run, RunDirError, parse_metrics, run_containing
 from metadisco_common.errors import MetadiscoError
 
@@ -34,6 +35,12 @@ def test_a_missing_or_corrupt_run_says_what_it_is(tmp_path):
     run.config_path.write_text("{not json")
     with pytest.raises(RunDirError, match="corrupt"):
         run.config()
+    run.config_path.write_text(json.dumps({"envs": ["CartPole-v1"], "genrations": 3}))
+    with pytest.raises(RunDirError, match="unknown config field 'genrations'. Did you mean generations"):
+        run.config()
+    run.config_path.write_text(json.dumps({"seed": "seven"}))
+    with pytest.raises(RunDirError, match="config field seed: cannot read 'seven' as int"):
+        run.config()
     assert issubclass(RunDirError, MetadiscoError)
     assert run.metrics() == [] and run.baseline() is None and run.checkpoints() == []
 
@@ -41,9 +48,9 @@ def test_a_missing_or_corrupt_run_says_what_it_is(tmp_path):
 def test_layout_listing_and_declared_heldout(tmp_path):
     run = Run(tmp_path)
     run.config_path.write_text(json.dumps({"envs": ["CartPole-v1"], "heldout": {"envs": []}}))
-    assert run.is_run() and run.heldout() == {}
+    assert run.is_run() and run.heldout() is None
     run.config_path.write_text(json.dumps({"heldout": {"envs": ["Acrobot-v1"], "timesteps": 5}}))
-    assert run.heldout() == {"envs": ["Acrobot-v1"], "timesteps": 5}
+    assert run.heldout() == HeldoutConfig(envs=("Acrobot-v1",), timesteps=5)  # seeds: the declared default
     run.checkpoint_dir.mkdir()
     for name in ("gen_000002.msgpack", "gen_000010.msgpack", ".gen_000011.msgpack.x.tmp", "gen_000011.tmp"):
         (run.checkpoint_dir / name).write_bytes(b"")
@@ -57,3 +64,19 @@ def test_layout_listing_and_declared_heldout(tmp_path):
     run.objectives_dir.mkdir()
     assert run_containing(run.objectives_dir / "mean.json").path == tmp_path
     assert run_containing(tmp_path / "elsewhere.json") is None
+
+
+def test_the_stored_config_is_read_typed_as_train_wrote_it(tmp_path):
+    """config.json is read back as the RunConfig `metadisco train` stored (tuples, sections,
+    objective choices), and a field the file lacks takes RunConfig's default, as resume reads it."""
+    cfg = RunConfig(name="typed", envs=("CartPole-v1", "Acrobot-v1"), fitness="auc_norm", seed=7,
+                    inner=InnerConfig(total_timesteps=4096, hidden=(16, 16)),
+                    objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}, evolve=("drift", "value_loss")),
+                    heldout=HeldoutConfig(envs=("Catch-bsuite",), seeds=3))
+    run = Run(tmp_path)
+    run.config_path.write_text(json.dumps(cfg.to_dict()))
+    read = run.config()
+    assert read == cfg and read.inner.hidden == (16, 16) and read.objectives.evolve == ("drift", "value_loss")
+    assert read.objectives.drift.options == (("hidden", 8),) and run.heldout() == cfg.heldout
+    run.config_path.write_text(json.dumps({"envs": ["Acrobot-v1"]}))
+    assert run.config() == RunConfig(envs=("Acrobot-v1",))

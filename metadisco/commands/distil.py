@@ -2,33 +2,11 @@
 
 The fit runs on the points that PPO training with the discovered objectives visits on every
 meta-training environment (analysis.distillation.run writes RUN_DIR/distil/distil.json, value_loss.json
-and the figures); this module maps the command line onto it and prints the Pareto fronts.
+and the figures) through `metadisco.api.distil`; this module maps the command line onto it and
+prints the Pareto fronts.
 """
 
 from __future__ import annotations
-
-
-def _visited(cfg: dict, objectives, params, seed: int = 0):
-    """(ratio, advantage, value, target, progress) rows PPO visits, equally many per environment."""
-    import jax
-
-    from analysis.distillation.run import balanced, visited_samples
-    from inner_loops import make_env
-    from metadisco.config import RunConfig, ppo_config
-
-    config = RunConfig.from_dict(cfg)
-    keys = jax.random.split(jax.random.key(config.seed + 7), len(config.envs))
-    return balanced([visited_samples(k, make_env(env), ppo_config(config, env), objectives, params)
-                     for k, env in zip(keys, config.envs)], seed)
-
-
-def distil_for_run(run, cfg, objectives, params, which, plugs, **options) -> dict:
-    """Distil `plugs` of a run on the points PPO visits with its objectives -> {plug: report}."""
-    from analysis.distillation.run import check_options, distil_run
-
-    check_options(options.get("progress"), options.get("prior_fraction", 0.5), options.get("fit", "value"))
-    rows = _visited(cfg, objectives, params, options.get("seed", 0))
-    return distil_run(run, rows, objectives, params, which, plugs=plugs, **options)
 
 
 def print_report(plug: str, report: dict) -> None:
@@ -57,23 +35,20 @@ def print_report(plug: str, report: dict) -> None:
 
 
 def run(args) -> None:
-    from analysis.distillation.run import REPORT_FILES, distillable
+    from analysis.distillation.run import REPORT_FILES
     from analysis.runs import Run
+    from metadisco import api
 
+    reports = api.distil(args.run_dir, args.which, symbolic=not args.no_symbolic, progress=args.progress,
+                         seed=args.seed, prior_fraction=args.prior_fraction, fit=args.fit)
     run = Run(args.run_dir)
-    cfg = run.config()
-    plugs = distillable(cfg)
-    objectives, params, _ = run.objectives(args.which)
-    reports = distil_for_run(run, cfg, objectives, params, args.which, plugs, symbolic=not args.no_symbolic,
-                             progress=args.progress, seed=args.seed, prior_fraction=args.prior_fraction,
-                             fit=args.fit)
     if "drift" in reports:
         report = reports["drift"]
         dpo = report["dpo_fit"]
         print(f"drift: DPO family fit alpha={dpo['alpha']:.4g} beta={dpo['beta']:.4g} R^2={dpo['r2']:.4f} "
               f"max|err|={dpo['max_abs_error']:.3g} (on {report['data']['n_points']} points, "
               f"{args.prior_fraction:.0%} from the prior, the rest visited in training on "
-              f"{', '.join(cfg.get('envs', []))})")
+              f"{', '.join(run.config().envs)})")
     for plug, report in reports.items():
         print_report(plug, report)
     files = ", ".join(REPORT_FILES[p] for p in reports)

@@ -1,4 +1,4 @@
-"""`metadisco evaluate TARGET [TARGET...]`: held-out evaluation against PPO and DPO (analysis.evaluation)."""
+"""`metadisco evaluate TARGET [TARGET...]`: held-out evaluation against PPO and DPO (metadisco.api.evaluate)."""
 
 from __future__ import annotations
 
@@ -22,73 +22,19 @@ def run(args) -> None:
         raise ConfigError(f"--bootstrap must be >= 1, got {args.bootstrap}")
 
     from analysis.evaluation import render
-    from analysis.evaluation import run as evaluation
-    from analysis.targets import resolve_target
+    from metadisco import api
 
-    targets = [resolve_target(t) for t in args.targets]
-    if args.envs is None and args.suite is None and not args.quick:
-        _use_declared_heldout(args, targets)
-    inner = inner_overrides(args.inner or [], targets if args.inner_from_run else ())
-    out = render.check_out_dir(args.out) if args.out else render.default_out_dir(targets)
-    results = evaluation.evaluate(
-        targets, envs=args.envs, suite=args.suite, seeds=args.seeds, budget=args.timesteps,
-        tune_lr=args.tune_lr, quick=args.quick, progress=not args.no_progress, seed=args.seed, lr=args.lr,
-        inner=inner, protocol=args.protocol, bootstrap_reps=args.bootstrap,
+    results = api.evaluate(
+        args.targets, envs=args.envs, out=args.out, inner=args.inner or [], inner_from_run=args.inner_from_run,
+        suite=args.suite, seeds=args.seeds, budget=args.timesteps, tune_lr=args.tune_lr, quick=args.quick,
+        progress=not args.no_progress, seed=args.seed, lr=args.lr, protocol=args.protocol,
+        bootstrap_reps=args.bootstrap,
     )
-    path = render.save(results, out)
+    path = results.pop("out_dir")
     print(render.to_markdown(results))
     print(f"results written to {path}/ (results.json, results.csv, results.md, curves.png, curves.pdf)",
           file=sys.stderr)
     print(path)
-
-
-def declared_heldout(targets) -> tuple[str, dict] | None:
-    """(run directory, its `heldout` section) of the first RUN_DIR target that declared a held-out
-    set before it ran, or None: what an evaluation with no environments given runs on."""
-    from analysis.runs import Run
-
-    for target in targets:
-        if target.run_dir:
-            heldout = Run(target.run_dir).heldout()
-            if heldout.get("envs"):
-                return str(target.run_dir), heldout
-    return None
-
-
-def _use_declared_heldout(args, targets) -> None:
-    """No environments given: take the held-out set the first run declared before it ran
-    (its config's `heldout` section); command-line --timesteps/--seeds/--inner-from-run win."""
-    found = declared_heldout(targets)
-    if found is None:
-        return
-    run_dir, heldout = found
-    args.envs = ",".join(heldout["envs"])
-    args.timesteps = args.timesteps or heldout.get("timesteps")
-    args.seeds = args.seeds or heldout.get("seeds")
-    args.inner_from_run = args.inner_from_run or bool(heldout.get("inner_from_run"))
-    print(f"evaluating on the held-out set {run_dir} declared before it ran: {args.envs}"
-          f"{f' at {args.timesteps:,} steps' if args.timesteps else ''} (config: heldout)", file=sys.stderr)
-
-
-def inner_overrides(items: list[str], targets) -> dict:
-    """PPO settings for every environment: the first run target's `inner` section (with
-    --inner-from-run; its total_timesteps stays out, --timesteps sets the budget), then the
-    --inner FIELD=VALUE items, coerced and checked as `metadisco train` does with inner.FIELD=VALUE."""
-    from analysis.runs import Run
-    from metadisco.config import inner_config
-
-    base: dict = {}
-    if targets:
-        runs = [t for t in targets if t.run_dir]
-        if not runs:
-            raise ConfigError("--inner-from-run needs a RUN_DIR target, or a file in a run directory "
-                              "(RUN_DIR/export/*.json, RUN_DIR/objectives/*.json)")
-        stored = Run(runs[0].run_dir).config().get("inner", {})
-        base = {k: v for k, v in stored.items() if v is not None and k != "total_timesteps"}
-    try:
-        return inner_config(base, items).overrides()
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"--inner: {e}; fields: see InnerConfig in metadisco/config.py") from None
 
 
 def add(subparsers) -> None:

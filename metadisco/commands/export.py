@@ -20,7 +20,7 @@ def run(args) -> None:
     from analysis.export import export_closed_form, export_discogen
     from analysis.runs import Run
     from meta_objectives.closed_form import closed_form_base
-    from metadisco.commands.distil import distil_for_run
+    from metadisco import api
 
     run = Run(args.run_dir)
     cfg = run.config()
@@ -40,7 +40,7 @@ def run(args) -> None:
         report = stored_report(run, plug)
         if report is None:
             print(f"no {plug} distillation yet: running `metadisco distil` first", file=sys.stderr)
-            report = distil_for_run(run, cfg, objectives, params, args.which, (plug,))[plug]
+            report = api.distil(run.path, args.which, plugs=(plug,))[plug]
         if plug == "value_loss":  # a report from before closed_form_base: the run's own loss says it
             value_loss_base = report.get("closed_form_base") or closed_form_base(objectives.value_loss)
         if args.candidate is not None:
@@ -71,7 +71,7 @@ def run(args) -> None:
     # Plug points not exported as closed forms keep the run's own (fixed) objectives.
     paths = export_closed_form(expressions.get("drift"), run.export_dir, name=name,
                                value_loss=expressions.get("value_loss"), fixed=(objectives, params),
-                               metadata={"run_dir": str(run.path), "source": sources, "envs": cfg.get("envs")},
+                               metadata={"run_dir": str(run.path), "source": sources, "envs": list(cfg.envs)},
                                value_loss_base=value_loss_base)
     _print_exported(expressions, sources, value_loss_base)
     for kind, path in paths.items():

@@ -46,7 +46,7 @@ def _epilog() -> str:
           objectives.drift=talpo objectives.evolve=drift,value_loss objectives.value_loss=learned
           inner.total_timesteps=50000 inner.lr=0.001 devices=2 tensorboard=true mlflow=true
           heldout.envs=Catch-bsuite,Pendulum-v1 heldout.timesteps=50000   (fixed now, used by `evaluate RUN`)
-        every field: see metadisco/config.py (RunConfig, ESConfig, InnerConfig, ObjectivesConfig, HeldoutConfig)""")
+        every field: see analysis/run_config.py (RunConfig, ESConfig, InnerConfig, ObjectivesConfig, HeldoutConfig)""")
 
 
 def add(subparsers) -> None:

@@ -1,0 +1,339 @@
+"""The run config's schema: what a run is, as frozen dataclasses (jax-free).
+
+`RunConfig` and its sections are the one typed form of a run's config. `metadisco.config` builds
+one from the defaults, an experiment file and FIELD=VALUE overrides and checks it; the run
+directory stores it resolved (RUN_DIR/config.json, `RunConfig.to_dict`); `analysis.runs.Run.config()`
+reads it back with `RunConfig.from_dict`, so every reader of a run's config (train --resume,
+plot, the report, evaluate, distil, export) sees the same fields with the same defaults.
+
+It lives here, below `metadisco`, because the analysis side reads run directories without
+importing the engine (the layering of the README's "Design in one screen").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from meta_objectives.plugs import PLUGS, upgrade_section
+from metadisco_common.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ESConfig:
+    """The evolution strategy (evosax 0.3) and its schedules."""
+
+    strategy: str = "Open_ES"
+    population_size: int = 16
+    sigma_init: float = 0.01
+    sigma_decay: float = 1.0  # multiplied in every generation
+    sigma_limit: float = 0.001
+    lr: float = 0.01
+    lr_decay: float = 1.0
+    lr_limit: float = 0.0001
+    optimizer: str = "adam"  # adam | sgd
+    antithetic: bool = True
+    fitness_shaping: str = "auto"  # centered ranks, or the strategy's own weights (CMA-ES, NES); see strategy.py
+
+
+@dataclass(frozen=True)
+class InnerConfig:
+    """Overrides of the environment's PPO preset (None keeps the preset's value): fields of
+    inner_loops' PPOConfig and PPOHyperparams by name and type, written out here so that a config
+    is checked without jax; tests/test_run_config.py holds them to PPO's."""
+
+    total_timesteps: int | None = None
+    num_envs: int | None = None
+    num_steps: int | None = None
+    update_epochs: int | None = None
+    num_minibatches: int | None = None
+    hidden: tuple[int, ...] | None = None
+    normalize_obs: bool | None = None
+    normalize_reward: bool | None = None
+    eval_episodes: int | None = None  # final-policy evaluation episodes per mode (final_eval fitness)
+    reward_noise: float | None = None  # scale of Student-t noise on the rewards PPO learns from (returns stay clean)
+    reward_noise_df: float | None = None  # its degrees of freedom
+    lr: float | None = None
+    gamma: float | None = None
+    gae_lambda: float | None = None
+    ent_coef: float | None = None
+    vf_coef: float | None = None
+    max_grad_norm: float | None = None
+
+    def overrides(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class PlugChoice:
+    """The objective at one plug point: a registered name and the options it is built with (the
+    objective's own dataclass fields, e.g. hidden for lpo, use_target for learned, expression for
+    closed_form). In an experiment file a section per plug point:
+
+        [objectives.drift]
+        name = "lpo"
+        hidden = 64
+
+    on the command line objectives.drift=lpo (a string for the section is its name) and
+    objectives.drift.hidden=64. Options not given keep the objective's defaults.
+    """
+
+    name: str
+    options: tuple[tuple[str, Any], ...] = ()  # (option, value) pairs, sorted by option
+
+    def __str__(self) -> str:
+        """As a user would write it: lpo, or lpo(hidden=64)."""
+        options = ", ".join(f"{k}={v}" for k, v in self.options)
+        return f"{self.name}({options})" if options else self.name
+
+    @classmethod
+    def read(cls, value, path: str) -> PlugChoice:
+        """A name, a section dict {"name": ..., OPTION: VALUE} or a PlugChoice -> PlugChoice."""
+        if isinstance(value, PlugChoice):
+            return value
+        if isinstance(value, str):
+            value = {"name": value}
+        if not isinstance(value, dict):
+            raise ConfigError(f"config field {path} picks an objective: set {path}=NAME, or a section with "
+                              f"name = NAME and its options ({path}.OPTION=VALUE)")
+        name = value.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"config field {path} has no objective name: set {path}.name=NAME (or {path}=NAME)")
+
+        def frozen(v):  # TOML and JSON arrays -> tuples, so that configs compare and hash
+            return tuple(frozen(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+        return cls(name, tuple(sorted((k, frozen(v)) for k, v in value.items() if k != "name")))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, **dict(self.options)}
+
+    def typed(self, plug: str, path: str) -> PlugChoice:
+        """The same choice with each option read as the type the objective declares; ConfigError
+        for an unknown objective or option (with close matches) or a value of the wrong type."""
+        from meta_objectives import check_options, objective_class
+
+        try:
+            declared = objective_class(plug, self.name).options()
+            for key, value in self.options:
+                if key not in declared:
+                    check_options(plug, self.name, {key: value}, settable=True)  # raises: says what there is
+            options = tuple((k, _coerce(v, declared[k][0], f"{path}.{k}")) for k, v in self.options)
+            check_options(plug, self.name, dict(options), settable=True)
+        except ConfigError:
+            raise
+        except ValueError as e:
+            raise ConfigError(f"{path}: {e}") from None
+        return PlugChoice(self.name, options)
+
+    def build(self, plug: str, path: str):
+        """The objective this choice names, built with its options (ConfigError if it cannot be)."""
+        from meta_objectives import make_objective
+
+        choice = self.typed(plug, path)
+        try:
+            return make_objective(plug, choice.name, **dict(choice.options))
+        except ValueError as e:  # e.g. an option the objective itself refuses (an invalid expression)
+            raise ConfigError(f"{path}: {e}") from None
+
+
+@dataclass(frozen=True)
+class ObjectivesConfig:
+    """Which objective fills each plug point (with its options), and which plug points evolve.
+
+    Each plug accepts a PlugChoice, a name or a section dict: ObjectivesConfig(drift="dpo"),
+    ObjectivesConfig(drift={"name": "lpo", "hidden": 8}).
+    """
+
+    drift: PlugChoice = PlugChoice("lpo")
+    value_loss: PlugChoice = PlugChoice("clipped_l2")
+    shaping: PlugChoice = PlugChoice("none")
+    evolve: tuple[str, ...] = ("drift",)
+
+    def __post_init__(self):
+        for plug in PLUGS:
+            object.__setattr__(self, plug, PlugChoice.read(getattr(self, plug), f"objectives.{plug}"))
+
+    def to_dict(self) -> dict:
+        return {**{plug: getattr(self, plug).to_dict() for plug in PLUGS}, "evolve": self.evolve}
+
+    def typed(self) -> ObjectivesConfig:
+        """Every option read as its declared type (ConfigError for an unknown name or option)."""
+        return dataclasses.replace(self, **{p: getattr(self, p).typed(p, f"objectives.{p}") for p in PLUGS})
+
+    def build(self):
+        """The meta_objectives.Objectives these sections describe, not yet sized for an environment
+        (`Objectives.for_env`). Raises ConfigError for anything that cannot be built."""
+        from meta_objectives import Objectives
+
+        return Objectives(**{p: getattr(self, p).build(p, f"objectives.{p}") for p in PLUGS})
+
+
+@dataclass(frozen=True)
+class HeldoutConfig:
+    """The held-out evaluation, fixed before the run: environments it never meta-trains on.
+
+    `metadisco evaluate RUN_DIR` uses it when no --envs, --suite or --quick is given, so the
+    environments a discovery is judged on are chosen before its results are seen.
+    """
+
+    envs: tuple[str, ...] = ()
+    timesteps: int | None = None  # steps per evaluation run; None: each environment's evaluation budget
+    seeds: int = 8
+    inner_from_run: bool = False  # evaluate with the run's inner settings (lr, rollout shape)
+
+
+@dataclass(frozen=True)
+class DistributionConfig:
+    """The training distribution each generation draws its problems from (issue 14): so that what
+    evolution finds is not tied to one environment, one learning rate or one training length.
+
+    Every draw is a function of (seed, generation) only, so a resumed run draws what it would have.
+    Environments and horizons are drawn once per generation (every member trains on the same ones:
+    each is a separate compiled program, selected by `lax.switch`, so only what is drawn runs); a
+    learning-rate factor per antithetic pair (members i and i + P/2 in evosax's mirrored layout share
+    it, and their seeds; the ES then ranks each member against its pair's mean, so that the rate a
+    pair drew cancels) or per generation. The normaliser of *_norm fitness is PPO per env and horizon
+    at the preset's lr. The defaults draw nothing: every env, the preset's lr, the full length.
+
+        [distribution]
+        envs_per_generation = 1   # a subset of 1 of `envs` per generation
+        lr_range = [0.5, 2.0]     # lr = preset lr * a log-uniform factor in [0.5, 2]
+        horizons = [0.5, 1.0]     # total_timesteps * one of these; progress is relative to it
+    """
+
+    envs_per_generation: int = 0  # k in 1..len(envs): a subset of k drawn per generation; 0: all of them
+    lr_range: tuple[float, ...] = ()  # (low, high) factors on each env's lr, drawn log-uniformly; (): the preset
+    lr_draw: str = "pair"  # pair: one factor per antithetic pair (per member without pairs); generation: one for all
+    horizons: tuple[float, ...] = ()  # fractions of inner.total_timesteps, one drawn per generation; (): 1.0 only
+    env_fitness: str = "mean"  # mean: the ES ranks the mean over envs; rank: the mean of per-env centred ranks
+
+
+@dataclass(frozen=True)
+class ExpectConfig:
+    """What a run is expected to find, stated before it runs (rediscovery problems, the demo).
+
+    The end of the run prints a verdict line from the last check on fresh seeds (`eval_every`):
+    found when the ES mean beats `beats` (its start point or PPO) with a 95% interval above 0
+    and, with `gap_closed` > 0, closes at least that share of the gap from its start to PPO
+    (the point estimate; its interval is printed beside it).
+
+        [expect]
+        answer = "a drift that penalises moving r away from 1 (PPO's trust region)"
+        beats = "start"
+        gap_closed = 0.8
+    """
+
+    answer: str = ""  # the expected answer, in words
+    beats: str = ""  # start | ppo: the comparison whose interval must lie above 0; "": no verdict
+    gap_closed: float = 0.0  # in [0, 1]: the share of the start -> PPO gap to close (0: not required)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One meta-training run. The defaults are the CPU demo (`metadisco train`)."""
+
+    name: str = "lpo-cartpole"
+    envs: tuple[str, ...] = ("CartPole-v1",)
+    inner: InnerConfig = field(default_factory=lambda: InnerConfig(total_timesteps=32_768))
+    objectives: ObjectivesConfig = field(default_factory=ObjectivesConfig)
+    es: ESConfig = field(default_factory=ESConfig)
+    heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
+    distribution: DistributionConfig = field(default_factory=DistributionConfig)
+    expect: ExpectConfig = field(default_factory=ExpectConfig)
+    fitness: str = "final_eval"
+    seeds_per_member: int = 2
+    generations: int = 60
+    seed: int = 0
+    eval_every: int = 10  # every k generations: ES mean vs PPO on the same fresh seeds (0: off)
+    eval_seeds: int = 8
+    baseline_seeds: int = 8  # seeds of the PPO run that normalises fitness (*_norm kinds)
+    checkpoint_every: int = 5
+    devices: int = 0  # 0: all local devices (on CPU, one per core)
+    tensorboard: bool = False
+    mlflow: bool = False
+    mlflow_uri: str = ""  # empty: a local SQLite store, RUN_DIR/mlflow.db
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "objectives": self.objectives.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunConfig:
+        """From a config dict (config.json, an experiment merged with overrides); the objectives
+        section of run directories written before options were nested is read too."""
+        if isinstance(d.get("objectives"), dict):
+            d = {**d, "objectives": upgrade_section(d["objectives"])}
+        return read_section(cls, d, "")
+
+
+def _unwrap_optional(tp):
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
+
+
+def _coerce(value, tp, path: str):
+    """Convert a TOML/JSON/command-line value to the annotated field type."""
+    hints_tp = _unwrap_optional(tp)
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and hints_tp is not str):
+        return None
+    origin = typing.get_origin(hints_tp)
+    if origin is tuple:
+        (item_tp, *_) = typing.get_args(hints_tp)
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        return tuple(_coerce(v.strip() if isinstance(v, str) else v, item_tp, path) for v in value)
+    try:
+        if hints_tp is bool:
+            if isinstance(value, str):
+                if value.lower() in ("true", "1", "yes", "on"):
+                    return True
+                if value.lower() in ("false", "0", "no", "off"):
+                    return False
+                raise ValueError
+            return bool(value)
+        if hints_tp is int:
+            number = float(value) if isinstance(value, str) else value
+            if isinstance(number, float) and not number.is_integer():
+                raise ValueError
+            return int(number)
+        if hints_tp is float:
+            return float(value)
+        if hints_tp is str:
+            return str(value)
+    except (TypeError, ValueError):
+        pass
+    else:
+        return value
+    raise ConfigError(f"config field {path}: cannot read {value!r} as {getattr(hints_tp, '__name__', hints_tp)}")
+
+
+def read_section(cls, d: dict, prefix: str = ""):
+    """A config dataclass (RunConfig or one of its sections) from a dict of its fields, each read as
+    its annotated type; ConfigError naming the field (`prefix` + name) for an unknown field (with
+    close matches) or a value that does not read as its type."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in d if k not in names]
+    if unknown:
+        k = unknown[0]
+        close = difflib.get_close_matches(k, names, n=3)
+        hint = f" Did you mean {', '.join(prefix + c for c in close)}?" if close else ""
+        raise ConfigError(f"unknown config field {prefix + k!r}.{hint} Fields here: {', '.join(names)}")
+    kwargs = {}
+    for k, v in d.items():
+        tp = hints[k]
+        if tp is PlugChoice:
+            kwargs[k] = PlugChoice.read(v, prefix + k)
+        elif dataclasses.is_dataclass(tp):
+            if not isinstance(v, dict):
+                raise ConfigError(f"config field {prefix + k} is a section; set its fields as {prefix + k}.FIELD=VALUE")
+            kwargs[k] = read_section(tp, v, f"{prefix}{k}.")
+        else:
+            kwargs[k] = _coerce(v, tp, prefix + k)
+    return cls(**kwargs)
