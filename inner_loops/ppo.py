@@ -5,10 +5,12 @@
                                                      # hparams= and env_params=
     result.returns                                   # [num_updates] learning curve
 
-`make_train` binds `train` to a `PPO` record (env, config, objectives, network: all static).
-The file reads top to bottom as the run does: `init_runner`; then per update (`update`),
-`collect` a rollout, `gae`, and `update_epoch` x epochs of minibatch steps on `ppo_loss`;
-`train` scans the updates. With the default `Objectives()` this is PPO-clip with PPO's clipped
+`make_train` binds `train` to a `PPO` record (env, config, objectives, network: the static half
+of a run); `train` puts the traced half in one `TrainInputs` pytree (objective parameters,
+hyperparameters, environment parameters). The file reads top to bottom as the run does:
+`init_runner`; then per update (`update`, PureJaxRL's `_update_step`), `collect` a rollout (its
+`env_step` is PureJaxRL's `_env_step`) and `bootstrap_values`, `gae`, and `update_epoch` x epochs
+of minibatch steps on `ppo_loss`; `train` scans the updates. With the default `Objectives()` this is PPO-clip with PPO's clipped
 value loss (PureJaxRL), to the number.
 
 `meta_params` is a dict keyed by plug point ("drift", "value_loss", "shaping") holding the
@@ -24,7 +26,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +35,7 @@ from flax import struct
 
 from inner_loops import networks
 from inner_loops.catalog import preset_name
-from inner_loops.envs import Env, EnvState
+from inner_loops.envs import Env, EnvState, Step
 from meta_objectives import Objectives
 
 
@@ -163,23 +165,31 @@ def preset_for(env_name: str) -> PPOConfig:
 
 
 class Transition(NamedTuple):
-    """One rollout step for all envs; leaves are [num_steps, num_envs, ...] after `collect`.
+    """One environment step of all environments; leaves [num_steps, num_envs, ...] after `collect`.
 
-    Only one copy of large observations is kept (on MinAtar they dominate the rollout's memory):
-    the critic values are computed in the step, or for small observations in one pass after the
-    rollout (`CRITIC_AFTER_ROLLOUT_MAX_OBS`); the bootstrap values as `collect` says.
+    What the environment step gives, and nothing else: the critic's values are `Values`.
     """
 
-    obs: jax.Array  # [..., *obs_shape] the (normalised) observation the policy saw
-    raw_obs: jax.Array | None  # unnormalised, kept only for the running normaliser
+    obs: jax.Array  # [..., *obs_shape] the observation acted on, as the environment gave it
     action: jax.Array  # [...] int, or [..., num_actions] float
-    log_prob: jax.Array  # [...] log pi_old(action | obs)
-    value: jax.Array  # [...] V(obs)
-    next_value: jax.Array  # [...] V(final_obs), the state before any auto-reset (unused, and maybe not that, if terminated)
-    reward: jax.Array  # [...] (normalised, then) shaped reward (the plug point); episode returns stay raw
-    terminated: jax.Array  # [...] bool
-    episode_return: jax.Array  # [...] return of the episode that just ended (valid where episode_done)
-    episode_done: jax.Array  # [...] bool: terminated or truncated
+    log_prob: jax.Array  # [...] log pi_old(action | normalised obs)
+    reward: jax.Array  # [...] the training reward (`training_reward`); episode returns stay raw
+    terminated: jax.Array  # [...] bool: the episode ended; no bootstrap
+    truncated: jax.Array  # [...] bool: the time limit ended it; bootstrap from the final observation
+    episode_return: jax.Array  # [...] return of the episode that just ended (valid where done)
+
+    @property
+    def done(self) -> jax.Array:
+        """[...] bool: an episode ended (terminated or truncated)."""
+        return self.terminated | self.truncated
+
+
+class Values(NamedTuple):
+    """The critic's values of a rollout (`bootstrap_values`), [num_steps, num_envs] each."""
+
+    value: jax.Array  # V(obs[t])
+    next_value: jax.Array  # V(final_obs[t]), the state step t reached before any auto-reset; at a
+    #                        terminated step any number (GAE multiplies it by 0)
 
 
 class Batch(NamedTuple):
@@ -324,6 +334,16 @@ class PPO:
         return self.config.eval_max_steps or self.env.max_episode_steps
 
 
+@struct.dataclass
+class TrainInputs:
+    """The traced half of a run, one pytree (`PPO` is the static half): vmap over any of its leaves
+    (a population's objective parameters, learning rates, episode lengths) without recompiling."""
+
+    obj_params: dict  # {plug: params} for all three plug points (`Objectives.merge`)
+    hp: PPOHyperparams
+    env_params: Any  # the environment's parameter pytree
+
+
 def make_optimizer(config: PPOConfig, hp: PPOHyperparams) -> optax.GradientTransformation:
     """Global-norm clipping, then Adam (eps 1e-5) at hp.lr, annealed linearly to 0 over the updates
     if `config.anneal_lr`."""
@@ -336,14 +356,42 @@ def make_optimizer(config: PPOConfig, hp: PPOHyperparams) -> optax.GradientTrans
     return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(lr_schedule, eps=1e-5))
 
 
-def init_runner(ppo: PPO, key: jax.Array, optimizer: optax.GradientTransformation, env_params) -> Runner:
+def init_runner(ppo: PPO, key: jax.Array, inputs: TrainInputs) -> Runner:
     """Initial network and optimiser state, and `num_envs` freshly reset environments."""
     env, num_envs = ppo.env, ppo.config.num_envs
     key, k_net, k_env = jax.random.split(key, 3)
-    obs, env_state = jax.vmap(lambda k: env.reset(k, env_params))(jax.random.split(k_env, num_envs))
+    obs, env_state = jax.vmap(lambda k: env.reset(k, inputs.env_params))(jax.random.split(k_env, num_envs))
     params = ppo.network.init(k_net, obs)
-    return Runner(params, optimizer.init(params), env_state, obs, ObsNorm.create(env.obs_shape),
-                  RewardNorm.create(num_envs), key)
+    opt_state = make_optimizer(ppo.config, inputs.hp).init(params)
+    return Runner(params, opt_state, env_state, obs, ObsNorm.create(env.obs_shape), RewardNorm.create(num_envs), key)
+
+
+def normaliser(ppo: PPO, obs_norm: ObsNorm):
+    """What the networks see of an observation: `obs_norm` applied with config.normalize_obs, else the
+    observation itself."""
+    return obs_norm if ppo.config.normalize_obs else (lambda obs: obs)
+
+
+REWARD_NOISE_STREAM = 0x6E6F6973  # folded into a step's env key for PPOConfig.reward_noise
+
+
+def training_reward(ppo: PPO, inputs: TrainInputs, reward_norm: RewardNorm, obs, step: Step,
+                    k_env: jax.Array) -> tuple[RewardNorm, jax.Array]:
+    """The reward PPO learns from, [num_envs], for the step `step` taken from raw observations `obs`:
+    the environment's reward, plus Student-t noise (config.reward_noise, drawn from `k_env`, the
+    step's key), divided by the running std of the return (config.normalize_reward), then given to
+    the shaping plug. Returns (reward_norm, reward); episode returns keep the environment's reward."""
+    config, hp = ppo.config, inputs.hp
+    reward = step.reward
+    if config.reward_noise:  # its own key stream, so that runs without it are unchanged bit for bit
+        k_noise = jax.random.fold_in(k_env, REWARD_NOISE_STREAM)
+        reward = reward + config.reward_noise * jax.random.t(k_noise, config.reward_noise_df, reward.shape)
+    if config.normalize_reward:
+        reward_norm, reward = reward_norm(reward, step.done, hp.gamma)
+    reward = ppo.objectives.shaping.shape_reward(
+        inputs.obj_params["shaping"], obs, reward, step.final_obs, step.terminated, hp.gamma
+    )
+    return reward_norm, reward
 
 
 # Observations of at most this many numbers (classic control, brax) get their critic values in
@@ -356,77 +404,101 @@ def init_runner(ppo: PPO, key: jax.Array, optimizer: optax.GradientTransformatio
 CRITIC_AFTER_ROLLOUT_MAX_OBS = 64
 
 
-REWARD_NOISE_STREAM = 0x6E6F6973  # folded into a step's env key for PPOConfig.reward_noise
+class CriticPlan(NamedTuple):
+    """When `collect` runs the critic (static). A choice of speed only: every plan gives the same
+    values (docs/benchmark_results/speed_changes.md; tests/test_ppo.py holds the paths equal).
+
+    value_in_step: V(obs) in each environment step (observations of more than
+        CRITIC_AFTER_ROLLOUT_MAX_OBS numbers: MinAtar), else in one pass after the rollout.
+    from_successor: V(final_obs[t]) is V(obs[t + 1]) unless step t ended an episode, and a
+        terminated step bootstraps nothing; so when an environment cannot be truncated twice in
+        one rollout (its time limit, its only truncation, is at least num_steps: `Env.time_limit`),
+        each environment keeps its last truncated final observation, and the critic values T + 2
+        rows of N instead of 2T. Else every final observation is valued (in the step with
+        value_in_step, else after the rollout).
+    """
+
+    value_in_step: bool
+    from_successor: bool
+
+    @classmethod
+    def of(cls, ppo: PPO, env_params) -> CriticPlan:
+        time_limit = ppo.env.time_limit(env_params)
+        return cls(value_in_step=math.prod(ppo.env.obs_shape) > CRITIC_AFTER_ROLLOUT_MAX_OBS,
+                   from_successor=time_limit is not None and time_limit >= ppo.config.num_steps)
 
 
-def collect(ppo: PPO, runner: Runner, obj_params: dict, hp: PPOHyperparams, env_params) -> tuple[Runner, Transition]:
-    """Roll the policy for num_steps in num_envs environments -> (runner, Transition [T, N, ...]).
+def collect(ppo: PPO, runner: Runner, inputs: TrainInputs) -> tuple[Runner, Transition, Values]:
+    """Roll the policy num_steps steps in num_envs environments, then value the rollout.
 
-    The bootstrap value V(final_obs[t]) is V(obs[t + 1]) unless step t ended an episode, and a
-    terminated step bootstraps nothing; so when an environment cannot be truncated twice in one
-    rollout (its time limit is at least num_steps and is its only truncation: `Env.time_limit`),
-    the rollout keeps each environment's last truncated final observation ([N, *obs]) and the
-    critic sees T + 2 rows of N instead of 2T. Otherwise every final observation gets a pass.
+    `env_step` is PureJaxRL's `_env_step` (act on the normalised observation, step every
+    environment, record the transition), plus the critic's share of the step as `CriticPlan` says;
+    `bootstrap_values` does the rest after the rollout. Returns (runner, Transition [T, N, ...],
+    Values [T, N]).
     """
     env, network, config = ppo.env, ppo.network, ppo.config
-    norm = runner.obs_norm if config.normalize_obs else (lambda o: o)  # fixed during a rollout
-    after_rollout = math.prod(env.obs_shape) <= CRITIC_AFTER_ROLLOUT_MAX_OBS
-    time_limit = env.time_limit(env_params)
-    one_truncation = time_limit is not None and time_limit >= config.num_steps
+    norm = normaliser(ppo, runner.obs_norm)  # fixed during a rollout
+    plan = CriticPlan.of(ppo, inputs.env_params)
 
-    def one_step(carry, _):
-        runner, truncated_obs = carry
+    def critic(params, obs):
+        return network.apply(params, obs, method=network.value)
+
+    def env_step(carry, _):
+        runner, kept = carry
         key, k_act, k_env = jax.random.split(runner.key, 3)
         obs = norm(runner.obs)
-        if after_rollout:
-            pi, value = network.apply(runner.params, obs, method=network.policy), None
-        else:
-            pi, value = network.apply(runner.params, obs)
-        action, logp = networks.sample(env.discrete, pi, k_act)
-        step = jax.vmap(lambda k, s, a: env.step(k, s, a, env_params))(
+        pi = network.apply(runner.params, obs, method=network.policy)
+        action, log_prob = networks.sample(env.discrete, pi, k_act)
+        step = jax.vmap(lambda k, s, a: env.step(k, s, a, inputs.env_params))(
             jax.random.split(k_env, config.num_envs), runner.env_state, action
         )
+        reward_norm, reward = training_reward(ppo, inputs, runner.reward_norm, runner.obs, step, k_env)
+        transition = Transition(runner.obs, action, log_prob, reward, step.terminated, step.truncated,
+                                step.episode_return)
+        # The critic's share of the step: values now, or the final observations to value later.
+        in_step = {}
+        if plan.value_in_step:
+            in_step["value"] = critic(runner.params, obs)
         final_obs = norm(step.final_obs)
-        next_value = None
-        if one_truncation:
-            where_truncated = step.truncated.reshape(step.truncated.shape + (1,) * len(env.obs_shape))
-            truncated_obs, final_obs = jnp.where(where_truncated, final_obs, truncated_obs), None
-        elif not after_rollout:
-            next_value, final_obs = network.apply(runner.params, final_obs, method=network.value), None
-        reward_norm, reward = runner.reward_norm, step.reward
-        if config.reward_noise:  # its own key stream, so that runs without it are unchanged bit for bit
-            k_noise = jax.random.fold_in(k_env, REWARD_NOISE_STREAM)
-            reward = reward + config.reward_noise * jax.random.t(k_noise, config.reward_noise_df, reward.shape)
-        if config.normalize_reward:
-            reward_norm, reward = reward_norm(reward, step.done, hp.gamma)
-        reward = ppo.objectives.shaping.shape_reward(
-            obj_params["shaping"], runner.obs, reward, step.final_obs, step.terminated, hp.gamma
-        )
-        transition = Transition(
-            obs, runner.obs if config.normalize_obs else None, action, logp, value, next_value, reward,
-            step.terminated, step.episode_return, step.done,
-        )
-        runner = runner._replace(env_state=step.state, obs=step.obs, reward_norm=reward_norm, key=key)
-        return (runner, truncated_obs), (transition, final_obs)
-
-    no_truncation = jnp.zeros_like(norm(runner.obs)) if one_truncation else None
-    (runner, truncated_obs), (traj, final_obs) = jax.lax.scan(one_step, (runner, no_truncation), None,
-                                                              config.num_steps)
-    critic = lambda o: network.apply(runner.params, o, method=network.value)  # noqa: E731
-    if one_truncation:  # rows [T + 2, N]: obs (unless valued in the loop), truncated final obs, obs[T]
-        extra = jnp.stack([truncated_obs, norm(runner.obs)])
-        if after_rollout:
-            values = critic(jnp.concatenate([traj.obs, extra]))
-            traj = traj._replace(value=values[:-2])
+        if plan.from_successor:  # keep each environment's last truncated final observation
+            truncated = step.truncated.reshape(step.truncated.shape + (1,) * len(env.obs_shape))
+            kept = jnp.where(truncated, final_obs, kept)
+        elif plan.value_in_step:
+            in_step["next_value"] = critic(runner.params, final_obs)
         else:
-            values = jnp.concatenate([traj.value, critic(extra)])
-        truncated = traj.episode_done & ~traj.terminated
-        successor = jnp.concatenate([values[1:-2], values[-1:]])  # V(obs[t + 1])
-        traj = traj._replace(next_value=jnp.where(truncated, values[-2], successor))
-    elif after_rollout:  # [2, T, N]: V(obs), V(final_obs)
-        values, next_values = critic(jnp.stack([traj.obs, final_obs]))
-        traj = traj._replace(value=values, next_value=next_values)
-    return runner, traj
+            in_step["final_obs"] = final_obs
+        runner = runner._replace(env_state=step.state, obs=step.obs, reward_norm=reward_norm, key=key)
+        return (runner, kept), (transition, in_step)
+
+    kept = jnp.zeros_like(norm(runner.obs)) if plan.from_successor else None
+    (runner, kept), (traj, in_step) = jax.lax.scan(env_step, (runner, kept), None, config.num_steps)
+    tail = jnp.stack([kept, norm(runner.obs)]) if plan.from_successor else None
+    values = bootstrap_values(plan, functools.partial(critic, runner.params), norm(traj.obs), traj.truncated,
+                              in_step, tail)
+    return runner, traj, values
+
+
+def bootstrap_values(plan: CriticPlan, critic, obs, truncated, in_step: dict, tail) -> Values:
+    """The value bootstrapping: V(obs[t]) and V(final_obs[t]) of a rollout, from what its steps left.
+
+    critic: normalised observations [..., *obs_shape] -> values [...]; obs: [T, N, *obs_shape]
+    normalised; truncated: [T, N] bool; in_step: what the steps computed, stacked over T ("value"
+    with plan.value_in_step; without plan.from_successor, "next_value" if valued in the step, else
+    "final_obs"); tail: with plan.from_successor, [2, N, *obs_shape]: each environment's last
+    truncated final observation, then obs[T] (where the rollout stopped).
+    """
+    if not plan.from_successor:  # every final observation valued
+        if plan.value_in_step:
+            return Values(in_step["value"], in_step["next_value"])
+        value, next_value = critic(jnp.stack([obs, in_step["final_obs"]]))  # one pass of [2, T, N]
+        return Values(value, next_value)
+    if plan.value_in_step:
+        value, tail_values = in_step["value"], critic(tail)
+    else:  # one pass of [T + 2, N]
+        values = critic(jnp.concatenate([obs, tail]))
+        value, tail_values = values[:-2], values[-2:]
+    successor = jnp.concatenate([value[1:], tail_values[1:]])  # V(obs[t + 1]), t < T
+    return Values(value, jnp.where(truncated, tail_values[0], successor))
 
 
 def gae(values, next_values, rewards, terminated, done, gamma, gae_lambda):
@@ -470,13 +542,12 @@ def ppo_loss(ppo: PPO, params, batch: Batch, obj_params: dict, progress, hp: PPO
     return total, LossAux(policy_loss, value_loss, entropy, samples)
 
 
-def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, obj_params: dict, progress,
-                 hp: PPOHyperparams, optimizer: optax.GradientTransformation):
+def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, progress, inputs: TrainInputs):
     """One epoch: shuffle the batch, one gradient step on `ppo_loss` per minibatch.
 
     train_state: (params, opt_state); batch: a `Batch` in the rollout's layout, leaves
-    [num_steps, num_envs, ...], sample t * num_envs + n at [t, n]. Returns (train_state, (losses [M],
-    samples [M, record_samples, 4])) with M = num_minibatches.
+    [num_steps, num_envs, ...], sample t * num_envs + n at [t, n]; progress: update / num_updates.
+    Returns (train_state, (losses [M], samples [M, record_samples, 4])) with M = num_minibatches.
 
     The minibatches are those of shuffling the flattened batch and splitting it in M (PureJaxRL),
     but each step gathers only its own rows straight from the rollout: the batch is neither
@@ -484,6 +555,7 @@ def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, obj_params
     the time of an update).
     """
     config = ppo.config
+    optimizer = make_optimizer(config, inputs.hp)
     perm = jax.random.permutation(key, config.batch_size)
     steps, envs = jnp.divmod(perm.reshape(config.num_minibatches, config.minibatch_size), config.num_envs)
 
@@ -491,7 +563,7 @@ def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, obj_params
         minibatch = jax.tree.map(lambda x: x[idx[0], idx[1]], batch)
         params, opt_state = train_state
         (loss, aux), grads = jax.value_and_grad(ppo_loss, argnums=1, has_aux=True)(
-            ppo, params, minibatch, obj_params, progress, hp
+            ppo, params, minibatch, inputs.obj_params, progress, inputs.hp
         )
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), (loss, aux.samples)
@@ -499,23 +571,24 @@ def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, obj_params
     return jax.lax.scan(minibatch_step, train_state, (steps, envs))
 
 
-def update(ppo: PPO, runner: Runner, update_idx, obj_params: dict, hp: PPOHyperparams,
-           optimizer: optax.GradientTransformation, env_params) -> tuple[Runner, UpdateInfo]:
-    """One PPO update: collect a rollout, GAE, `update_epochs` epochs, then the normaliser."""
-    config = ppo.config
+def update(ppo: PPO, runner: Runner, update_idx, inputs: TrainInputs) -> tuple[Runner, UpdateInfo]:
+    """One PPO update (PureJaxRL's `_update_step`): collect a rollout and its values, GAE,
+    `update_epochs` epochs, then the observation normaliser."""
+    config, hp = ppo.config, inputs.hp
     progress = update_idx / config.num_updates
-    runner, traj = collect(ppo, runner, obj_params, hp, env_params)
+    norm = normaliser(ppo, runner.obs_norm)
+    runner, traj, values = collect(ppo, runner, inputs)
     terminated = traj.terminated.astype(jnp.float32)
-    done = traj.episode_done.astype(jnp.float32)
-    adv, targets = gae(traj.value, traj.next_value, traj.reward, terminated, done, hp.gamma, hp.gae_lambda)
+    done = traj.done.astype(jnp.float32)
+    adv, targets = gae(values.value, values.next_value, traj.reward, terminated, done, hp.gamma, hp.gae_lambda)
 
-    batch = Batch(traj.obs, traj.action, traj.log_prob, traj.value, adv, targets)  # [T, N, ...]
+    batch = Batch(norm(traj.obs), traj.action, traj.log_prob, values.value, adv, targets)  # [T, N, ...]
     key, k_epochs = jax.random.split(runner.key)
     (params, opt_state), (losses, samples) = jax.lax.scan(
-        lambda train_state, k: update_epoch(ppo, k, train_state, batch, obj_params, progress, hp, optimizer),
+        lambda train_state, k: update_epoch(ppo, k, train_state, batch, progress, inputs),
         (runner.params, runner.opt_state), jax.random.split(k_epochs, config.update_epochs),
     )
-    obs_norm = (runner.obs_norm.update(traj.raw_obs.reshape((config.batch_size,) + traj.raw_obs.shape[2:]))
+    obs_norm = (runner.obs_norm.update(traj.obs.reshape((config.batch_size,) + traj.obs.shape[2:]))
                 if config.normalize_obs else runner.obs_norm)
     n_done = done.sum()
     mean_return = jnp.where(n_done > 0, (traj.episode_return * done).sum() / jnp.maximum(n_done, 1), jnp.nan)
@@ -542,7 +615,7 @@ def evaluate(ppo: PPO, key: jax.Array, params, obs_norm: ObsNorm, env_params) ->
     n = config.eval_episodes
     if not n:
         return jnp.float32(jnp.nan), jnp.float32(jnp.nan)
-    norm = obs_norm if config.normalize_obs else (lambda o: o)
+    norm = normaliser(ppo, obs_norm)
     k_reset, key = jax.random.split(key)
     obs, state = jax.vmap(lambda k: env.reset(k, env_params))(jax.random.split(k_reset, n))
     obs, state = jax.tree.map(lambda x: jnp.concatenate([x, x]), (obs, state))
@@ -590,21 +663,19 @@ def train(ppo: PPO, key: jax.Array, meta_params: dict, hparams: PPOHyperparams |
     preset at 1e6 steps +1.5% / +1.3% (a fixed cost: a smaller share of longer runs).
     """
     config = ppo.config
-    hp = config.hparams if hparams is None else hparams
-    env_params = ppo.env.default_params if env_params is None else env_params
-    obj_params = ppo.objectives.merge(meta_params, ppo.default_meta_params)
-    optimizer = make_optimizer(config, hp)
+    inputs = TrainInputs(
+        obj_params=ppo.objectives.merge(meta_params, ppo.default_meta_params),
+        hp=config.hparams if hparams is None else hparams,
+        env_params=ppo.env.default_params if env_params is None else env_params,
+    )
     k_eval = jax.random.fold_in(key, EVAL_STREAM)
-    runner = init_runner(ppo, key, optimizer, env_params)
+    runner = init_runner(ppo, key, inputs)
 
     def updates(runner, first, length):
-        return jax.lax.scan(
-            lambda runner, i: update(ppo, runner, i, obj_params, hp, optimizer, env_params),
-            runner, first + jnp.arange(length),
-        )
+        return jax.lax.scan(lambda runner, i: update(ppo, runner, i, inputs), runner, first + jnp.arange(length))
 
     def evaluation(runner):
-        return jnp.stack(evaluate(ppo, k_eval, runner.params, runner.obs_norm, env_params))
+        return jnp.stack(evaluate(ppo, k_eval, runner.params, runner.obs_norm, inputs.env_params))
 
     init_eval = evaluation(runner)
     if config.eval_points:

@@ -336,22 +336,30 @@ def test_bootstrap_values_from_successors_equal_a_pass_over_every_final_observat
 
     def rollouts(env):
         ppo = ppo_module.PPO.create(env, config)
-        hp, obj_params = config.hparams, ppo.objectives.merge({}, ppo.default_meta_params)
-        runner = ppo_module.init_runner(ppo, jax.random.key(0), ppo_module.make_optimizer(config, hp), env.default_params)
-        return jax.jit(lambda r: jax.lax.scan(
-            lambda r, _: ppo_module.collect(ppo, r, obj_params, hp, env.default_params), r, None, 6))(runner)[1]
+        inputs = ppo_module.TrainInputs(ppo.objectives.merge({}, ppo.default_meta_params), config.hparams,
+                                        env.default_params)
+        runner = ppo_module.init_runner(ppo, jax.random.key(0), inputs)
 
-    got, want = rollouts(fast), rollouts(every)
+        def one_rollout(runner, _):
+            runner, traj, values = ppo_module.collect(ppo, runner, inputs)
+            return runner, (traj, values)
+
+        return jax.jit(lambda r: jax.lax.scan(one_rollout, r, None, 6))(runner)[1]
+
+    (got, got_values), (want, want_values) = rollouts(fast), rollouts(every)
+    assert ppo_module.CriticPlan.of(PPO.create(fast, config), fast.default_params).from_successor
+    assert not ppo_module.CriticPlan.of(PPO.create(every, config), every.default_params).from_successor
     bootstraps = ~np.asarray(got.terminated)  # a terminated step's next_value is multiplied by 0
-    np.testing.assert_array_equal(np.asarray(got.next_value)[bootstraps], np.asarray(want.next_value)[bootstraps])
-    for a, b in zip(jax.tree.leaves(got._replace(next_value=None)), jax.tree.leaves(want._replace(next_value=None)),
-                    strict=True):
+    np.testing.assert_array_equal(np.asarray(got_values.next_value)[bootstraps],
+                                  np.asarray(want_values.next_value)[bootstraps])
+    np.testing.assert_array_equal(got_values.value, want_values.value)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_array_equal(a, b)
-    truncated = np.asarray(got.episode_done & ~got.terminated)
+    truncated = np.asarray(got.truncated)
     assert truncated.sum() >= 3, "the rollouts must cross truncations for this test to mean anything"
-    value = np.asarray(got.value)  # [rollouts, T, N]
+    value = np.asarray(got_values.value)  # [rollouts, T, N]
     successor = np.concatenate([value[:, 1:], np.full_like(value[:, :1], np.nan)], 1)
-    assert not np.allclose(np.asarray(got.next_value)[truncated], successor[truncated])  # not V(reset obs)
+    assert not np.allclose(np.asarray(got_values.next_value)[truncated], successor[truncated])  # not V(reset obs)
 
 
 def test_time_limit_is_known_only_when_it_is_the_only_truncation(cartpole):
@@ -451,6 +459,48 @@ def test_continuous_smoke(name, config):
     assert returns.shape == (config.num_updates,)
     assert np.isfinite(returns).all()
     assert not bool(result.diverged)
+
+
+class _ContinuousBandit(environment.Environment):
+    """A one-step continuous bandit (a probe in the manner of rejax's tests/environments.py): a
+    constant observation, an action a in [-2, 2], reward -(a - target)^2, then the episode ends.
+    The best policy is known: mean action `target`; a greedy episode's return is -(mean - target)^2."""
+
+    def __init__(self, target: float):
+        self.target = target
+
+    @property
+    def default_params(self):
+        return environment.EnvParams(max_steps_in_episode=1)
+
+    def reset_env(self, key, params):
+        return jnp.ones((1,)), _ProbeState(time=jnp.int32(0))
+
+    def step_env(self, key, state, action, params):
+        reward = -jnp.sum((action - self.target) ** 2)
+        return jnp.ones((1,)), _ProbeState(time=state.time + 1), reward, jnp.bool_(True), {}
+
+    def action_space(self, params):
+        return spaces.Box(-2.0, 2.0, (1,))
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 1.0, (1,))
+
+
+def test_ppo_moves_a_gaussian_policy_to_the_best_continuous_action():
+    # 30 updates of 128 steps. The initial Gaussian has mean ~0 and std 1: greedy return about
+    # -target^2 = -2.25, sampled about -3.25; PPO must bring the mean within 0.1 of the target and
+    # narrow the policy.
+    target = 1.5
+    env = from_gymnax(_ContinuousBandit(target), environment.EnvParams(max_steps_in_episode=1), "probe-bandit")
+    assert not env.discrete and env.num_actions == 1
+    config = PPOConfig(num_envs=8, num_steps=16, total_timesteps=128 * 30, hidden=(8,), num_minibatches=2,
+                       eval_episodes=4).replace(lr=1e-2)
+    result = jax.jit(make_train(env, config))(jax.random.key(0), {})
+    assert float(result.init_eval_return_greedy) < -2.0, "the untrained mean should be near 0"
+    distance = np.sqrt(-float(result.eval_return_greedy))  # |mean action - target|
+    assert distance < 0.1, f"the mean action is {distance:.3f} from the target {target}"
+    assert float(result.eval_return) > float(result.init_eval_return) + 1.5, "the policy did not narrow"
 
 
 # --------------------------------------------------------------------------------------------
