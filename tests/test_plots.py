@@ -554,3 +554,16 @@ def test_cli_registers_plot_without_importing_jax():
     code = ("import sys; from metadisco.cli import build_parser; p = build_parser(); "
             "p.parse_args(['plot', 'x']); assert 'jax' not in sys.modules and 'matplotlib' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_potential_is_drawn_over_the_declared_box_where_the_environment_has_one():
+    """MountainCar declares a bounded observation box, and a random policy never leaves the
+    start's neighbourhood (where a potential for reaching the flag matters least): the figure
+    spans the whole box. CartPole's speeds are unbounded: the box a random policy visits."""
+    from analysis.figures.shaping import observation_bounds
+
+    low, high = observation_bounds("MountainCar-v0")
+    np.testing.assert_allclose(low, [-1.2, -0.07], rtol=1e-6)
+    np.testing.assert_allclose(high, [0.6, 0.07], rtol=1e-6)
+    low, high = observation_bounds("CartPole-v1")
+    assert np.all(np.isfinite(low)) and np.all(high - low < 10.0) and high[0] - low[0] < 4.8

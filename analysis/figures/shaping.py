@@ -1,5 +1,6 @@
 """The shaping figure: a learned potential Phi(s) over 2-D slices of the observation space, and
-the observation box it is drawn over (what a uniformly random policy visits in the environment).
+the observation box it is drawn over: the environment's own observation box where it declares a
+bounded one (MountainCar's positions and speeds), else what a uniformly random policy visits.
 """
 
 from __future__ import annotations
@@ -93,9 +94,11 @@ def shaping_figure(objective, params, obs_low, obs_high, max_pairs: int = 6, num
 
 def observation_bounds(env_name: str, num_envs: int = 16, num_steps: int = 128, seed: int = 0,
                        quantiles: tuple[float, float] = (0.01, 0.99)):
-    """(low, high), each [obs_dim] float32: quantiles of observations a uniformly random policy
-    visits from a few resets of `env_name` (inner_loops.make_env). Degenerate dims get +-1.
-    Deterministic in its arguments, so results are cached per process."""
+    """(low, high), each [obs_dim] float32: the environment's declared observation box when every
+    bound is finite and below 1e6 (a sparse-reward task's random policy never leaves its start,
+    where a learned potential matters least); otherwise quantiles of observations a uniformly
+    random policy visits from a few resets of `env_name` (inner_loops.make_env), degenerate dims
+    +-1. Deterministic in its arguments, so results are cached per process."""
     low, high = _observation_bounds(env_name, num_envs, num_steps, seed, tuple(quantiles))
     return low.copy(), high.copy()
 
@@ -105,6 +108,9 @@ def _observation_bounds(env_name, num_envs, num_steps, seed, quantiles):
     from inner_loops import make_env
 
     env = make_env(env_name)
+    declared = _declared_box(env)
+    if declared is not None:
+        return declared
     low_a = -1.0 if env.action_low is None else env.action_low
     high_a = 1.0 if env.action_high is None else env.action_high
 
@@ -133,6 +139,20 @@ def _observation_bounds(env_name, num_envs, num_steps, seed, quantiles):
     low, high = np.quantile(obs, quantiles[0], axis=0), np.quantile(obs, quantiles[1], axis=0)
     flat = high - low < 1e-6
     low, high = np.where(flat, low - 1.0, low), np.where(flat, high + 1.0, high)
+    return low.astype(np.float32), high.astype(np.float32)
+
+
+def _declared_box(env):
+    """The gymnax observation space's (low, high), flattened to [obs_dim], when bounded (else None)."""
+    try:
+        space = env.core.observation_space(env.default_params)
+        dim = math.prod(env.obs_shape)
+        low = np.broadcast_to(np.asarray(space.low, np.float64), env.obs_shape).reshape(dim)
+        high = np.broadcast_to(np.asarray(space.high, np.float64), env.obs_shape).reshape(dim)
+    except (AttributeError, TypeError, ValueError):  # brax, a plug-in without a Box
+        return None
+    if not (np.all(np.abs(low) < 1e6) and np.all(np.abs(high) < 1e6) and np.all(high > low)):
+        return None
     return low.astype(np.float32), high.astype(np.float32)
 
 
