@@ -33,7 +33,7 @@ SETTINGS = {  # name -> overrides of the experiment (every row: 32 PPO runs per 
     "base": [],
     "8 x 4 seeds": ["es.population_size=8", "seeds_per_member=4"],
     "32 x 1 seed": ["es.population_size=32", "seeds_per_member=1"],
-    "weights start at 0": ["objectives.drift.ppo_weight=0", "objectives.drift.other_weight=0"],
+    "weights start at -0.15 (v1)": ["objectives.drift.ppo_weight=-0.15", "objectives.drift.other_weight=-0.15"],
     "sigma 0.05": ["es.sigma_init=0.05"],
     "sigma 0.2": ["es.sigma_init=0.2"],
     "z-score shaping": ["es.fitness_shaping=z_score"],
