@@ -3,7 +3,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup bench gpu-wheels clean
+.PHONY: demo test test-fast setup bench gpu-wheels clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-python
 	scripts/setup-venv
@@ -11,12 +11,17 @@ $(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-pytho
 demo: $(STAMP)
 	$(VENV)/bin/metadisco train $(ARGS)
 
-# The suite runs in one pytest-xdist worker per core (about 10 min on 2 cores, 14 in one process);
-# PYTEST_WORKERS=0 runs it in this process.
+# The suite runs in one pytest-xdist worker per core (about 22 min on 2 idle cores: README,
+# "Developing"); PYTEST_WORKERS=0 runs it in this process.
 PYTEST_WORKERS ?= auto
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+# The edit loop: the suite without its end-to-end tests marked slow (tests/conftest.py, SLOW).
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
 
 # The like-for-like inner-loop benchmark (metadisco vs the PureJaxRL-style reference); long:
 # see docs/benchmarks.md. ARGS=--quick for a smoke check (then it writes nothing to docs/).

@@ -397,7 +397,9 @@ def test_cartpole_time_limit_is_truncation(cartpole):
     final_obs, next_obs = np.asarray(steps.final_obs[499]), np.asarray(steps.obs[499])
     assert not np.allclose(final_obs, next_obs)
     assert np.all(np.abs(next_obs) <= 0.05)  # CartPole resets uniformly in [-0.05, 0.05]
-    np.testing.assert_array_equal(steps.final_obs[:499], steps.obs[:499])  # no reset before
+    # no reset before: the same state (to rounding: with XLA's optimisations off, as in the suite,
+    # gymnax's two evaluations of the observation may differ in the last bit; a reset moves it by ~1e-2)
+    np.testing.assert_allclose(steps.final_obs[:499], steps.obs[:499], rtol=0, atol=1e-6)
     assert int(steps.state.episode_length[499]) == 0  # the wrapper's counters restart
 
 
