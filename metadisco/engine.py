@@ -79,10 +79,7 @@ def centered_ranks(fitness, worst):
     fitness: [P, k] (one column per environment); worst: [P] bool, rows ranked below every other
     (diverged members). Returns [P, k].
     """
-    x = jnp.where(worst[:, None], -jnp.inf, fitness)
-    below = (x[None, :, :] < x[:, None, :]).sum(1)  # [P, k]: members strictly worse
-    ties = (x[None, :, :] == x[:, None, :]).sum(1) - 1
-    return (below + 0.5 * ties) / (x.shape[0] - 1) - 0.5
+    return jax.vmap(health.centred_rank_weights, in_axes=1, out_axes=1)(jnp.where(worst[:, None], jnp.nan, fitness))
 
 
 # What a fitness kind scores (its `_norm` variant divides by PPO's gain on the same score):
@@ -237,8 +234,8 @@ class MetaTrainer:
         key = jax.random.key(self.cfg.seed)
         if strategies.is_population_based(self.es):
             z = jax.random.normal(key, (self.cfg.es.population_size, self.num_params))
-            flat = jax.flatten_util.ravel_pytree(self.initial_solution)[0]
-            pop = jax.vmap(self.es._unravel_solution)(flat + self.cfg.es.sigma_init * z)
+            flat, unravel = jax.flatten_util.ravel_pytree(self.initial_solution)
+            pop = jax.vmap(unravel)(flat + self.cfg.es.sigma_init * z)
             es_state = self.es.init(key, pop, jnp.full((self.cfg.es.population_size,), jnp.inf), self.es_params)
         else:
             es_state = self.es.init(key, self.initial_solution, self.es_params)
