@@ -28,7 +28,8 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/inner_loop.py $(if $(filter --quick,$(ARGS)),,--out docs/benchmark_results/inner_loop.json --markdown docs/benchmark_results/inner_loop.md) $(ARGS)
 
-# The locked wheels that benchmarks/gpu_lease.sh installs on a lent GPU machine (x86-64, Python 3.12).
+# The locked wheels that benchmarks/gpu_benchmark.sh installs on a CUDA host without package access
+# (x86-64, Python 3.12).
 GPU_WHEELS := flax optax chex evosax gymnax brax mujoco mujoco-core mujoco-mjx jaxopt gymnasium \
 	farama-notifications dotmap trimesh glfw ml-collections
 gpu-wheels: $(STAMP)

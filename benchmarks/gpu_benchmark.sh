@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# What runs on a lent GPU machine (docs/benchmarks.md, "On a GPU"), one stage per call:
+# The GPU benchmark (docs/benchmarks.md, "On a GPU"), on any CUDA host with jax installed, one
+# stage per call, from the repository root:
 #
-#   benchmarks/gpu_lease.sh cartpole     # inner_loop.py: CartPole-v1, 2048 agents, 3 paired reps
-#   benchmarks/gpu_lease.sh minatar      # inner_loop.py: Breakout-MinAtar, 2048 agents, 3 paired reps
-#   benchmarks/gpu_lease.sh hopper       # inner_loop.py: brax/hopper (64 envs per agent), POPS agents
-#   benchmarks/gpu_lease.sh generation   # `metadisco train value_loss_cartpole_gpu`, 2 generations
+#   benchmarks/gpu_benchmark.sh cartpole     # inner_loop.py: CartPole-v1, 2048 agents, 3 paired reps
+#   benchmarks/gpu_benchmark.sh minatar      # inner_loop.py: Breakout-MinAtar, 2048 agents, 3 paired reps
+#   benchmarks/gpu_benchmark.sh hopper       # inner_loop.py: brax/hopper (64 envs per agent), POPS agents
+#   benchmarks/gpu_benchmark.sh generation   # `metadisco train value_loss_cartpole_gpu`, 2 generations
 #
 # Arguments after the stage go to inner_loop.py or `metadisco train` (a smoke check on a CPU:
-# `PATH=.venv/bin:$PATH benchmarks/gpu_lease.sh cartpole --timesteps 2048`).
-# The machine's image has jax 0.11.2 with CUDA but not gymnax, evosax or brax: the locked wheels
-# travel in .whl/ (fetch them with `make gpu-wheels`) and install into /tmp/site. Results go to
-# $OUT (the device tool's folder that comes back), else ./gpu_out. POPS overrides the population.
+# `PATH=.venv/bin:$PATH benchmarks/gpu_benchmark.sh cartpole --timesteps 2048`). POPS overrides
+# the population; OUT is where results go (default ./gpu_out).
+# A host without package access: run `make gpu-wheels` where there is access (the locked wheels of
+# what a CUDA jax image usually lacks: gymnax, evosax, brax, ...), copy the repository with its
+# .whl/ folder over, and this script installs them into /tmp/site before it runs.
 set -euo pipefail
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
