@@ -224,13 +224,8 @@ class _ProbeState(environment.EnvState):
     pass
 
 
-class _Probe(environment.Environment):
-    """A gymnax-style probe: constant observation, reward 1 every step, one action; the episode
-    ends every `max_steps_in_episode` steps, by truncation (gymnax's time limit) or, with
-    `terminate`, by termination."""
-
-    def __init__(self, terminate: bool):
-        self.terminate = terminate
+class _ConstantObservation(environment.Environment):
+    """What the probes share: the observation is always [1.0]; episodes of one step by default."""
 
     @property
     def default_params(self):
@@ -238,6 +233,18 @@ class _Probe(environment.Environment):
 
     def reset_env(self, key, params):
         return jnp.ones((1,)), _ProbeState(time=jnp.int32(0))
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 1.0, (1,))
+
+
+class _Probe(_ConstantObservation):
+    """A gymnax-style probe: constant observation, reward 1 every step, one action; the episode
+    ends every `max_steps_in_episode` steps, by truncation (gymnax's time limit) or, with
+    `terminate`, by termination."""
+
+    def __init__(self, terminate: bool):
+        self.terminate = terminate
 
     def step_env(self, key, state, action, params):
         state = _ProbeState(time=state.time + 1)
@@ -249,9 +256,6 @@ class _Probe(environment.Environment):
 
     def action_space(self, params):
         return spaces.Discrete(1)
-
-    def observation_space(self, params):
-        return spaces.Box(0.0, 1.0, (1,))
 
 
 def _probe_env(mode: str, period: int) -> Env:
@@ -463,7 +467,7 @@ def test_continuous_smoke(name, config):
     assert not bool(result.diverged)
 
 
-class _ContinuousBandit(environment.Environment):
+class _ContinuousBandit(_ConstantObservation):
     """A one-step continuous bandit (a probe in the manner of rejax's tests/environments.py): a
     constant observation, an action a in [-2, 2], reward -(a - target)^2, then the episode ends.
     The best policy is known: mean action `target`; a greedy episode's return is -(mean - target)^2."""
@@ -471,22 +475,12 @@ class _ContinuousBandit(environment.Environment):
     def __init__(self, target: float):
         self.target = target
 
-    @property
-    def default_params(self):
-        return environment.EnvParams(max_steps_in_episode=1)
-
-    def reset_env(self, key, params):
-        return jnp.ones((1,)), _ProbeState(time=jnp.int32(0))
-
     def step_env(self, key, state, action, params):
         reward = -jnp.sum((action - self.target) ** 2)
         return jnp.ones((1,)), _ProbeState(time=state.time + 1), reward, jnp.bool_(True), {}
 
     def action_space(self, params):
         return spaces.Box(-2.0, 2.0, (1,))
-
-    def observation_space(self, params):
-        return spaces.Box(0.0, 1.0, (1,))
 
 
 def test_ppo_moves_a_gaussian_policy_to_the_best_continuous_action():
