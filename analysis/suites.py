@@ -59,6 +59,8 @@ FAMILY_BUDGETS: dict[str, dict[str, int]] = {
 TARGETS_HELP = """\
 TARGET is one of:
   ppo, dpo              the built-in baselines
+  ppo[clip_eps=0.3]     a baseline with other options of its drift (dpo[alpha=1.5]): a control
+                        that tunes PPO's clip range beside every method's learning rate
   FILE.json             an objectives file (an exported closed form, RUN_DIR/objectives/best.json)
   RUN_DIR[:best|:mean]  a run directory: objectives/mean.json (default) or best.json;
                         its meta-training environments are flagged and aggregated apart
@@ -71,7 +73,8 @@ examples:
   metadisco evaluate runs/lpo-cartpole-20261101-120000 --envs Acrobot-v1,Catch-bsuite --tune-lr
   metadisco evaluate runs/RUN runs/RUN:init --quick     # gain from evolution vs from the start point
   metadisco evaluate runs/RUN --quick --protocol discogen  # every method tuned and scored as in DiscoGen
-  metadisco evaluate exports/discovered_drift.json --suite default --seeds 16"""
+  metadisco evaluate exports/discovered_drift.json --suite default --seeds 16
+  metadisco evaluate FILE.json "ppo[clip_eps=0.1]" "ppo[clip_eps=0.3]" --envs Breakout-MinAtar --tune-lr"""
 
 
 class EvaluationError(MetadiscoError):

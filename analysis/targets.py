@@ -1,6 +1,7 @@
 """What an evaluation compares: a TARGET spec -> objectives with their full parameters.
 
-A TARGET is "ppo" or "dpo" (built-in baselines), zoo:NAME (a discovered objective shipped with
+A TARGET is "ppo" or "dpo" (built-in baselines; "ppo[clip_eps=0.3]", "dpo[alpha=1.5]" with
+other options of their drift), zoo:NAME (a discovered objective shipped with
 metadisco, meta_objectives.discovered), an objectives JSON file (an exported closed
 form, a run's objectives/best.json), `module:attr` (an objective class of the user's own, at its
 initial parameters, the other plug points PPO's), or a run directory (its objectives/mean.json; RUN_DIR:best
@@ -19,6 +20,7 @@ from analysis.run_config import HeldoutConfig
 from analysis.runs import Run, RunDirError, run_containing
 from analysis.suites import EvaluationError
 from meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, discovered, load_objectives, make_objective
+from metadisco_common.options import split_options
 from metadisco_common.plugins import is_import_path, load
 
 __all__ = ["REFERENCES", "Target", "builtin", "declared_heldout", "full_params", "resolve_target"]
@@ -55,6 +57,24 @@ def builtin(name: str) -> Objectives:
     return {"ppo": Objectives, "dpo": lambda: Objectives(drift=DPO())}[name]()
 
 
+BASELINE_DRIFTS = {"ppo": "ppo_clip", "dpo": "dpo"}  # a reference -> its drift's registered name
+
+
+def _baseline_with_options(spec: str) -> Target | None:
+    """"ppo[clip_eps=0.3]" -> PPO with its drift at other options (a control: PPO with its clip
+    range tuned as well as its rate), "dpo[alpha=1.5]" likewise; None for anything else."""
+    name = spec.partition("[")[0].strip()
+    if name not in BASELINE_DRIFTS or Path(spec).exists():
+        return None
+    try:
+        name, options = split_options(spec)
+        drift = make_objective("drift", BASELINE_DRIFTS[name], **options)
+    except (TypeError, ValueError) as e:
+        raise EvaluationError(f"target {spec!r}: {e}") from None
+    objectives = Objectives(drift=drift)
+    return Target(spec, objectives, full_params(objectives), (), "builtin", spec)
+
+
 def full_params(objectives: Objectives, params: dict | None = None) -> dict:
     """`params` completed with the objectives' initial parameters for every plug point it lacks."""
     return objectives.merge(params or {}, objectives.default_params())
@@ -80,6 +100,9 @@ def resolve_target(spec: str) -> Target:
     if spec in REFERENCES:
         objectives = builtin(spec)
         return Target(spec, objectives, full_params(objectives), (), "builtin", spec)
+    baseline = _baseline_with_options(spec)
+    if baseline is not None:
+        return baseline
     zoo_name = discovered.split_target(spec)
     if zoo_name is not None:  # an objective shipped in the zoo (`metadisco zoo` lists them)
         try:
@@ -101,7 +124,8 @@ def resolve_target(spec: str) -> Target:
     if is_import_path(spec):  # an objective of the user's own: PPO with it at its plug point
         return _plugin_target(spec)
     raise EvaluationError(
-        f"target {spec!r}: no run directory or objectives file at {path}. A TARGET is ppo, dpo, zoo:NAME, an objectives "
+        f"target {spec!r}: no run directory or objectives file at {path}. A TARGET is ppo, dpo (or with other options "
+        "of their drift: ppo[clip_eps=0.3]), zoo:NAME, an objectives "
         "JSON file (an exported closed form or RUN_DIR/objectives/best.json), or a run directory "
         "(RUN_DIR evaluates objectives/mean.json, RUN_DIR:best objectives/best.json, RUN_DIR:init the "
         "objectives at their initial parameters)."

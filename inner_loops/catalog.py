@@ -9,9 +9,9 @@ drops an environment fails a test instead of drifting silently.
 from __future__ import annotations
 
 import difflib
-import re
 
 from metadisco_common.errors import ConfigError
+from metadisco_common.options import split_options
 from metadisco_common.plugins import ENVS_GROUP, entry_points, is_import_path, load, load_entry_point
 
 BRAX_PREFIX = "brax/"
@@ -49,41 +49,20 @@ def preset_name(env_name: str) -> str:
     return "classic"
 
 
-_VARIANT = re.compile(r"^(?P<base>[^\[\]]+)\[(?P<params>[^\[\]]*)\]$")
-
-
 def env_variant(name: str) -> tuple[str, dict[str, bool | int | float]]:
     """A gymnax environment with other parameters: "MountainCar-v0[gravity=0.003,force=0.0012]"
     -> ("MountainCar-v0", {"gravity": 0.003, "force": 0.0012}); a plain name -> (name, {}).
     Values are numbers or true/false; `make_env` checks the names against the environment's
     EnvParams (a held-out variant, or a distribution over a family)."""
-    match = _VARIANT.match(name)
-    if match is None:
-        if "[" in name or "]" in name:
-            raise ConfigError(f"environment {name!r}: write other parameters as NAME[param=value,...], "
-                              "e.g. MountainCar-v0[gravity=0.003]")
-        return name, {}
-    values: dict[str, bool | int | float] = {}
-    for item in filter(None, (i.strip() for i in match["params"].split(","))):
-        key, eq, text = (part.strip() for part in item.partition("="))
-        if not eq or not key.isidentifier() or key in values:
-            raise ConfigError(f"environment {name!r}: {item!r} is not param=value (once per parameter), "
-                              "e.g. MountainCar-v0[gravity=0.003]")
-        if text.lower() in ("true", "false"):
-            values[key] = text.lower() == "true"
-            continue
-        try:
-            values[key] = int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
-        except ValueError:
-            raise ConfigError(f"environment {name!r}: {key} = {text!r} is not a number (or true/false)") from None
-    if not values:
-        raise ConfigError(f"environment {name!r}: empty brackets; name a parameter, e.g. MountainCar-v0[gravity=0.003]")
-    return match["base"].strip(), values
+    try:
+        return split_options(name)
+    except ValueError as e:
+        raise ConfigError(f"environment {name!r}: {e}, e.g. MountainCar-v0[gravity=0.003]") from None
 
 
 def is_builtin_env(name: str) -> bool:
     """Whether `name` is a gymnax id (with or without other parameters) or a brax name (not a plug-in)."""
-    name = _VARIANT.sub(r"\g<base>", name)
+    name = name.partition("[")[0]
     base, _, backend = name.partition(":")
     if base.startswith(BRAX_PREFIX):
         return base[len(BRAX_PREFIX):] in BRAX_ENVS and (not backend or backend in BRAX_BACKENDS)

@@ -49,8 +49,8 @@ def test_a_variant_names_other_environment_parameters():
     assert catalog.env_variant("CartPole-v1") == ("CartPole-v1", {})
     catalog.check_env_name("MountainCar-v0[gravity=0.003]")
     assert catalog.is_builtin_env("MountainCar-v0[gravity=0.003]")
-    for bad, message in [("MountainCar-v0[gravity]", "param=value"), ("MountainCar-v0[gravity=x]", "not a number"),
-                         ("brax/ant[x=1]", "gymnax"), ("MountainCar-v0[", r"NAME\[param=value"),
+    for bad, message in [("MountainCar-v0[gravity]", "key=value"), ("MountainCar-v0[gravity=x]", "not a number"),
+                         ("brax/ant[x=1]", "gymnax"), ("MountainCar-v0[", r"NAME\[key=value"),
                          ("MountainCr-v0[gravity=0.003]", "Did you mean: MountainCar-v0")]:
         with pytest.raises(ConfigError, match=message):
             catalog.check_env_name(bad)

@@ -243,6 +243,21 @@ def test_evaluate_a_baseline_end_to_end(tmp_path, capsys):
     assert str(out) in stdout
 
 
+def test_a_baseline_with_other_options_is_that_baseline_with_its_drift_changed():
+    """ppo[clip_eps=0.3]: PPO with a wider clip range, a control beside every method's tuned rate."""
+    wide, plain = resolve_target("ppo[clip_eps=0.3]"), resolve_target("ppo")
+    assert wide.label == "ppo[clip_eps=0.3]" and wide.source == "builtin"
+    assert wide.objectives.value_loss == plain.objectives.value_loss and wide.objectives.drift.clip_eps == 0.3
+    r, a = jnp.array([0.75, 1.25]), jnp.array([-1.0, 1.0])
+    drift = wide.objectives.drift.drift(wide.params["drift"], r, a, 0.0)
+    assert np.allclose(drift, [0.0, 0.0])  # inside 1 +- 0.3: no drift, where PPO's 1 +- 0.2 has one
+    assert np.allclose(plain.objectives.drift.drift(plain.params["drift"], r, a, 0.0), [0.05, 0.05])
+    assert resolve_target("dpo[alpha=1.5]").params["drift"]["alpha"] == 1.5
+    for bad, message in [("ppo[clip=0.3]", "Did you mean clip_eps"), ("ppo[clip_eps=wide]", "not a number")]:
+        with pytest.raises(suites.EvaluationError, match=message):
+            resolve_target(bad)
+
+
 def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
     """RUN_DIR:init is init(key(the run's seed)), the engine's starting point, not init(key(0))."""
     from metadisco.config import ObjectivesConfig, validate

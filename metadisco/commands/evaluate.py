@@ -46,7 +46,8 @@ def add(subparsers) -> None:
         epilog=suites.help_text() + "\n" + protocol.help_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("targets", nargs="+", metavar="TARGET",
-                   help="ppo, dpo, an objectives JSON file, RUN_DIR[:best|:mean|:init], zoo:NAME or module:attr")
+                   help="ppo, dpo (ppo[clip_eps=0.3]: with other options), an objectives JSON file, "
+                        "RUN_DIR[:best|:mean|:init], zoo:NAME or module:attr")
     p.add_argument("--envs", help="comma-separated environments (see `metadisco envs`); default: the held-out set "
                                   "a RUN_DIR target declared (config heldout.envs), else the suite's")
     p.add_argument("--suite", choices=tuple(suites.SUITES), help="a named set of environments and budgets")
