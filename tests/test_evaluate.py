@@ -73,8 +73,10 @@ def tiny_run(tmp_path_factory):
 def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvement_one_half(tmp_path, programs):
     copy = tmp_path / "ppo_copy.json"  # PPO's objectives as a file target: a second label, same program
     save_objectives(copy, Objectives(), Objectives().init(jax.random.key(0)))
+    lines = []
     results = evaluation.evaluate([str(copy)], envs=["CartPole-v1"], seeds=2, budget=4096, progress=False, programs=programs,
-                          bootstrap_reps=200)
+                          bootstrap_reps=200, log=lines.append)
+    assert [line.split(" at lr ")[0] for line in lines] == ["CartPole-v1: ppo_copy", "CartPole-v1: ppo", "CartPole-v1: dpo"]
 
     assert [m["label"] for m in results["methods"]] == ["ppo_copy", "ppo", "dpo"]
     env = results["envs"]["CartPole-v1"]

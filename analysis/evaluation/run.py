@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -52,6 +52,7 @@ def evaluate(
     inner: dict | None = None,
     programs: Programs | None = None,
     protocol: str | Protocol = "default",
+    log: Callable[[str], None] | None = None,
 ) -> dict:
     """Train every method on every environment and compute the statistics -> results dict.
 
@@ -67,6 +68,8 @@ def evaluate(
     {"num_envs": 64, "num_steps": 16, "hidden": (64, 64)}), applied to each preset.
     bootstrap_reps: replicates of every bootstrap interval (drawn from `seed`).
     programs: the compiled-program cache to use (default: a new one for this evaluation).
+    log: called with one line per method and environment as each finishes (its rate, its mean
+    score, the minutes it took): what a run without a progress bar shows (`--no-progress`).
     Every input error raises EvaluationError before anything compiles. The result is plain JSON
     (NaN as None; see `analysis.evaluation.render.save`).
     """
@@ -110,6 +113,10 @@ def evaluate(
             bar.set_postfix_str(f"{job.name}: {m.label}")
             program = programs.get(job.env, job.config, m.objectives, seeds)
             runs[m.label] = _run(program, eval_keys, m.params, hparams(job.config, lr=rate)) | {"lr": rate}
+            if log is not None:
+                mean = np.nanmean(scoring.score(runs[m.label], protocol.score, protocol.tail))
+                log(f"{job.name}: {m.label} at lr {rate:.3g}: {protocol.score} {mean:.4g} over {seeds} seeds "
+                    f"({(time.time() - t0) / 60:.1f} min into this environment)")
         env_results[job.name] = {"runs": runs, "tuning": tuning or None, "time_s": time.time() - t0}
     bar.close()
 

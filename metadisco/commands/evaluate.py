@@ -29,6 +29,7 @@ def run(args) -> None:
         suite=args.suite, seeds=args.seeds, budget=args.timesteps, tune_lr=args.tune_lr, quick=args.quick,
         progress=not args.no_progress, seed=args.seed, lr=args.lr, protocol=args.protocol,
         bootstrap_reps=args.bootstrap,
+        log=(lambda line: print(line, file=sys.stderr, flush=True)) if args.no_progress else None,
     )
     path = results.pop("out_dir")
     print(render.to_markdown(results))
@@ -71,6 +72,6 @@ def add(subparsers) -> None:
                    help="use the first RUN_DIR target's inner settings (except its budget; --inner overrides)")
     p.add_argument("--out", help="output folder (default RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP)")
     p.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar: a line on stderr per method and environment")
     p.add_argument("--host-devices", type=int, help="CPU devices to split the seeds over (default: cores)")
     p.set_defaults(func=run)
