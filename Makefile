@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-pytho
 demo: $(STAMP)
 	$(VENV)/bin/metadisco train $(ARGS)
 
-# The suite runs in one pytest-xdist worker per core (about 22 min on 2 idle cores: README,
+# The suite runs in one pytest-xdist worker per core (about 17 min on 2 idle cores: README,
 # "Developing"); PYTEST_WORKERS=0 runs it in this process.
 PYTEST_WORKERS ?= auto
 test: $(STAMP)
