@@ -11,17 +11,19 @@ $(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-pytho
 demo: $(STAMP)
 	$(VENV)/bin/metadisco train $(ARGS)
 
-# The suite runs in one pytest-xdist worker per core (about 17 min on 2 idle cores: README,
-# "Developing"); PYTEST_WORKERS=0 runs it in this process.
+# The suite runs in one pytest-xdist worker per core (README, "Developing"); PYTEST_WORKERS=0 runs it
+# in this process. --dist loadfile keeps a file's tests on one worker, so a module-scoped fixture (a
+# trained run, a compiled program) is built once, not once per worker.
 PYTEST_WORKERS ?= auto
+PYTEST_DIST := $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) $(PYTEST_ARGS)
 
 # The edit loop: the suite without its end-to-end tests marked slow (tests/conftest.py, SLOW).
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not slow" $(PYTEST_ARGS)
 
 # The like-for-like inner-loop benchmark (metadisco vs the PureJaxRL-style reference); long:
 # see docs/benchmarks.md. ARGS=--quick for a smoke check (then it writes nothing to docs/).
