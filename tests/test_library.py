@@ -21,6 +21,7 @@ from tests.helpers import TINY
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 USER_FILES = ("my_drifts.py", "my_envs.py")
+USER_MODULES = ("my_drifts", "my_envs")
 
 
 def metadisco_in(cwd, *args, timeout=300):
@@ -38,28 +39,41 @@ def project(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_the_examples_train_evaluate_and_plot_from_their_own_folder(project):
+def test_the_examples_train_evaluate_and_plot_from_their_own_folder(project, monkeypatch, capsys):
+    """Train, evaluate and plot as `metadisco` run in the user's folder: the command's `main` in this
+    process, working directory the project (what `main` makes importable, as the console command
+    does), the example modules imported afresh from there; then a real process elsewhere."""
     run_dir = project / "run"
-    out = metadisco_in(project, "train", "objectives.drift=my_drifts:ScaledSquare", "envs=my_envs:Corridor",
-                       "generations=2", *TINY, "--run-dir", str(run_dir), "--no-progress")
-    assert out.returncode == 0, out.stderr[-3000:]
-    config = json.loads((run_dir / "config.json").read_text())
-    assert config["objectives"]["drift"]["name"] == "my_drifts:ScaledSquare" and config["envs"] == ["my_envs:Corridor"]
-    stored = json.loads((run_dir / "objectives" / "mean.json").read_text())
-    assert stored["spec"]["drift"]["name"] == "my_drifts:ScaledSquare"  # the import path, no code
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # main puts the working directory on it: undone after
+    for name in USER_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)  # imported from the project, not from elsewhere
+    try:
+        code, _, err = _main_code(["train", "objectives.drift=my_drifts:ScaledSquare", "envs=my_envs:Corridor",
+                                   "generations=2", *TINY, "--run-dir", str(run_dir), "--no-progress"], capsys)
+        assert code == 0, err[-3000:]
+        assert all(Path(sys.modules[name].__file__).resolve().parent == project.resolve() for name in USER_MODULES)
+        config = json.loads((run_dir / "config.json").read_text())
+        assert config["objectives"]["drift"]["name"] == "my_drifts:ScaledSquare" and config["envs"] == ["my_envs:Corridor"]
+        stored = json.loads((run_dir / "objectives" / "mean.json").read_text())
+        assert stored["spec"]["drift"]["name"] == "my_drifts:ScaledSquare"  # the import path, no code
 
-    out = metadisco_in(project, "evaluate", str(run_dir), "--envs", "my_envs:Corridor", "--seeds", "1",
-                       "--timesteps", "2048", "--inner", "num_envs=4", "--inner", "num_steps=64",
-                       "--inner", "hidden=16,16", "--no-progress", "--out", str(project / "eval"))
-    assert out.returncode == 0, out.stderr[-3000:]
-    results = json.loads((project / "eval" / "results.json").read_text())
-    assert "my_envs:Corridor" in json.dumps(results)
+        code, _, err = _main_code(["evaluate", str(run_dir), "--envs", "my_envs:Corridor", "--seeds", "1",
+                                   "--timesteps", "2048", "--inner", "num_envs=4", "--inner", "num_steps=64",
+                                   "--inner", "hidden=16,16", "--no-progress", "--out", str(project / "eval")], capsys)
+        assert code == 0, err[-3000:]
+        results = json.loads((project / "eval" / "results.json").read_text())
+        assert "my_envs:Corridor" in json.dumps(results)
 
-    out = metadisco_in(project, "plot", str(run_dir), "--formats", "png")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert (run_dir / "report.html").is_file()
+        code, _, err = _main_code(["plot", str(run_dir), "--formats", "png"], capsys)
+        assert code == 0, err[-3000:]
+        assert (run_dir / "report.html").is_file()
+    finally:
+        for name in USER_MODULES:
+            sys.modules.pop(name, None)
 
-    # Elsewhere the user's modules are not importable: one line naming the module, exit 2.
+    # Elsewhere the user's modules are not importable: one line naming the module, exit 2 (a fresh
+    # process: this one has imported them).
     elsewhere = project / "elsewhere"
     elsewhere.mkdir()
     out = metadisco_in(elsewhere, "plot", str(run_dir), "--formats", "png", timeout=120)
@@ -120,6 +134,17 @@ def _main_exit(argv, capsys) -> tuple[int, str, str]:
         main(argv)
     out, err = capsys.readouterr()
     return e.value.code, out, err
+
+
+def _main_code(argv, capsys) -> tuple[int, str, str]:
+    """`metadisco ARGV` in this process -> (exit code, stdout, stderr); 0 where main returns."""
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def test_check_names_each_violated_constraint_of_a_broken_drift(user_module, capsys):

@@ -287,19 +287,19 @@ def test_a_ppo_run_with_drift_mix_and_learned_clipped_at_init_is_ppo_bit_for_bit
 
 
 @pytest.mark.timeout(300)
-def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path):
-    """No distillation: `metadisco export RUN` writes the evolved member's own closed form."""
+def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path, capsys):
+    """No distillation: `metadisco export RUN` writes the evolved member's own closed form.
+    (`metadisco` in this process: the command's `main`, without a process's start-up.)"""
     from meta_objectives import load_objectives
-    from tests.helpers import metadisco
+    from metadisco.cli import main
+    from tests.helpers import TINY as TINY_RUN
 
     run_dir = tmp_path / "run"
-    out = metadisco("train", "generations=1", "inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64",
-                    "inner.hidden=16,16", "es.population_size=4", "eval_every=0", "objectives.drift=drift_mix",
-                    "es.sigma_init=0.3", "--run-dir", str(run_dir), "--no-progress")
-    assert out.returncode == 0, out.stderr[-2000:]
-    out = metadisco("export", str(run_dir))
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "own closed form, no fit" in out.stdout and not (run_dir / "distil").exists()
+    main(["train", "generations=1", *TINY_RUN, "objectives.drift=drift_mix", "es.sigma_init=0.3",
+          "--run-dir", str(run_dir), "--no-progress"])  # a failure raises SystemExit, failing the test
+    capsys.readouterr()
+    main(["export", str(run_dir)])
+    assert "own closed form, no fit" in capsys.readouterr().out and not (run_dir / "distil").exists()
     mean, params, _ = load_objectives(run_dir / "objectives" / "mean.json")
     exported, _, _ = load_objectives(run_dir / "export" / "discovered_drift.json")
     assert exported.drift.expression == mean.drift.closed_form(params["drift"])
