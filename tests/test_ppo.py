@@ -5,6 +5,7 @@ seconds on the CPU); every config here is small.
 """
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import jax
@@ -37,6 +38,18 @@ pytestmark = pytest.mark.timeout(240)
 
 # A small CartPole config shared by the vmap and recompilation tests: 32 updates of 128 steps.
 TINY = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), num_minibatches=2)
+# The same without the evaluation episodes (its loop is ~1-2 s of compile), for the runs that read
+# only the learning curve.
+TINY_NO_EVAL = TINY.replace(eval_episodes=0)
+# TINY at 10 updates with 4 evaluation episodes: the one plain CartPole run (key 3) that the
+# evaluation-curve, critic-pass, reward-noise and classic-preset tests share (`_run` keeps it).
+TEN = TINY.replace(total_timesteps=TINY.batch_size * 10, eval_episodes=4)
+
+
+@functools.cache
+def _run(env_name: str, config: PPOConfig, seed: int = 3):
+    """One jitted plain-PPO run, kept for the module: tests asking for the same run share it."""
+    return jax.jit(make_train(make_env(env_name), config))(jax.random.key(seed), {})
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +63,7 @@ def cartpole():
 
 
 def test_default_ppo_solves_cartpole(cartpole):
-    config = PPOConfig(total_timesteps=150_000).replace(lr=2.5e-3)
+    config = PPOConfig(total_timesteps=150_000, eval_episodes=0).replace(lr=2.5e-3)  # reads no evaluation
     result = jax.jit(make_train(cartpole, config))(jax.random.key(0), {})
     returns = np.asarray(result.returns)
     assert returns.shape == (config.num_updates,)
@@ -139,14 +152,16 @@ def test_ppo_loss_with_ppo_clip_is_the_clipped_surrogate(cartpole):
 
 @pytest.fixture(scope="module")
 def lpo_runs(cartpole):
-    """One jitted (traced-once) LPO train, called separately for two members, plus the vmap."""
+    """One jitted (traced-once) LPO train, called separately for two members, plus the vmap over
+    members, keys and environment parameters: member 0 plays CartPole with a 10-step time limit,
+    member 1 with the usual 500 (the environment-parameter test reads the same runs)."""
     objectives = Objectives(drift=LPO(hidden=16))
-    train = make_train(cartpole, TINY, objectives)
+    train = make_train(cartpole, TINY_NO_EVAL, objectives)
     traces = []
 
-    def counted(key, meta_params, hparams):
+    def counted(key, meta_params, hparams, env_params):
         traces.append(1)  # runs only while tracing
-        return train(key, meta_params, hparams)
+        return train(key, meta_params, hparams, env_params)
 
     jitted = jax.jit(counted)
     base = objectives.init(jax.random.key(1), plugs=("drift",))
@@ -154,11 +169,14 @@ def lpo_runs(cartpole):
         {"drift": {**base["drift"], "w2": 0.1 * jax.random.normal(jax.random.key(10 + i), base["drift"]["w2"].shape)}}
         for i in range(2)
     ]
+    limits = [cartpole.default_params.replace(max_steps_in_episode=m) for m in (10, 500)]
     keys = jax.random.split(jax.random.key(2), 2)
-    separate = [jitted(keys[i], members[i], TINY.hparams) for i in range(2)]
-    stacked = jax.tree.map(lambda *x: jnp.stack(x), *members)
-    batched = jax.jit(jax.vmap(train, in_axes=(0, 0, None)))(keys, stacked, TINY.hparams)
-    return dict(jitted=jitted, traces=traces, members=members, keys=keys, separate=separate, batched=batched)
+    separate = [jitted(keys[i], members[i], TINY.hparams, limits[i]) for i in range(2)]
+    stacked = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *members)
+    stacked_limits = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *limits)
+    batched = jax.jit(jax.vmap(train, in_axes=(0, 0, None, 0)))(keys, stacked, TINY.hparams, stacked_limits)
+    return dict(jitted=jitted, traces=traces, members=members, limits=limits, keys=keys, separate=separate,
+                batched=batched)
 
 
 def test_vmap_over_population_and_keys_matches_separate_runs(lpo_runs):
@@ -166,7 +184,7 @@ def test_vmap_over_population_and_keys_matches_separate_runs(lpo_runs):
     batched = np.asarray(lpo_runs["batched"].returns)
     assert batched.shape == (2, TINY.num_updates)
     assert np.isfinite(batched).all()
-    # The two members really differ (different output layers and keys) ...
+    # The two members really differ (different output layers, keys and time limits) ...
     assert not np.array_equal(separate[0], separate[1])
     # ... and the batched run reproduces each (bit-identical only for equal batch shapes).
     np.testing.assert_allclose(batched, separate, rtol=1e-4, atol=1e-3)
@@ -175,10 +193,11 @@ def test_vmap_over_population_and_keys_matches_separate_runs(lpo_runs):
 
 def test_train_traces_once_for_new_keys_params_and_hparams(lpo_runs):
     jitted, traces = lpo_runs["jitted"], lpo_runs["traces"]
-    assert len(traces) == 1  # two fixture calls with different members and keys
+    assert len(traces) == 1  # two fixture calls with different members, keys and environment parameters
     other = jax.tree.map(lambda x: x * 0.5, lpo_runs["members"][1])
-    out = jitted(jax.random.key(123), other, PPOHyperparams(lr=1e-3, ent_coef=0.0))
-    out2 = jitted(jax.random.key(124), other, PPOHyperparams(lr=5e-4, gamma=0.9))
+    limit = lpo_runs["limits"][1]
+    out = jitted(jax.random.key(123), other, PPOHyperparams(lr=1e-3, ent_coef=0.0), limit)
+    out2 = jitted(jax.random.key(124), other, PPOHyperparams(lr=5e-4, gamma=0.9), limit)
     jax.block_until_ready((out, out2))
     assert len(traces) == 1, f"train was traced {len(traces)} times; new values must not recompile"
     # The traced hyperparameters are really used (not constants baked in at the first trace).
@@ -238,29 +257,36 @@ class _ConstantObservation(environment.Environment):
         return spaces.Box(0.0, 1.0, (1,))
 
 
+@struct.dataclass
+class _ProbeParams(environment.EnvParams):
+    terminate: bool = False  # episodes end by termination (else by truncation, gymnax's time limit)
+
+
 class _Probe(_ConstantObservation):
     """A gymnax-style probe: constant observation, reward 1 every step, one action; the episode
     ends every `max_steps_in_episode` steps, by truncation (gymnax's time limit) or, with
-    `terminate`, by termination."""
-
-    def __init__(self, terminate: bool):
-        self.terminate = terminate
+    `terminate`, by termination. Both are parameters (traced): one compiled program runs either."""
 
     def step_env(self, key, state, action, params):
         state = _ProbeState(time=state.time + 1)
-        terminated = (state.time >= params.max_steps_in_episode) & self.terminate
+        terminated = (state.time >= params.max_steps_in_episode) & params.terminate
         return jnp.ones((1,)), state, jnp.float32(1.0), terminated, {}
 
     def is_truncated(self, state, params):
-        return (state.time >= params.max_steps_in_episode) & (not self.terminate)
+        return (state.time >= params.max_steps_in_episode) & jnp.logical_not(params.terminate)
 
     def action_space(self, params):
         return spaces.Discrete(1)
 
 
+def _probe_params(mode: str, period: int) -> _ProbeParams:
+    """The episode ends every `period` steps by `mode` ("truncated" or "terminated")."""
+    return _ProbeParams(max_steps_in_episode=period, terminate=mode == "terminated")
+
+
 def _probe_env(mode: str, period: int) -> Env:
-    """The probe through the public wrapper; the episode ends every `period` steps by `mode`."""
-    return from_gymnax(_Probe(mode == "terminated"), environment.EnvParams(max_steps_in_episode=period), f"probe-{mode}")
+    """The probe through the public wrapper, with `_probe_params(mode, period)` as its default."""
+    return from_gymnax(_Probe(), _probe_params(mode, period), f"probe-{mode}")
 
 
 _RECORDED: list = []
@@ -275,12 +301,20 @@ class _RecordingClippedL2(ClippedL2):
         return super().value_loss(params, value, target, old_value)
 
 
-def _learned_values(env):
-    config = PPOConfig(num_envs=4, num_steps=16, total_timesteps=2048, hidden=(8,), num_minibatches=2).replace(
-        gamma=0.5, lr=1e-2
-    )
+@functools.cache
+def _probe_train():
+    """One jitted train on the probe for both episode ends: the mode and period are the traced
+    environment parameters (the last argument)."""
+    config = PPOConfig(num_envs=4, num_steps=16, total_timesteps=2048, hidden=(8,), num_minibatches=2,
+                       eval_episodes=0).replace(gamma=0.5, lr=1e-2)  # reads no evaluation
+    env = _probe_env("truncated", 3)
+    return config, jax.jit(make_train(env, config, Objectives(value_loss=_RecordingClippedL2())))
+
+
+def _learned_values(mode: str, period: int):
+    config, train = _probe_train()
     _RECORDED.clear()
-    result = jax.jit(make_train(env, config, Objectives(value_loss=_RecordingClippedL2())))(jax.random.key(0), {})
+    result = train(jax.random.key(0), {}, None, _probe_params(mode, period))
     jax.block_until_ready(result)
     jax.effects_barrier()
     assert len(_RECORDED) == config.num_updates * config.update_epochs * config.num_minibatches
@@ -291,7 +325,7 @@ def _learned_values(env):
 
 def test_ppo_critic_bootstraps_through_truncation():
     # Never terminated, truncated every 3 steps: the true value is 1/(1 - 0.5) = 2 everywhere.
-    result, first_values, values, targets = _learned_values(_probe_env("truncated", 3))
+    result, first_values, values, targets = _learned_values("truncated", 3)
     assert abs(float(first_values.mean()) - 2.0) > 0.5  # it had to learn
     np.testing.assert_allclose(values, 2.0, atol=0.05)
     # As termination, the targets at the truncation would be 1 and the fit about 1.6.
@@ -301,7 +335,7 @@ def test_ppo_critic_bootstraps_through_truncation():
 
 def test_ppo_critic_does_not_bootstrap_through_termination():
     # Every step terminates with reward 1: the value is 1 (it would be 2 if it bootstrapped).
-    _, first_values, values, targets = _learned_values(_probe_env("terminated", 1))
+    _, first_values, values, targets = _learned_values("terminated", 1)
     assert abs(float(first_values.mean()) - 1.0) > 0.5
     np.testing.assert_allclose(values, 1.0, atol=0.05)
     np.testing.assert_allclose(targets, 1.0, atol=0.05)
@@ -314,10 +348,9 @@ def test_critic_values_after_the_rollout_equal_those_in_the_loop(cartpole, monke
     from inner_loops import ppo as ppo_module
 
     assert np.prod(cartpole.obs_shape) <= ppo_module.CRITIC_AFTER_ROLLOUT_MAX_OBS
-    config = TINY.replace(total_timesteps=1024)
-    after = jax.jit(make_train(cartpole, config, Objectives()))(jax.random.key(3), {})
+    after = _run("CartPole-v1", TEN)  # the shared run, built (or kept) before the patch below
     monkeypatch.setattr(ppo_module, "CRITIC_AFTER_ROLLOUT_MAX_OBS", 0)
-    in_loop = jax.jit(make_train(cartpole, config, Objectives()))(jax.random.key(3), {})
+    in_loop = jax.jit(make_train(cartpole, TEN, Objectives()))(jax.random.key(3), {})
     for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(in_loop), strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -424,9 +457,12 @@ def test_preset_validates_and_trains_shrunk(family):
     assert preset.validate() is preset
     assert preset_for(FAMILY_ENV[family]) is preset
     # The preset's own numbers and switches (lr, annealing, observation normalisation), tiny shapes.
-    tiny = preset.replace(num_envs=4, num_steps=8, total_timesteps=128, num_minibatches=2, hidden=(8,))
-    env = make_env(FAMILY_ENV[family])
-    result = jax.jit(make_train(env, tiny))(jax.random.key(0), {})
+    # TEN's shapes and budget, so the classic preset's run is TEN's shared run; the others read no
+    # evaluation, whose loop is most of a brax program's compile (~16 of 28 CPU-s).
+    tiny = preset.replace(num_envs=4, num_steps=32, total_timesteps=1280, num_minibatches=2, hidden=(32,),
+                          eval_episodes=4 if family == "classic" else 0)
+    assert (tiny == TEN) == (family == "classic")
+    result = _run(FAMILY_ENV[family], tiny)
     assert np.asarray(result.returns).shape == (tiny.num_updates,)
     assert np.isfinite(np.asarray(result.returns)).all() and not bool(result.diverged)
 
@@ -436,16 +472,14 @@ def test_preset_validates_and_trains_shrunk(family):
 # --------------------------------------------------------------------------------------------
 
 
-def test_train_vmaps_over_environment_parameters(cartpole):
-    # Two CartPole time limits in one program: no episode of the 10-step one lasts longer.
-    limits = [cartpole.default_params.replace(max_steps_in_episode=m) for m in (10, 500)]
-    stacked = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *limits)
-    train = make_train(cartpole, TINY)
-    result = jax.jit(jax.vmap(train, in_axes=(None, None, None, 0)))(jax.random.key(0), {}, None, stacked)
-    returns = np.asarray(result.returns)
-    assert returns.shape == (2, TINY.num_updates)
-    assert returns[0].max() <= 10.0
-    assert returns[1].max() > 10.0
+def test_train_vmaps_over_environment_parameters(lpo_runs):
+    # Two CartPole time limits in one program (`lpo_runs`' vmap, member 0 at 10 steps, member 1 at
+    # 500): no episode of the 10-step one lasts longer; the separate runs (traced parameters) agree.
+    separate = np.stack([np.asarray(r.returns) for r in lpo_runs["separate"]])
+    for returns in (np.asarray(lpo_runs["batched"].returns), separate):
+        assert returns.shape == (2, TINY.num_updates)
+        assert returns[0].max() <= 10.0
+        assert returns[1].max() > 10.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -659,8 +693,8 @@ def test_learning_curve_never_looks_ahead_and_evaluation_is_the_policys():
 
 
 def test_evaluation_curve_leaves_training_unchanged(cartpole):
-    config = TINY.replace(total_timesteps=TINY.batch_size * 10, eval_episodes=4)
-    plain = jax.jit(make_train(cartpole, config))(jax.random.key(3), {})
+    config = TEN
+    plain = _run("CartPole-v1", config)  # key 3
     curved = jax.jit(make_train(cartpole, config.replace(eval_points=3)))(jax.random.key(3), {})
     assert config.replace(eval_points=3).eval_updates == (4, 7, 10)
     assert curved.eval_curve.shape == (3,) and plain.eval_curve.shape == (0,)
@@ -740,15 +774,14 @@ def test_reward_noise_corrupts_what_ppo_learns_from_and_not_the_scores(cartpole)
     """PPOConfig.reward_noise adds Student-t noise to the training rewards only: the learning
     curve and the final-policy evaluation count CartPole's clean +1 per step (whole numbers per
     episode), the noise changes what is learned, and without it a run is unchanged."""
-    config = preset_for("CartPole-v1").replace(total_timesteps=4096, eval_episodes=8)
-    key = jax.random.key(3)
+    config = TEN  # the clean run is the shared one (key 3)
 
     def run(cfg):
-        return jax.jit(make_train(cartpole, cfg))(key, {})
+        return jax.jit(make_train(cartpole, cfg))(jax.random.key(3), {})
 
-    clean, noisy = run(config), run(config.replace(reward_noise=5.0, reward_noise_df=1.5))
+    clean, noisy = _run("CartPole-v1", config), run(config.replace(reward_noise=5.0, reward_noise_df=1.5))
     assert not np.array_equal(np.asarray(clean.returns), np.asarray(noisy.returns))
-    evaluation = np.asarray(noisy.eval_return) * 8  # 8 episodes of whole-number returns
+    evaluation = np.asarray(noisy.eval_return) * config.eval_episodes  # 4 episodes of whole-number returns
     assert np.isfinite(evaluation) and evaluation == pytest.approx(np.round(evaluation), abs=1e-3)
     # no noise: the key stream is the one without the option (bit for bit)
     np.testing.assert_array_equal(run(config.replace(reward_noise_df=3.0)).returns, clean.returns)
