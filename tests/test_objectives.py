@@ -144,8 +144,10 @@ def test_potential_shaping_at_init_leaves_rewards_unchanged(transform):
 
 
 # lr 2.5e-3: at the preset 2.5e-4 the policy moves so little in 32 updates that sampled actions
-# (same keys) rarely change, and different critics give identical returns.
-TINY = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), num_minibatches=2).replace(lr=2.5e-3)
+# (same keys) rarely change, and different critics give identical returns. No evaluation episodes:
+# these tests read the learning curve only (the evaluation loop is ~1-2 s of compile per program).
+TINY = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), num_minibatches=2,
+                 eval_episodes=0).replace(lr=2.5e-3)
 
 
 @pytest.fixture(scope="module")
@@ -292,34 +294,40 @@ def _perturb(params, key, scale=0.2):
     return jax.tree_util.tree_unflatten(treedef, [x + scale * jax.random.normal(k, jnp.shape(x)) for x, k in zip(leaves, keys)])
 
 
+# One program per drift class: LPO shares its program with the learned value loss and the potential
+# shaping (all three plug points learned at once; each member below moves one plug's parameters), so
+# five objectives cost three compilations.
 POPULATION_CASES = {
-    "lpo": lambda env: ("drift", LPO(hidden=16)),
-    "talpo": lambda env: ("drift", TALPO(hidden=16)),
-    "dpo": lambda env: ("drift", DPO()),
-    "learned_value_loss": lambda env: ("value_loss", LearnedValueLoss(use_target=True)),
-    "potential_shaping": lambda env: ("shaping", PotentialShaping(obs_shape=env.obs_shape, hidden=8, transform=True)),
+    "lpo+learned_value_loss+potential_shaping": lambda env: {
+        "drift": LPO(hidden=16), "value_loss": LearnedValueLoss(use_target=True),
+        "shaping": PotentialShaping(obs_shape=env.obs_shape, hidden=8, transform=True)},
+    "talpo": lambda env: {"drift": TALPO(hidden=16)},
+    "dpo": lambda env: {"drift": DPO()},
 }
 
 
 @pytest.mark.parametrize("case", list(POPULATION_CASES))
 def test_objective_trains_vmapped_over_population(cartpole, case):
-    plug, objective = POPULATION_CASES[case](cartpole)
-    objectives = Objectives(**{plug: objective})
-    base = objectives.init(jax.random.key(0), plugs=(plug,))
+    plugs = POPULATION_CASES[case](cartpole)
+    objectives = Objectives(**plugs)
+    base = objectives.init(jax.random.key(0), plugs=tuple(plugs))
     if case == "dpo":
         members = [{"drift": {"alpha": jnp.float32(2.0), "beta": jnp.float32(0.6)}},
                    {"drift": {"alpha": jnp.float32(0.05), "beta": jnp.float32(0.05)}}]
     else:
-        members = [_perturb(base, jax.random.key(i)) for i in (1, 2)]
+        # member 0: every plug perturbed; member i: plug i perturbed otherwise, the rest as member 0
+        first = _perturb(base, jax.random.key(1))
+        members = [first] + [{**first, plug: _perturb(base[plug], jax.random.key(2 + i))} for i, plug in enumerate(plugs)]
     population = jax.tree.map(lambda *x: jnp.stack(x), *members)
     train = make_train(cartpole, TINY, objectives)
     result = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), population)
     returns = np.asarray(result.returns)
-    assert returns.shape == (2, TINY.num_updates)
+    assert returns.shape == (len(members), TINY.num_updates)
     assert np.isfinite(returns).all()
-    np.testing.assert_array_equal(np.asarray(result.diverged), [False, False])
-    # Same key, different parameters: the parameters really reach the inner loop.
-    assert not np.array_equal(returns[0], returns[1])
+    np.testing.assert_array_equal(np.asarray(result.diverged), [False] * len(members))
+    # Same key, different parameters: each plug's parameters really reach the inner loop.
+    for i in range(1, len(members)):
+        assert not np.array_equal(returns[0], returns[i]), (case, i)
 
 
 # --------------------------------------------------------------------------------------------
