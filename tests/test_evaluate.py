@@ -5,6 +5,7 @@ Every evaluation here uses the same tiny settings (2 seeds, 4096 steps); the tes
 are tested in tests/test_stats.py.
 """
 
+import contextlib
 import csv
 import io
 import json
@@ -163,6 +164,18 @@ class StandInPrograms(Programs):
         return jax.jit(jax.vmap(fn, in_axes=(None, None, 0)) if grid else fn)
 
 
+class ConfigPrograms(StandInPrograms):
+    """StandInPrograms that also keep the PPO config each program was asked for."""
+
+    def __init__(self):
+        super().__init__()
+        self.configs = []
+
+    def get(self, env, config, objectives, num_seeds, grid=0):
+        self.configs.append((objectives.drift.name, config))
+        return super().get(env, config, objectives, num_seeds, grid)
+
+
 def test_tuning_picks_each_method_its_own_learning_rate():
     results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, tune_lr=True, progress=False,
                           programs=StandInPrograms(), bootstrap_reps=200)
@@ -227,9 +240,39 @@ def _read_outputs(out):
     return results, rows, (out / "results.md").read_text()
 
 
-def test_evaluate_a_baseline_end_to_end(tmp_path, capsys):
-    out = tmp_path / "out"
-    code, stdout, err = cli(["evaluate", "dpo", "--envs", ENVS, *TINY, "--out", str(out)], capsys)
+class SpiedPrograms(Programs):
+    """Programs that remember each instance made, so that a test can look at the compiled programs
+    an evaluation run through the command line kept when it finished."""
+
+    made: list = []
+
+    def __init__(self):
+        super().__init__()
+        SpiedPrograms.made.append(self)
+
+
+@pytest.fixture(scope="module")
+def baseline_cli(tmp_path_factory):
+    """`metadisco evaluate dpo --envs CartPole-v1,Acrobot-v1` at TINY, once for this file (in this
+    process: its jit caches shared) -> (exit code, stdout, stderr, output folder, the Programs it
+    compiled into and kept)."""
+    out = tmp_path_factory.mktemp("baseline") / "out"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as m, contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        m.setattr(SpiedPrograms, "made", [])
+        m.setattr(evaluation, "Programs", SpiedPrograms)
+        try:
+            main(["evaluate", "dpo", "--envs", ENVS, *TINY, "--out", str(out)])
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        made = SpiedPrograms.made
+    (programs,) = made  # one evaluation, one cache
+    return code, stdout.getvalue(), stderr.getvalue(), out, programs
+
+
+def test_evaluate_a_baseline_end_to_end(baseline_cli):
+    code, stdout, err, out, _ = baseline_cli
     assert code == 0, err
     results, rows, md = _read_outputs(out)
     assert [m["label"] for m in results["methods"]] == ["dpo", "ppo"]  # a baseline target is its own reference
@@ -448,10 +491,15 @@ def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, tmp_pat
 
     code, stdout, err = cli(["evaluate", "ppo", "--envs", "CartPole-v1", "--inner", "num_envs=0", *TINY], capsys)
     assert code == 2 and "num_envs" in err and "--inner" in err  # rejected before anything compiles
+    # the settings reach the programs every method trains with, and the results say so (a stand-in
+    # trainer: the PPO programs of other settings are tested in tests/test_ppo.py)
+    programs = ConfigPrograms()
     results = evaluation.evaluate(["ppo"], envs=["CartPole-v1"], seeds=1, budget=2048, progress=False,
-                          inner={"num_envs": 2, "hidden": (8,)})
+                                  inner={"num_envs": 2, "hidden": (8,)}, programs=programs, bootstrap_reps=200)
     config = results["settings"]["presets"]["CartPole-v1"]["config"]
     assert config["num_envs"] == 2 and list(config["hidden"]) == [8] and config["total_timesteps"] == 2048
+    assert {name for name, _ in programs.configs} == {"ppo_clip", "dpo"}
+    assert all(c.num_envs == 2 and tuple(c.hidden) == (8,) and c.total_timesteps == 2048 for _, c in programs.configs)
 
 
 def test_evaluate_run_defaults_to_the_held_out_set_it_declared(tiny_run, tmp_path, capsys):
@@ -525,14 +573,14 @@ def _memory_mappings() -> int:
 
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="counts Linux memory mappings")
-def test_an_evaluation_keeps_one_environments_programs_not_every_one():
+def test_an_evaluation_keeps_one_environments_programs_not_every_one(baseline_cli):
     """Each compiled PPO program holds about a thousand memory mappings on the CPU and a process
     may have 65,530: an evaluation of 6 environments x 5 methods (60 programs) crashed with "LLVM
-    compilation error: Cannot allocate memory" while it kept them all."""
-    programs = Programs()  # at the settings of the other evaluations here (TINY): their programs, compiled once
-    results = evaluation.evaluate(["ppo"], envs=["CartPole-v1", "Acrobot-v1"], seeds=2, budget=4096, progress=False,
-                          programs=programs, bootstrap_reps=100)
-    assert set(results["envs"]) == {"CartPole-v1", "Acrobot-v1"}
+    compilation error: Cannot allocate memory" while it kept them all. (The evaluation of
+    test_evaluate_a_baseline_end_to_end, dpo and ppo on CartPole-v1 then Acrobot-v1: its Programs.)"""
+    code, _, err, out, programs = baseline_cli
+    assert code == 0, err
+    assert set(json.loads((out / "results.json").read_text())["envs"]) == {"CartPole-v1", "Acrobot-v1"}
     assert programs.environments() == {"Acrobot-v1"}  # the first environment's programs went before the second began
     before = _memory_mappings()
     assert programs.release() == 2  # ppo and dpo on Acrobot

@@ -378,11 +378,12 @@ def embedded_images(html_text):
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """A real (tiny) run directory written by metadisco.train."""
+    """A real (tiny) run directory written by metadisco.train: one generation, evaluated (its
+    generation program is test_evaluate's tiny_run's, compiled once in a session)."""
     from metadisco.config import ESConfig, InnerConfig, RunConfig, validate
     from metadisco.train import run
 
-    cfg = validate(RunConfig(generations=2, inner=InnerConfig(total_timesteps=4096), es=ESConfig(population_size=4),
+    cfg = validate(RunConfig(generations=1, inner=InnerConfig(total_timesteps=4096), es=ESConfig(population_size=4),
                              eval_every=1, eval_seeds=2, baseline_seeds=2))
     path = tmp_path_factory.mktemp("plots") / "run"
     run(cfg, path, progress=False, log=lambda *a, **k: None)
