@@ -2,6 +2,8 @@
 generation; antithetic pairs share their draw; only the distribution-aware fitness finds the
 optimum of a meta-problem whose answer depends on the draw."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -182,6 +184,13 @@ def mean_w2(cfg, trains, ppo_trains=None, generations=60):
 KNOWN = tiny_config(eval_every=0, es=ESConfig(population_size=16, sigma_init=0.02, lr=0.01))
 
 
+@functools.cache
+def point_w2() -> float:
+    """mean_w2 of the run that does not draw, whose optimum is 0 (both levers' point run: at the
+    preset's lr and full length their targets are both 0), run once for both."""
+    return mean_w2(KNOWN, [quadratic(0.0)])
+
+
 @pytest.mark.parametrize("lever", ["lr", "horizon"])
 def test_only_the_distribution_aware_fitness_finds_the_distributions_optimum(lever):
     """The best output weight depends on the draw: at the preset lr and full length it is 0, but
@@ -191,10 +200,10 @@ def test_only_the_distribution_aware_fitness_finds_the_distributions_optimum(lev
     ES's ranks on z; without it the run had reached 0.02 after 40 generations, 0.025 after 80.)"""
     if lever == "lr":
         train = quadratic(lambda f: 0.05 * jnp.log2(f) ** 2)
-        point = mean_w2(KNOWN, [train])
+        point = point_w2()  # quadratic(0.05 log2(1)^2): the same target, 0, as the point run below
         spread = mean_w2(tiny_config(**{**vars(KNOWN), "distribution": DistributionConfig(lr_range=(0.25, 4.0))}), [train])
     else:
-        point = mean_w2(KNOWN, [quadratic(0.0)])
+        point = point_w2()
         cfg = tiny_config(**{**vars(KNOWN), "distribution": DistributionConfig(horizons=(0.5, 1.0))})
         spread = mean_w2(cfg, [quadratic(0.1), quadratic(0.0)])
     assert abs(point) < 0.015, point
@@ -237,7 +246,11 @@ def test_horizons_are_separate_programs_with_their_own_progress():
 def test_real_ppo_generation_over_rates_and_horizons(tmp_path):
     """The real inner loop under every lever that changes what it compiles: the drawn lr is a traced
     leaf, each horizon a program; two generations run and log finite fitness."""
+    # fitness from the training curve, no evaluation episodes: the horizons' programs without the
+    # evaluation loop (what they compile otherwise is the same)
     cfg = tiny_config(generations=2, eval_every=0, es=ESConfig(population_size=4), seeds_per_member=1,
+                      fitness="final", inner=InnerConfig(total_timesteps=2048, num_envs=4, num_steps=64,
+                                                         hidden=(16, 16), eval_episodes=0),
                       distribution=DistributionConfig(lr_range=(0.5, 2.0), horizons=(0.5, 1.0)))
     run(cfg, tmp_path / "run", progress=False, log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()

@@ -284,7 +284,8 @@ def test_normalised_fitness_over_two_environments(tmp_path, fitness):
 def test_a_normaliser_within_noise_is_refused_before_the_generations(tmp_path, ppo_gain, noise, refused):
     """On Acrobot PPO's final evaluation beats its initial policy by `ppo_gain` with seed noise
     `noise` (8 baseline seeds); a normalised fitness needs a gain beyond 2 standard errors."""
-    cfg = tiny_config(envs=("CartPole-v1", "Acrobot-v1"), fitness="final_eval_norm", baseline_seeds=8)
+    cfg = tiny_config(envs=("CartPole-v1", "Acrobot-v1"), fitness="final_eval_norm", baseline_seeds=8,
+                      eval_every=0)  # no evaluation program: the run only has to go through
     ppo = [constant_train(10.0, 50.0), constant_train(-500.0, -500.0 + ppo_gain, noise)]
     trainer = MetaTrainer(cfg, trains=[constant_train(0.0, 1.0)] * 2, ppo_trains=ppo)
     if not refused:
@@ -300,7 +301,11 @@ def test_a_normaliser_within_noise_is_refused_before_the_generations(tmp_path, p
 @pytest.mark.parametrize("strategy", [s for s in STRATEGIES if s not in UNSUPPORTED_STRATEGIES])
 def test_every_strategy_runs_by_name(strategy, tmp_path):
     """Every name the config accepts builds, runs two generations and writes finite metrics."""
-    cfg = tiny_config(generations=2, eval_every=0, es=ESConfig(strategy=strategy, population_size=4))
+    # One device and one seed per member: the smallest generation program (a third less to compile
+    # per strategy). Splitting the population over devices and the search-health halves do not
+    # depend on the strategy (a population's leaves are [P, ...] for all); tested above with Open_ES.
+    cfg = tiny_config(generations=2, eval_every=0, es=ESConfig(strategy=strategy, population_size=4), devices=1,
+                      seeds_per_member=1)
     trainer = MetaTrainer(cfg, trains=[quadratic_train])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
