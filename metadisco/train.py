@@ -348,9 +348,15 @@ def _summary(run: RunDir, cfg, log) -> None:
     if not rows:
         return
     k = min(5, len(rows))
-    first = np.mean([r["fitness_mean"] for r in rows[:k]])
-    last = np.mean([r["fitness_mean"] for r in rows[-k:]])
-    log(f"population mean fitness: first {k} generations {first:.4g}, last {k} {last:.4g}")
+
+    def mean_fitness(part):  # a generation whose every member scored NaN is logged as null
+        values = [np.nan if r["fitness_mean"] is None else r["fitness_mean"] for r in part]
+        return np.nanmean(values) if np.isfinite(values).any() else np.nan
+
+    first, last = mean_fitness(rows[:k]), mean_fitness(rows[-k:])
+    log(f"population mean fitness: first {k} generations {first:.4g}, last {k} {last:.4g}"
+        + ("" if np.isfinite([first, last]).all() else
+           " (nan: no member had a finite score there; with fitness=final no training episode may have ended)"))
     evals = [r for r in rows if "eval_mean_fitness" in r]
     state = health_line(rows)
     if state:

@@ -127,6 +127,22 @@ def test_one_seed_per_member_is_not_measured_and_says_so(tmp_path):
     assert health_line(RunDir(tmp_path / "r").metrics()) is None
 
 
+def test_a_run_whose_every_score_is_nan_ends_with_its_summary(tmp_path):
+    """Fitness NaN for every member (a training run in which no episode ended, scored by
+    fitness=final) is logged as null; the run still ends with its summary, saying why."""
+    cfg = tiny(generations=2, eval_every=0)
+
+    def no_episode_ended(key, meta_params):
+        nan = jnp.float32(jnp.nan) + 0.0 * jnp.sum(meta_params["drift"]["w2"])
+        return stand_in_result(jnp.full((8,), nan), nan, jnp.float32(0.0))
+
+    logged = []
+    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[no_episode_ended]), log=logged.append)
+    assert all(r["fitness_mean"] is None for r in RunDir(tmp_path / "r").metrics())
+    summary = next(line for line in logged if line.startswith("population mean fitness"))
+    assert "nan" in summary and "no member had a finite score" in summary
+
+
 def test_a_run_that_finds_its_expected_answer_says_found(tmp_path):
     """An expectation stated in the config ends the run with a verdict line: the ES mean beats
     its start on fresh seeds (the signal moves it; PPO, a constant 0, is the other end of the gap)."""
