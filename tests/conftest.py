@@ -48,12 +48,19 @@ SLOW = {
     "test_ppo.py": ("test_continuous_smoke", "test_critic_values_after_the_rollout_equal_those_in_the_loop",
                     "test_evaluation_curve_leaves_training_unchanged", "test_preset_validates_and_trains_shrunk",
                     "test_reward_noise_corrupts_what_ppo_learns_from_and_not_the_scores",
-                    "test_train_vmaps_over_environment_parameters", "test_vmap_over_population_and_keys_matches_separate_runs"),
+                    "test_vmap_over_population_and_keys_matches_separate_runs"),
     "test_rundir.py": ("test_sigterm_writes_a_checkpoint_and_the_resumed_run_equals_an_uninterrupted_one",),
-    "test_search_health.py": ("test_the_engine_reports_signal_and_noise_every_generation",
-                              "test_a_rediscovery_problem_at_test_size_states_its_answer_and_ends_with_a_verdict"),
+    "test_search_health.py": ("test_a_rediscovery_problem_at_test_size_states_its_answer_and_ends_with_a_verdict",),
     "test_search_spaces.py": ("test_export_of_a_run_that_evolved_a_family_writes_the_member_itself",),
 }
+
+
+# The files that take longest, longest first (single-process durations): `make test` hands whole
+# files to its workers (--dist loadfile) in collection order, so the long ones start first and no
+# worker is left alone with a long file at the end.
+LONGEST_FIRST = ("test_ppo.py", "test_engine.py", "test_search_health.py", "test_evaluate.py", "test_cli.py",
+                 "test_objectives.py", "test_distributions.py", "test_library.py", "test_plots.py",
+                 "test_multihost.py", "test_install.py", "test_search_spaces.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -62,3 +69,5 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.originalname in SLOW.get(item.path.name, ()):
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept
