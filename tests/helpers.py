@@ -15,6 +15,21 @@ def metadisco(*args, timeout=300) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
+def metadisco_in_process(argv, capsys) -> tuple[int, str, str]:
+    """`metadisco ARGV` in this process (its imports and jit caches shared; `main` is what the console
+    command runs) -> (exit code, stdout, stderr); 0 where main returns. Use `metadisco` where the
+    process itself is tested: signals, checks that must finish before jax is imported."""
+    from metadisco.cli import main
+
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def start_metadisco(*args) -> subprocess.Popen:
     """`metadisco ARGS...` started in the background (stdout and stderr piped, as text)."""
     return subprocess.Popen([sys.executable, "-m", "metadisco.cli", *args], stdout=subprocess.PIPE,

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from metadisco.config import list_experiments, resolve
+from tests.helpers import metadisco_in_process
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -18,18 +19,9 @@ TINY = ["generations=3", "inner.total_timesteps=2048", "inner.num_envs=4", "inne
 
 
 def cli(*argv, capsys) -> tuple[int, str, str]:
-    """`metadisco ARGV` in this process (its jit caches and imports shared; `main` is what the
-    console command runs) -> (exit code, stdout, stderr). A real process is kept where the process
-    is what is tested: Ctrl-C, and the checks that must finish before jax is imported."""
-    from metadisco.cli import main
-
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    """`metadisco ARGV` in this process: a real process is kept where the process is what is
+    tested (Ctrl-C, and the checks that must finish before jax is imported)."""
+    return metadisco_in_process(argv, capsys)
 
 
 @pytest.mark.parametrize("name", list_experiments())

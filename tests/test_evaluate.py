@@ -29,23 +29,13 @@ from inner_loops import preset_for, preset_name
 from meta_objectives import Objectives, PotentialShaping, save_objectives
 from metadisco.cli import main
 from metadisco.config import ESConfig, InnerConfig, RunConfig
+from tests.helpers import metadisco_in_process as cli
 
 pytestmark = pytest.mark.timeout(300)
 
 ENVS = "CartPole-v1,Acrobot-v1"
 TINY = ["--seeds", "2", "--timesteps", "4096", "--no-progress"]
 OUTPUTS = {"results.json", "results.csv", "results.md", "curves.png", "curves.pdf"}
-
-
-def cli(argv, capsys):
-    """Run `metadisco ARGV` in this process -> (exit code, stdout, stderr)."""
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

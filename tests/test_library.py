@@ -18,6 +18,7 @@ from metadisco.cli import main
 from metadisco_common.errors import MetadiscoError
 from metadisco_common.plugins import PluginError
 from tests.helpers import TINY
+from tests.helpers import metadisco_in_process as _main_code
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 USER_FILES = ("my_drifts.py", "my_envs.py")
@@ -134,17 +135,6 @@ def _main_exit(argv, capsys) -> tuple[int, str, str]:
         main(argv)
     out, err = capsys.readouterr()
     return e.value.code, out, err
-
-
-def _main_code(argv, capsys) -> tuple[int, str, str]:
-    """`metadisco ARGV` in this process -> (exit code, stdout, stderr); 0 where main returns."""
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_check_names_each_violated_constraint_of_a_broken_drift(user_module, capsys):
