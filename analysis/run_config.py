@@ -57,6 +57,7 @@ class InnerConfig:
     eval_episodes: int | None = None  # final-policy evaluation episodes per mode (final_eval fitness)
     reward_noise: float | None = None  # scale of Student-t noise on the rewards PPO learns from (returns stay clean)
     reward_noise_df: float | None = None  # its degrees of freedom
+    reset_ratio: int | None = None  # optimistic resets: one fresh reset per this many environments per step
     lr: float | None = None
     gamma: float | None = None
     gae_lambda: float | None = None

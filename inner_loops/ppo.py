@@ -73,6 +73,9 @@ class PPOConfig:
     # PPO learns from gets scale * t(df) noise added; episode returns and evaluations stay clean.
     reward_noise: float = 0.0  # scale of the Student-t noise (0: none)
     reward_noise_df: float = 1.5  # its degrees of freedom (<= 2: infinite variance)
+    # Optimistic resets (Env.step_batch): a rollout step computes ceil(num_envs / reset_ratio) fresh
+    # resets and shares them among the environments whose episode ended; 1: one reset per env.
+    reset_ratio: int = 1
     hparams: PPOHyperparams = field(default_factory=PPOHyperparams)
 
     @property
@@ -109,7 +112,7 @@ class PPOConfig:
 
     def validate(self) -> PPOConfig:
         """Raise ValueError (before anything compiles) for a config that cannot run."""
-        for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches"):
+        for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches", "reset_ratio"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"PPO config: {name} must be a positive integer, got {getattr(self, name)}")
         for name in ("eval_episodes", "eval_points"):
@@ -449,9 +452,7 @@ def collect(ppo: PPO, runner: Runner, inputs: TrainInputs) -> tuple[Runner, Tran
         obs = norm(runner.obs)
         pi = network.apply(runner.params, obs, method=network.policy)
         action, log_prob = networks.sample(env.discrete, pi, k_act)
-        step = jax.vmap(lambda k, s, a: env.step(k, s, a, inputs.env_params))(
-            jax.random.split(k_env, config.num_envs), runner.env_state, action
-        )
+        step = env.step_batch(k_env, runner.env_state, action, inputs.env_params, config.reset_ratio)
         reward_norm, reward = training_reward(ppo, inputs, runner.reward_norm, runner.obs, step, k_env)
         transition = Transition(runner.obs, action, log_prob, reward, step.terminated, step.truncated,
                                 step.episode_return)
