@@ -58,6 +58,7 @@ class InnerConfig:
     reward_noise: float | None = None  # scale of Student-t noise on the rewards PPO learns from (returns stay clean)
     reward_noise_df: float | None = None  # its degrees of freedom
     reset_ratio: int | None = None  # optimistic resets: one fresh reset per this many environments per step
+    scan_unroll: int | None = None  # unroll factor of the rollout and minibatch scans
     lr: float | None = None
     gamma: float | None = None
     gae_lambda: float | None = None

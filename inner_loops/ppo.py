@@ -76,6 +76,8 @@ class PPOConfig:
     # Optimistic resets (Env.step_batch): a rollout step computes ceil(num_envs / reset_ratio) fresh
     # resets and shares them among the environments whose episode ended; 1: one reset per env.
     reset_ratio: int = 1
+    # Unroll factor of the rollout and minibatch scans (a CPU loop-overhead lever; docs/benchmarks.md).
+    scan_unroll: int = 1
     hparams: PPOHyperparams = field(default_factory=PPOHyperparams)
 
     @property
@@ -112,7 +114,8 @@ class PPOConfig:
 
     def validate(self) -> PPOConfig:
         """Raise ValueError (before anything compiles) for a config that cannot run."""
-        for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches", "reset_ratio"):
+        for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches", "reset_ratio",
+                     "scan_unroll"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"PPO config: {name} must be a positive integer, got {getattr(self, name)}")
         for name in ("eval_episodes", "eval_points"):
@@ -472,7 +475,8 @@ def collect(ppo: PPO, runner: Runner, inputs: TrainInputs) -> tuple[Runner, Tran
         return (runner, kept), (transition, in_step)
 
     kept = jnp.zeros_like(norm(runner.obs)) if plan.from_successor else None
-    (runner, kept), (traj, in_step) = jax.lax.scan(env_step, (runner, kept), None, config.num_steps)
+    (runner, kept), (traj, in_step) = jax.lax.scan(env_step, (runner, kept), None, config.num_steps,
+                                                    unroll=config.scan_unroll)
     tail = jnp.stack([kept, norm(runner.obs)]) if plan.from_successor else None
     values = bootstrap_values(plan, functools.partial(critic, runner.params), norm(traj.obs), traj.truncated,
                               in_step, tail)
@@ -569,7 +573,7 @@ def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, progress, 
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), (loss, aux.samples)
 
-    return jax.lax.scan(minibatch_step, train_state, (steps, envs))
+    return jax.lax.scan(minibatch_step, train_state, (steps, envs), unroll=config.scan_unroll)
 
 
 def update(ppo: PPO, runner: Runner, update_idx, inputs: TrainInputs) -> tuple[Runner, UpdateInfo]:

@@ -547,6 +547,7 @@ def test_ppo_moves_a_gaussian_policy_to_the_best_continuous_action():
         (dict(num_minibatches=0), r"num_minibatches must be a positive integer"),
         (dict(update_epochs=0), r"update_epochs must be a positive integer"),
         (dict(reset_ratio=0), r"reset_ratio must be a positive integer"),
+        (dict(scan_unroll=0), r"scan_unroll must be a positive integer"),
         (dict(total_timesteps=100), r"total_timesteps = 100 is less than one rollout.*512"),
         (dict(hidden=()), r"hidden"),
         (dict(lr=-1.0), r"lr > 0"),
@@ -824,6 +825,14 @@ def test_ppo_rolls_out_with_the_configured_reset_ratio(cartpole):
     plain = _run("CartPole-v1", TEN)
     assert not np.array_equal(np.asarray(shared.returns), np.asarray(plain.returns))  # the option reaches the rollout
     assert float(shared.eval_return) > float(shared.init_eval_return)  # and PPO still learns with it
+
+
+def test_unrolling_the_scans_changes_nothing_but_the_program(cartpole):
+    unrolled = _run("CartPole-v1", TEN.replace(scan_unroll=4))  # rollout and minibatch scans, 4 steps a trip
+    jax.tree.map(np.testing.assert_array_equal, unrolled, _run("CartPole-v1", TEN))
+    programs = [jax.jit(make_train(cartpole, TEN.replace(scan_unroll=u))).lower(jax.random.key(3), {}).as_text()
+                for u in (1, 4)]
+    assert programs[0] != programs[1]  # the option reaches the scans
 
 
 def test_reward_noise_corrupts_what_ppo_learns_from_and_not_the_scores(cartpole):

@@ -1,0 +1,90 @@
+"""What a PPO setting buys in whole runs: the preset against variants of it, compile excluded.
+
+    python benchmarks/ppo_variants.py --variants reset_ratio=4 reset_ratio=16 \
+        [--envs CartPole-v1,Breakout-MinAtar] [--agents 8,64] [--reps 5] [--out FILE.json]
+
+Each variant is PPOConfig field overrides (`scan_unroll=4`, `reset_ratio=16,scan_unroll=2`).
+Each cell trains `agents` PPO agents vmapped over keys (the environment's preset, no in-run
+evaluation: eval_episodes = 0), one program per variant compiled ahead of time, calls
+alternating between them; the fastest and the median of `--reps` timed calls are reported, and
+each variant's speed relative to the preset (the fastest calls, and the median of the
+per-repetition ratios). Also reported: the mean final training return per variant, a check on
+the learning curve and not a comparison of results (a variant may change what is computed).
+The levers measured with it are in docs/benchmarks.md ("Optimistic resets", "Scan unrolling").
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import _common
+
+_common.ensure_repo_on_path()
+
+WORKLOADS = {"CartPole-v1": 99_840, "Breakout-MinAtar": 32_768, "SpaceInvaders-MinAtar": 32_768,
+             "Asterix-MinAtar": 32_768}
+
+
+def timed(fn, *args) -> float:
+    import jax
+
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t
+
+
+def parse_variant(text: str) -> dict:
+    """"reset_ratio=4,scan_unroll=2" -> {"reset_ratio": 4, "scan_unroll": 2} (integers or floats)."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        out[name.strip()] = float(value) if "." in value else int(value)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", required=True, help="PPOConfig overrides, one variant each")
+    parser.add_argument("--envs", default="CartPole-v1,Breakout-MinAtar")
+    parser.add_argument("--agents", default="8,64")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every budget (a smoke test: 0.05)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    import jax
+
+    from inner_loops import make_env, make_train, preset_for
+
+    variants = {"preset": {}, **{v: parse_variant(v) for v in args.variants}}
+    rows = []
+    for name in args.envs.split(","):
+        env = make_env(name)
+        for agents in (int(a) for a in args.agents.split(",")):
+            preset = preset_for(name).replace(total_timesteps=int(WORKLOADS[name] * args.scale), eval_episodes=0)
+            keys = jax.random.split(jax.random.key(0), agents)
+            programs = {}
+            for label, changes in variants.items():
+                train = make_train(env, preset.replace(**changes))
+                programs[label] = jax.jit(jax.vmap(lambda k, train=train: train(k, {}))).lower(keys).compile()
+            times = {label: [] for label in programs}
+            finals = {label: float(p(keys).final_return.mean()) for label, p in programs.items()}  # warm-up call
+            for _ in range(args.reps):
+                for label, program in programs.items():
+                    times[label].append(timed(program, keys))
+            steps = agents * preset.steps_per_run
+            base = times["preset"]
+            row = {"env": name, "agents": agents, "num_envs": preset.num_envs, "steps_per_agent": preset.steps_per_run,
+                   "times": times, "final_return": finals,
+                   "steps_per_s_max": {label: steps / min(t) for label, t in times.items()},
+                   "speedup_fastest": {label: min(base) / min(t) for label, t in times.items()},
+                   "speedup_median_paired": {label: _common.median([a / b for a, b in zip(base, t)])
+                                             for label, t in times.items()}}
+            rows.append(row)
+            _common.emit(row)
+    if args.out:
+        _common.write_json(args.out, {"machine": _common.machine_info(), "settings": vars(args), "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
