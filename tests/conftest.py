@@ -46,6 +46,8 @@ SLOW = {
                            "test_ppo_run_with_lpo_at_init_is_bit_identical_to_ppo"),
     "test_plots.py": ("test_plot_run_on_a_trained_run",),
     "test_ppo.py": ("test_continuous_smoke", "test_critic_values_after_the_rollout_equal_those_in_the_loop",
+                    "test_ppo_rolls_out_with_the_configured_reset_ratio",
+                    "test_unrolling_the_scans_changes_nothing_but_the_program",
                     "test_evaluation_curve_leaves_training_unchanged", "test_preset_validates_and_trains_shrunk",
                     "test_reward_noise_corrupts_what_ppo_learns_from_and_not_the_scores",
                     "test_vmap_over_population_and_keys_matches_separate_runs"),
