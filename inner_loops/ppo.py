@@ -637,7 +637,7 @@ def evaluate(ppo: PPO, key: jax.Array, params, obs_norm: ObsNorm, env_params) ->
         sampled, _ = networks.sample(env.discrete, pi, k_act)
         best = networks.mode(env.discrete, pi)
         action = jnp.where(greedy if env.discrete else greedy[:, None], best, sampled)
-        step = jax.vmap(lambda k, s, a: env.step(k, s, a, env_params))(jax.random.split(k_env, 2 * n), state, action)
+        step = env.step_batch(k_env, state, action, env_params)
         total = total + jnp.where(alive, step.reward, 0.0)
         return t + 1, key, step.obs, step.state, total, alive & ~step.done
 
