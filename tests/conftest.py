@@ -73,3 +73,37 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept
+
+
+# METADISCO_COMPILE_LOG=FILE: one JSON line per test (in this process, setup to teardown) with the
+# seconds jax spent tracing, lowering and compiling, and the number of backend compiles; with the
+# durations, it says which tests' time is compilation (README, "Developing").
+if os.environ.get("METADISCO_COMPILE_LOG"):
+    import collections
+    import json
+
+    _compile_seconds: collections.Counter = collections.Counter()
+
+    _programs: list = []
+
+    def _record(event, duration, fun_name=None, **_):
+        if event.startswith("/jax/core/compile/") or event == "/jax/compilation_cache/cache_retrieval_time_sec":
+            _compile_seconds[event.rsplit("/", 1)[-1]] += duration
+            _compile_seconds["count:" + event.rsplit("/", 1)[-1]] += 1
+        if event.endswith("backend_compile_duration"):
+            size = "large" if duration >= 1 else "medium" if duration >= 0.2 else "small"
+            _compile_seconds["compile:" + size] += duration
+            if size == "large":
+                _programs.append((fun_name, round(duration, 2)))
+
+    import jax
+
+    jax.monitoring.register_event_duration_secs_listener(_record)
+
+    def pytest_runtest_setup(item):
+        _compile_seconds.clear()
+        _programs.clear()
+
+    def pytest_runtest_teardown(item, nextitem):
+        with open(os.environ["METADISCO_COMPILE_LOG"], "a") as f:
+            f.write(json.dumps({"test": item.nodeid, **_compile_seconds, "large": _programs}) + "\n")
