@@ -1,16 +1,19 @@
 """What a PPO setting buys in whole runs: the preset against variants of it, compile excluded.
 
     python benchmarks/ppo_variants.py --variants reset_ratio=4 reset_ratio=16 \
-        [--envs CartPole-v1,Breakout-MinAtar] [--agents 8,64] [--reps 5] [--out FILE.json]
+        [--envs CartPole-v1,Breakout-MinAtar] [--agents 8,64] [--reps 5] [--eval-episodes 0] [--out FILE.json]
 
-Each variant is PPOConfig field overrides (`scan_unroll=4`, `reset_ratio=16,scan_unroll=2`).
-Each cell trains `agents` PPO agents vmapped over keys (the environment's preset, no in-run
-evaluation: eval_episodes = 0), one program per variant compiled ahead of time, calls
+Each variant is PPOConfig field overrides (`scan_unroll=4`, `reset_ratio=16,scan_unroll=2`,
+`eval_greedy=false`). Each cell trains `agents` PPO agents vmapped over keys (the environment's
+preset; the initial and final policies evaluated over `--eval-episodes` episodes per mode, none by
+default), one program per variant compiled ahead of time, calls
 alternating between them; the fastest and the median of `--reps` timed calls are reported, and
 each variant's speed relative to the preset (the fastest calls, and the median of the
-per-repetition ratios). Also reported: the mean final training return per variant, a check on
+per-repetition ratios). Also reported: the mean final training return and final-policy evaluation
+(sampled) per variant, a check on
 the learning curve and not a comparison of results (a variant may change what is computed).
-The levers measured with it are in docs/benchmarks.md ("Optimistic resets", "Scan unrolling").
+The levers measured with it are in docs/benchmarks.md ("Optimistic resets", "Scan unrolling",
+"Greedy episodes").
 """
 
 from __future__ import annotations
@@ -35,11 +38,16 @@ def timed(fn, *args) -> float:
 
 
 def parse_variant(text: str) -> dict:
-    """"reset_ratio=4,scan_unroll=2" -> {"reset_ratio": 4, "scan_unroll": 2} (integers or floats)."""
+    """"reset_ratio=4,eval_greedy=false" -> {"reset_ratio": 4, "eval_greedy": False} (integers,
+    floats, true / false)."""
     out = {}
     for item in filter(None, text.split(",")):
         name, _, value = item.partition("=")
-        out[name.strip()] = float(value) if "." in value else int(value)
+        value = value.strip()
+        if value.lower() in ("true", "false"):
+            out[name.strip()] = value.lower() == "true"
+        else:
+            out[name.strip()] = float(value) if "." in value else int(value)
     return out
 
 
@@ -49,6 +57,7 @@ def main() -> None:
     parser.add_argument("--envs", default="CartPole-v1,Breakout-MinAtar")
     parser.add_argument("--agents", default="8,64")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--eval-episodes", type=int, default=0, help="evaluation episodes per mode in every run")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every budget (a smoke test: 0.05)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -61,21 +70,24 @@ def main() -> None:
     for name in args.envs.split(","):
         env = make_env(name)
         for agents in (int(a) for a in args.agents.split(",")):
-            preset = preset_for(name).replace(total_timesteps=int(WORKLOADS[name] * args.scale), eval_episodes=0)
+            preset = preset_for(name).replace(total_timesteps=int(WORKLOADS[name] * args.scale),
+                                                eval_episodes=args.eval_episodes)
             keys = jax.random.split(jax.random.key(0), agents)
             programs = {}
             for label, changes in variants.items():
                 train = make_train(env, preset.replace(**changes))
                 programs[label] = jax.jit(jax.vmap(lambda k, train=train: train(k, {}))).lower(keys).compile()
             times = {label: [] for label in programs}
-            finals = {label: float(p(keys).final_return.mean()) for label, p in programs.items()}  # warm-up call
+            warm = {label: p(keys) for label, p in programs.items()}  # warm-up call
+            finals = {label: float(r.final_return.mean()) for label, r in warm.items()}
+            evals = {label: float(r.eval_return.mean()) for label, r in warm.items()}  # NaN without episodes
             for _ in range(args.reps):
                 for label, program in programs.items():
                     times[label].append(timed(program, keys))
             steps = agents * preset.steps_per_run
             base = times["preset"]
             row = {"env": name, "agents": agents, "num_envs": preset.num_envs, "steps_per_agent": preset.steps_per_run,
-                   "times": times, "final_return": finals,
+                   "times": times, "final_return": finals, "eval_return": evals,
                    "steps_per_s_max": {label: steps / min(t) for label, t in times.items()},
                    "speedup_fastest": {label: min(base) / min(t) for label, t in times.items()},
                    "speedup_median_paired": {label: _common.median([a / b for a, b in zip(base, t)])

@@ -67,6 +67,9 @@ class PPOConfig:
     normalize_reward: bool = False  # divide rewards by the running std of the discounted return
     record_samples: int = 0  # (ratio, advantage, value, target) rows kept per minibatch step, for distillation
     eval_episodes: int = 16  # final-policy evaluation episodes per mode (sampled, greedy); 0: none
+    # Also play the greedy episodes (False: their scores are NaN, the sampled ones unchanged bit for
+    # bit). A meta-training run plays them only when its fitness scores them (metadisco.config.ppo_config).
+    eval_greedy: bool = True
     eval_points: int = 0  # evaluations during training (the evaluation curve); the last is the final one
     eval_max_steps: int | None = None  # step cap of an evaluation episode (None: the env's time limit)
     # Heavy-tailed reward corruption of the training signal (a rediscovery problem): every reward
@@ -609,7 +612,8 @@ def evaluate(ppo: PPO, key: jax.Array, params, obs_norm: ObsNorm, env_params) ->
 
     Separate evaluation environments, reset from `key`, play one episode each: `eval_episodes`
     with sampled actions and as many (from the same start states) with greedy ones (argmax of the
-    logits, or the Gaussian's mean), the observation normaliser frozen. The return is the
+    logits, or the Gaussian's mean; only with config.eval_greedy, else the greedy score is NaN and
+    the batch is half as wide), the observation normaliser frozen. The return is the
     environment's own reward (never normalised or shaped). An episode still running at the step cap
     (`ppo.eval_cap`: the env's time limit unless eval_max_steps says otherwise; reached only when
     env_params lengthen the episodes) counts with its partial return. The loop stops once every
@@ -623,8 +627,12 @@ def evaluate(ppo: PPO, key: jax.Array, params, obs_norm: ObsNorm, env_params) ->
     norm = normaliser(ppo, obs_norm)
     k_reset, key = jax.random.split(key)
     obs, state = jax.vmap(lambda k: env.reset(k, env_params))(jax.random.split(k_reset, n))
-    obs, state = jax.tree.map(lambda x: jnp.concatenate([x, x]), (obs, state))
-    greedy = jnp.arange(2 * n) >= n  # [2n]: the first n sample, the last n act greedily
+    modes = 2 if config.eval_greedy else 1
+    obs, state = jax.tree.map(lambda x: jnp.concatenate([x] * modes), (obs, state))
+    # [modes * n]: the first n sample, the last n (if any) act greedily. Without them the sampled
+    # half draws what it did with them: jax's threefry keys and bits (partitionable, jax's default)
+    # are prefix-consistent, so the first n rows of a draw for 2n are the draw for n.
+    greedy = jnp.arange(modes * n) >= n
 
     def running(carry):
         t, _, _, _, _, alive = carry
@@ -641,9 +649,9 @@ def evaluate(ppo: PPO, key: jax.Array, params, obs_norm: ObsNorm, env_params) ->
         total = total + jnp.where(alive, step.reward, 0.0)
         return t + 1, key, step.obs, step.state, total, alive & ~step.done
 
-    init = (jnp.int32(0), key, obs, state, jnp.zeros(2 * n), jnp.ones(2 * n, bool))
+    init = (jnp.int32(0), key, obs, state, jnp.zeros(modes * n), jnp.ones(modes * n, bool))
     total = jax.lax.while_loop(running, one_step, init)[4]
-    return total[:n].mean(), total[n:].mean()
+    return total[:n].mean(), (total[n:].mean() if config.eval_greedy else jnp.float32(jnp.nan))
 
 
 # Evaluation keys are folded out of the run's key, so training draws exactly the keys it did

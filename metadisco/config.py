@@ -310,7 +310,9 @@ def ppo_config(cfg: RunConfig, env_name: str, horizon: float = 1.0):
     `horizon` (a fraction, distribution.horizons) of its total_timesteps."""
     from inner_loops import preset_for
 
-    config = preset_for(env_name).replace(**cfg.inner.overrides())
+    # greedy evaluation episodes only where the fitness scores them: the sampled score is the same
+    # without them, and greedy episodes can run to the time limit (docs/benchmarks.md, "Greedy episodes")
+    config = preset_for(env_name).replace(**cfg.inner.overrides(), eval_greedy=cfg.fitness.startswith("greedy"))
     if horizon == 1.0:
         return config
     return config.replace(total_timesteps=max(1, round(horizon * config.total_timesteps)))

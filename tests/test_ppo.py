@@ -668,6 +668,33 @@ def test_evaluation_scores_complete_episodes_of_the_policy():
     assert float(greedy) == 20.0
 
 
+@pytest.mark.parametrize("env_name", ["Asterix-MinAtar", "Pendulum-v1"])  # random env steps; Gaussian draws
+def test_without_the_greedy_episodes_the_sampled_score_is_the_same_bit_for_bit(env_name):
+    """eval_greedy=False (a meta-training run whose fitness does not read them) plays only the
+    sampled episodes, and they are the ones played beside the greedy ones: same starts, same
+    actions, same environment draws."""
+    ppo = PPO.create(make_env(env_name), TINY.replace(eval_episodes=8))
+    params = ppo.network.init(jax.random.key(1), jnp.zeros((1,) + ppo.env.obs_shape))
+
+    def scores(p):
+        return jax.jit(lambda k: evaluate(p, k, params, ObsNorm.create(p.env.obs_shape), p.env.default_params))
+
+    both = scores(ppo)
+    alone = scores(dataclasses.replace(ppo, config=ppo.config.replace(eval_greedy=False)))
+    for key in jax.random.split(jax.random.key(2), 3):
+        (sampled, greedy), (sampled_alone, nan) = both(key), alone(key)
+        assert float(sampled_alone) == float(sampled) and np.isfinite(float(greedy)) and np.isnan(float(nan))
+
+
+def test_a_run_plays_greedy_episodes_only_where_its_fitness_scores_them():
+    from metadisco.config import RunConfig, ppo_config
+
+    assert not ppo_config(RunConfig(fitness="final_eval"), "CartPole-v1").eval_greedy
+    assert not ppo_config(RunConfig(fitness="auc_norm"), "CartPole-v1").eval_greedy
+    assert ppo_config(RunConfig(fitness="greedy_eval_norm"), "CartPole-v1").eval_greedy
+    assert PPOConfig().eval_greedy  # PPO alone and `evaluate` report both
+
+
 def test_carry_forward_fills_from_the_past_only():
     nan = np.nan
     filled = carry_forward(jnp.array([nan, nan, 3.0, nan, 5.0, nan]), jnp.float32(1.0))

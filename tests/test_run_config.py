@@ -16,7 +16,7 @@ from metadisco.config import ppo_config
 
 # PPO's fields a run does not override: fixed by the inner loop's caller (record_samples: distil;
 # eval_points, eval_max_steps: evaluate) or by the preset alone (activation, anneal_lr).
-NOT_OVERRIDDEN = {"activation", "anneal_lr", "record_samples", "eval_points", "eval_max_steps"}
+NOT_OVERRIDDEN = {"activation", "anneal_lr", "record_samples", "eval_points", "eval_max_steps", "eval_greedy"}
 
 
 def _ppo_fields() -> dict:
