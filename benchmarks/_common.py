@@ -79,6 +79,28 @@ def median(xs) -> float:
     return float(statistics.median(xs))
 
 
+def alternate(calls: dict, reps: int) -> dict[str, list[float]]:
+    """{label: [seconds]}: each of `calls` (label -> a call that returns its seconds) `reps` times,
+    the labels alternating within each repetition, so that slow drift hits all alike."""
+    times = {label: [] for label in calls}
+    for _ in range(reps):
+        for label, call in calls.items():
+            times[label].append(call())
+    return times
+
+
+def speed_vs(reference: list[float], times: list[float]) -> tuple[float, float]:
+    """How many times faster `times` ran than `reference`, paired by repetition: (fastest call
+    against fastest call, median of the per-repetition ratios)."""
+    return min(reference) / min(times), median([r / t for r, t in zip(reference, times)])
+
+
+def save_rows(path: str | None, args, rows: list[dict]) -> None:
+    """Write `rows` with the machine and the script's settings to `path` (if any) as JSON."""
+    if path:
+        write_json(path, {"machine": machine_info(), "settings": vars(args), "rows": rows})
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -16,6 +16,7 @@ are equal.
 from __future__ import annotations
 
 import argparse
+import functools
 
 import _common
 
@@ -58,21 +59,18 @@ def main() -> None:
         programs = {label: jax.jit(f).lower(pop, seeds).compile()
                     for label, f in (("members outside", members_outside), ("seeds outside", seeds_outside))}
         finals = {label: np.asarray(p(pop, seeds)) for label, p in programs.items()}  # warm-up call
-        times = {label: [] for label in programs}
-        for _ in range(args.reps):
-            for label, program in programs.items():
-                times[label].append(timed(program, pop, seeds))
-        a, b = times["members outside"], times["seeds outside"]
+        times = _common.alternate({label: functools.partial(timed, p, pop, seeds) for label, p in programs.items()},
+                                  args.reps)
+        fastest, median_paired = _common.speed_vs(times["seeds outside"], times["members outside"])
         row = {"env": name, "population": args.population, "seeds": args.seeds, "steps_per_run": config.steps_per_run,
                "times": times, "fastest_s": {k: min(v) for k, v in times.items()},
-               "members_outside_speedup_fastest": min(b) / min(a),
-               "members_outside_speedup_median_paired": _common.median([y / x for x, y in zip(a, b)]),
+               "members_outside_speedup_fastest": fastest,
+               "members_outside_speedup_median_paired": median_paired,
                "final_returns_equal": bool(np.array_equal(finals["members outside"], finals["seeds outside"])),
                "final_returns_max_abs_diff": float(np.max(np.abs(finals["members outside"] - finals["seeds outside"])))}
         rows.append(row)
         _common.emit(row)
-    if args.out:
-        _common.write_json(args.out, {"machine": _common.machine_info(), "settings": vars(args), "rows": rows})
+    _common.save_rows(args.out, args, rows)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ the generation's mean fitness per trainer as a check of what was computed.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import _common
@@ -58,25 +59,27 @@ def main() -> None:
         metrics = {k: v.item() for k, v in fetch(metrics).items()}
         return time.perf_counter() - t, metrics["fitness_mean"]
 
-    compile_s, fitness, times = {}, {}, {label: [] for label in trainers}
+    compile_s, fitness = {}, {}
     for label, trainer in trainers.items():
         compile_s[label], fitness[label] = generation(trainer, 0)
-    for rep in range(args.reps):
-        for label, trainer in trainers.items():
-            times[label].append(generation(trainer, 1 + rep)[0])
-    base = times["run"]
+    index = {label: 0 for label in trainers}  # each trainer's last generation index: the same for all
+
+    def timed_generation(label):
+        index[label] += 1
+        return generation(trainers[label], index[label])[0]
+
+    times = _common.alternate({label: functools.partial(timed_generation, label) for label in trainers}, args.reps)
+    speeds = {label: _common.speed_vs(t, times["run"]) for label, t in times.items()}  # the run against each
     row = {"experiment": args.experiment, "overrides": args.overrides, "backend": jax.default_backend(),
            "devices": run.mesh.devices.size, "population": cfg.es.population_size,
            "steps_per_generation": run.steps_per_generation, "first_call_s": compile_s, "times": times,
            "fitness_mean_generation_0": fitness,
            "fastest_s": {label: min(t) for label, t in times.items()},
            "median_s": {label: _common.median(t) for label, t in times.items()},
-           "run_speedup_fastest": {label: min(t) / min(base) for label, t in times.items()},
-           "run_speedup_median_paired": {label: _common.median([b / a for a, b in zip(base, t)])
-                                         for label, t in times.items()}}
+           "run_speedup_fastest": {label: s[0] for label, s in speeds.items()},
+           "run_speedup_median_paired": {label: s[1] for label, s in speeds.items()}}
     _common.emit(row)
-    if args.out:
-        _common.write_json(args.out, {"machine": _common.machine_info(), "settings": vars(args), "rows": [row]})
+    _common.save_rows(args.out, args, [row])
 
 
 if __name__ == "__main__":

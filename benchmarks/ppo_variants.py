@@ -19,6 +19,7 @@ The levers measured with it are in docs/benchmarks.md ("Optimistic resets", "Sca
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import _common
@@ -77,25 +78,21 @@ def main() -> None:
             for label, changes in variants.items():
                 train = make_train(env, preset.replace(**changes))
                 programs[label] = jax.jit(jax.vmap(lambda k, train=train: train(k, {}))).lower(keys).compile()
-            times = {label: [] for label in programs}
             warm = {label: p(keys) for label, p in programs.items()}  # warm-up call
             finals = {label: float(r.final_return.mean()) for label, r in warm.items()}
             evals = {label: float(r.eval_return.mean()) for label, r in warm.items()}  # NaN without episodes
-            for _ in range(args.reps):
-                for label, program in programs.items():
-                    times[label].append(timed(program, keys))
+            times = _common.alternate({label: functools.partial(timed, p, keys) for label, p in programs.items()},
+                                      args.reps)
             steps = agents * preset.steps_per_run
-            base = times["preset"]
+            speeds = {label: _common.speed_vs(times["preset"], t) for label, t in times.items()}
             row = {"env": name, "agents": agents, "num_envs": preset.num_envs, "steps_per_agent": preset.steps_per_run,
                    "times": times, "final_return": finals, "eval_return": evals,
                    "steps_per_s_max": {label: steps / min(t) for label, t in times.items()},
-                   "speedup_fastest": {label: min(base) / min(t) for label, t in times.items()},
-                   "speedup_median_paired": {label: _common.median([a / b for a, b in zip(base, t)])
-                                             for label, t in times.items()}}
+                   "speedup_fastest": {label: s[0] for label, s in speeds.items()},
+                   "speedup_median_paired": {label: s[1] for label, s in speeds.items()}}
             rows.append(row)
             _common.emit(row)
-    if args.out:
-        _common.write_json(args.out, {"machine": _common.machine_info(), "settings": vars(args), "rows": rows})
+    _common.save_rows(args.out, args, rows)
 
 
 if __name__ == "__main__":
