@@ -1,6 +1,7 @@
 """Test-wide set-up: two CPU host devices (so sharding over devices is exercised), set before
 jax is imported anywhere; a compilation cache of the session's own."""
 
+import gc
 import os
 
 flags = os.environ.get("XLA_FLAGS", "")
@@ -24,6 +25,11 @@ if "METADISCO_CACHE_DIR" not in os.environ:
 from metadisco import compile_cache  # noqa: E402  (jax-free)
 
 compile_cache.configure()  # also stores programs from 0.1 s of compile time: tests build many small ones
+
+# Tracing makes many short-lived Python objects: Python's default first-generation threshold (700)
+# runs the collector thousands of times per program. 100,000 measured 4-7% off a pair of test files
+# in one process (tests/test_objectives.py and tests/test_search_spaces.py: 70 s against 73-76 s).
+gc.set_threshold(100_000, 50, 100)
 
 # The end-to-end tests that each took 25 s or more on 2 busy cores (`pytest --durations=40`):
 # `make test-fast` leaves them out for the edit loop; `make test` and CI run everything.
@@ -97,13 +103,27 @@ if os.environ.get("METADISCO_COMPILE_LOG"):
                 _programs.append((fun_name, round(duration, 2)))
 
     import jax
+    from jax._src import compiler
 
     jax.monitoring.register_event_duration_secs_listener(_record)
+
+    # Which programs were compiled (and stored in the cache), by key: the same key in two tests
+    # is a program compiled twice; one function under many keys, configs that could converge.
+    _write = compiler._cache_write
+
+    def _cache_write(cache_key, compile_time_secs, module_name, *args, **kwargs):
+        _keys.append((module_name, cache_key[-16:], round(compile_time_secs, 2)))
+        return _write(cache_key, compile_time_secs, module_name, *args, **kwargs)
+
+    compiler._cache_write = _cache_write
+    _keys: list = []
 
     def pytest_runtest_setup(item):
         _compile_seconds.clear()
         _programs.clear()
+        _keys.clear()
 
     def pytest_runtest_teardown(item, nextitem):
         with open(os.environ["METADISCO_COMPILE_LOG"], "a") as f:
-            f.write(json.dumps({"test": item.nodeid, **_compile_seconds, "large": _programs}) + "\n")
+            f.write(json.dumps({"test": item.nodeid, **_compile_seconds, "large": _programs,
+                                "stored": _keys}) + "\n")

@@ -129,13 +129,14 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
     distil -> export (both closed forms in one objectives file) -> evaluate the export."""
     from meta_objectives import ClosedFormDrift, ClosedFormValueLoss, load_objectives
     from metadisco.cli import main
-    from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+    from metadisco.config import ObjectivesConfig
     from metadisco.train import run
+    from tests.test_engine import tiny_config
 
-    cfg = validate(RunConfig(generations=1, inner=InnerConfig(total_timesteps=2048, hidden=(16, 16)),
-                             objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}, value_loss="learned",
-                                                         evolve=("drift", "value_loss")),
-                             es=ESConfig(population_size=4), eval_every=0))
+    # tests/test_engine.py's settings: its PPO baseline program is this run's too
+    cfg = tiny_config(generations=1, eval_every=0,
+                      objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}, value_loss="learned",
+                                                  evolve=("drift", "value_loss")))
     path = tmp_path / "run"
     run(cfg, path, progress=False, log=lambda *a: None)
     for bad, message in (["--progress", "2"], "share of training"), (["--prior-fraction", "1"], "[0, 1)"):

@@ -46,13 +46,13 @@ def programs():
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """A finished one-generation meta-training run (LPO drift, meta-trained on CartPole-v1)."""
+    """A finished one-generation meta-training run (LPO drift, meta-trained on CartPole-v1); its
+    programs are tests/test_engine.py's tiny_config()'s, compiled once in the suite."""
     from metadisco.train import run
+    from tests.test_engine import tiny_config
 
-    cfg = RunConfig(generations=1, inner=InnerConfig(total_timesteps=4096), es=ESConfig(population_size=4),
-                    eval_every=0, baseline_seeds=2)
     path = tmp_path_factory.mktemp("evaluate") / "run"
-    run(cfg, path, progress=False, log=lambda *a: None)
+    run(tiny_config(generations=1, eval_every=0), path, progress=False, log=lambda *a: None)
     return path
 
 
@@ -454,7 +454,7 @@ def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, tmp_pat
     from metadisco import api
 
     stored = RunConfig.from_dict(json.loads((tiny_run / "config.json").read_text())).inner.overrides()
-    assert stored["total_timesteps"] == 4096
+    assert stored["total_timesteps"] == 2048
     seen = []
 
     def inner(target, items=(), from_run=True):
@@ -466,7 +466,7 @@ def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, tmp_pat
         m.setattr(evaluation, "evaluate", lambda targets, **kw: seen.append(kw["inner"]) or {})
         m.setattr(render, "save", lambda results, out: out)
         assert inner(tiny_run) == {k: v for k, v in stored.items() if k != "total_timesteps"}
-        assert inner(tiny_run, ["num_envs=2", "hidden=8,8"]) == {"num_envs": 2, "hidden": (8, 8)}
+        assert inner(tiny_run, ["num_envs=2", "hidden=8,8"]) == {"num_envs": 2, "num_steps": 64, "hidden": (8, 8)}
         assert inner(tiny_run, {"num_envs": 2, "hidden": (8, 8)}) == seen[-2]  # a dict reads the same
         # a file inside the run (an export, objectives/mean.json) knows its run too
         in_run = tiny_run / "objectives" / "mean.json"
@@ -540,7 +540,7 @@ def test_the_cli_and_the_api_evaluate_a_run_on_its_declared_set_alike(tiny_run, 
     api.evaluate(run, out=tmp_path / "api")
     api_err = capsys.readouterr().err
     assert calls[0] == calls[1] == (["declared"], {"envs": ["Catch-bsuite"], "budget": 2048, "seeds": 3,
-                                                   "inner": {"num_envs": 2, "hidden": (8, 8)}})
+                                                   "inner": {"num_envs": 2, "num_steps": 64, "hidden": (8, 8)}})
     for err in (cli_err, api_err):
         assert f"held-out set {run} declared before it ran: Catch-bsuite at 2,048 steps" in err
 

@@ -378,15 +378,14 @@ def embedded_images(html_text):
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """A real (tiny) run directory written by metadisco.train: one generation, evaluated (its
-    generation program is test_evaluate's tiny_run's, compiled once in a session)."""
-    from metadisco.config import ESConfig, InnerConfig, RunConfig, validate
+    """A real (tiny) run directory written by metadisco.train: two generations, the second
+    evaluated. Its programs (generation, evaluation, baseline) are tests/test_engine.py's
+    tiny_config()'s: compiled once in the suite."""
     from metadisco.train import run
+    from tests.test_engine import tiny_config
 
-    cfg = validate(RunConfig(generations=1, inner=InnerConfig(total_timesteps=4096), es=ESConfig(population_size=4),
-                             eval_every=1, eval_seeds=2, baseline_seeds=2))
     path = tmp_path_factory.mktemp("plots") / "run"
-    run(cfg, path, progress=False, log=lambda *a, **k: None)
+    run(tiny_config(generations=2), path, progress=False, log=lambda *a, **k: None)
     return path
 
 
@@ -407,7 +406,7 @@ def test_plot_run_on_a_trained_run(trained_run):
     config = json.loads((trained_run / "config.json").read_text())
     last = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()][-1]
     assert config["name"] in text and "CartPole-v1" in text and "Open_ES" in text
-    assert "lpo / " in text and "&#x27;name&#x27;" not in text  # objectives by name, not as raw sections
+    assert "lpo (hidden=8) / " in text and "&#x27;name&#x27;" not in text  # objectives by name, not as raw sections
     assert f"Last generation ({last['generation']})" in text and "fitness_mean" in text and "eval_mean_fitness" in text
     assert "<img" in text and "src='figures/" not in text  # self-contained: no image files referenced
     assert len(plt.get_fignums()) == 0  # every figure closed
