@@ -28,7 +28,8 @@ compile_cache.configure()  # also stores programs from 0.1 s of compile time: te
 
 # Tracing makes many short-lived Python objects: Python's default first-generation threshold (700)
 # runs the collector thousands of times per program. 100,000 measured 4-7% off a pair of test files
-# in one process (tests/test_objectives.py and tests/test_search_spaces.py: 70 s against 73-76 s).
+# in one process (tests/test_objectives.py and tests/test_search_spaces.py: 69-70 s against 73-76 s;
+# over the whole suite, inside its run-to-run spread).
 gc.set_threshold(100_000, 50, 100)
 
 # The end-to-end tests that each took 25 s or more on 2 busy cores (`pytest --durations=40`):

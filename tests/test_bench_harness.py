@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import _common  # noqa: E402
 import inner_loop  # noqa: E402
 import profiling  # noqa: E402
+import suite_time  # noqa: E402
 
 
 def record(impl, rate, rep, env="CartPole-v1", pop=8, devices=2, **extra):
@@ -140,3 +141,25 @@ def test_summary_ranks_instructions_and_keeps_the_runtime_apart():
     assert "| (no source) copy | 0.00 | 20.0% |" in text
     assert "`ThunkExecutor::Execute (wait for completion)` 0.0 ms x 1" in text
     assert "stop_trace" not in text
+
+
+def test_the_suite_time_floor_counts_each_program_once():
+    """benchmarks/suite_time.py: a program compiled in two tests (same cache key) is one distinct
+    program plus a repeat; the floor is the first compiles, tracing and lowering over the cores."""
+    log = [
+        {"test": "a", "backend_compile_duration": 7.0, "jaxpr_trace_duration": 1.0, "jaxpr_to_mlir_module_duration": 1.0,
+         "stored": [["jit_train", "k1", 5.0], ["jit_add", "k2", 0.05]]},
+        {"test": "b", "backend_compile_duration": 6.0, "jaxpr_trace_duration": 1.0, "jaxpr_to_mlir_module_duration": 1.0,
+         "stored": [["jit_train", "k1", 4.0], ["jit__generation_impl", "k3", 2.0]]},
+    ]
+    durations = suite_time.read_durations("12.00s call     tests/x.py::a\n0.50s setup    tests/x.py::a\n"
+                                           "10.00s call     tests/x.py::b\n(3 durations < 0.005s hidden.)\n")
+    assert durations == {"tests/x.py::a": 12.5, "tests/x.py::b": 10.0}
+    s = suite_time.summarize(log, durations, cores=2)
+    assert s["distinct_programs"] == 3 and s["distinct_compile_s"] == pytest.approx(7.05, abs=0.05)
+    assert s["repeated_compile_s"] == 4.0
+    assert s["large_programs"] == {"jit_train": {"n": 1, "s": 5.0}, "jit__generation_impl": {"n": 1, "s": 2.0}}
+    assert s["other_s"] == 22.5 - 17.0  # test time less compiling, tracing and lowering
+    assert s["floor_s"] == pytest.approx({"compile_trace_lower": (7.05 + 4.0) / 2, "with_the_rest": (11.05 + 5.5) / 2},
+                                         abs=0.05)
+    assert "floor on 2 cores" in suite_time.to_text(s)
