@@ -15,7 +15,7 @@ demo: $(STAMP)
 # in this process. --dist loadfile keeps a file's tests on one worker, so a module-scoped fixture (a
 # trained run, a compiled program) is built once, not once per worker.
 PYTEST_WORKERS ?= auto
-PYTEST_DIST := $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile)
+PYTEST_DIST := $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile --no-loadscope-reorder)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) $(PYTEST_ARGS)

@@ -56,6 +56,11 @@ def summarize(log_lines: list[dict], durations: dict[str, float], cores: int, la
     for name, _, s in large:
         by_program[name] += s
         count[name] += 1
+    finished = {}  # worker -> when its last test ended
+    for row in log_lines:
+        if "end" in row:
+            finished[row["worker"]] = max(finished.get(row["worker"], 0.0), row["end"])
+    last = max(finished.values(), default=0.0)
     test_s = sum(durations.values())
     unavoidable = distinct + phases["jaxpr_trace_duration"] + phases["jaxpr_to_mlir_module_duration"]
     return {
@@ -68,6 +73,8 @@ def summarize(log_lines: list[dict], durations: dict[str, float], cores: int, la
         "floor_s": {"compile_trace_lower": round(unavoidable / cores, 1),
                     "with_the_rest": round((unavoidable + test_s - sum(phases.values())) / cores, 1)},
         "cores": cores,
+        # seconds each worker sat idle at the end, waiting for the last one (logs with worker and end)
+        "idle_at_end_s": {w: round(last - t, 1) for w, t in sorted(finished.items())},
     }
 
 
@@ -82,6 +89,9 @@ def to_text(s: dict) -> str:
     f = s["floor_s"]
     lines.append(f"floor on {s['cores']} cores: {f['compile_trace_lower']} s of wall time compiling, tracing and "
                  f"lowering each distinct program once; {f['with_the_rest']} s with everything else")
+    if s["idle_at_end_s"]:
+        lines.append("idle at the end, waiting for the last worker: "
+                     + ", ".join(f"{w} {t} s" for w, t in s["idle_at_end_s"].items()))
     return "\n".join(lines)
 
 

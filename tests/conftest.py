@@ -64,12 +64,16 @@ SLOW = {
 }
 
 
-# The files that take longest, longest first (single-process durations): `make test` hands whole
-# files to its workers (--dist loadfile) in collection order, so the long ones start first and no
-# worker is left alone with a long file at the end.
-LONGEST_FIRST = ("test_ppo.py", "test_engine.py", "test_search_health.py", "test_evaluate.py", "test_cli.py",
-                 "test_objectives.py", "test_distributions.py", "test_library.py", "test_plots.py",
-                 "test_multihost.py", "test_install.py", "test_search_spaces.py")
+# The files that take longest, longest first (summed test time in a whole-suite run at 32bdc3d):
+# `make test` hands whole files to its workers (--dist loadfile) in collection order, each file to
+# the first worker that is nearly done (--no-loadscope-reorder: otherwise pytest-xdist orders files
+# by their number of tests), so the long ones start first and no worker is left alone with a long
+# file at the end. Files not named go last.
+LONGEST_FIRST = ("test_ppo.py", "test_evaluate.py", "test_engine.py", "test_cli.py", "test_search_health.py",
+                 "test_plots.py", "test_search_spaces.py", "test_distributions.py", "test_objectives.py",
+                 "test_library.py", "test_distil_search.py", "test_distil.py", "test_install.py", "test_multihost.py",
+                 "test_rundir.py", "test_closed_form.py", "test_zoo.py", "test_export_discogen.py",
+                 "test_compile_cache.py", "test_layout.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -88,6 +92,7 @@ def pytest_collection_modifyitems(config, items):
 if os.environ.get("METADISCO_COMPILE_LOG"):
     import collections
     import json
+    import time
 
     _compile_seconds: collections.Counter = collections.Counter()
 
@@ -126,5 +131,6 @@ if os.environ.get("METADISCO_COMPILE_LOG"):
 
     def pytest_runtest_teardown(item, nextitem):
         with open(os.environ["METADISCO_COMPILE_LOG"], "a") as f:
-            f.write(json.dumps({"test": item.nodeid, **_compile_seconds, "large": _programs,
-                                "stored": _keys}) + "\n")
+            f.write(json.dumps({"test": item.nodeid, **_compile_seconds, "large": _programs, "stored": _keys,
+                                "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                                "end": round(time.time(), 2)}) + "\n")

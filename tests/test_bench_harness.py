@@ -152,6 +152,8 @@ def test_the_suite_time_floor_counts_each_program_once():
         {"test": "b", "backend_compile_duration": 6.0, "jaxpr_trace_duration": 1.0, "jaxpr_to_mlir_module_duration": 1.0,
          "stored": [["jit_train", "k1", 4.0], ["jit__generation_impl", "k3", 2.0]]},
     ]
+    log[0].update(worker="gw0", end=100.0)
+    log[1].update(worker="gw1", end=130.5)
     durations = suite_time.read_durations("12.00s call     tests/x.py::a\n0.50s setup    tests/x.py::a\n"
                                            "10.00s call     tests/x.py::b\n(3 durations < 0.005s hidden.)\n")
     assert durations == {"tests/x.py::a": 12.5, "tests/x.py::b": 10.0}
@@ -162,4 +164,5 @@ def test_the_suite_time_floor_counts_each_program_once():
     assert s["other_s"] == 22.5 - 17.0  # test time less compiling, tracing and lowering
     assert s["floor_s"] == pytest.approx({"compile_trace_lower": (7.05 + 4.0) / 2, "with_the_rest": (11.05 + 5.5) / 2},
                                          abs=0.05)
-    assert "floor on 2 cores" in suite_time.to_text(s)
+    assert s["idle_at_end_s"] == {"gw0": 30.5, "gw1": 0.0}  # gw0 finished first and waited
+    assert "floor on 2 cores" in suite_time.to_text(s) and "gw0 30.5 s" in suite_time.to_text(s)
