@@ -26,8 +26,8 @@ from metadisco import compile_cache  # noqa: E402  (jax-free)
 
 compile_cache.configure()  # also stores programs from 0.1 s of compile time: tests build many small ones
 
-# Tracing makes many short-lived Python objects: Python's default first-generation threshold (700)
-# runs the collector thousands of times per program. 100,000 measured 4-7% off a pair of test files
+# Tracing makes many short-lived Python objects, and Python's default first-generation threshold is
+# 700 allocations. 100,000 measured 4-7% off a pair of test files
 # in one process (tests/test_objectives.py and tests/test_search_spaces.py: 69-70 s against 73-76 s;
 # over the whole suite, inside its run-to-run spread).
 gc.set_threshold(100_000, 50, 100)
@@ -115,6 +115,9 @@ if os.environ.get("METADISCO_COMPILE_LOG"):
 
     # Which programs were compiled (and stored in the cache), by key: the same key in two tests
     # is a program compiled twice; one function under many keys, configs that could converge.
+    # jax has no public hook for the key: this wraps its private writer (jax 0.11.2, pinned), in
+    # this diagnostic mode only.
+    _keys: list = []
     _write = compiler._cache_write
 
     def _cache_write(cache_key, compile_time_secs, module_name, *args, **kwargs):
@@ -122,7 +125,6 @@ if os.environ.get("METADISCO_COMPILE_LOG"):
         return _write(cache_key, compile_time_secs, module_name, *args, **kwargs)
 
     compiler._cache_write = _cache_write
-    _keys: list = []
 
     def pytest_runtest_setup(item):
         _compile_seconds.clear()
