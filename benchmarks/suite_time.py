@@ -102,6 +102,9 @@ def main(argv=None) -> None:
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--json", action="store_true", help="the summary as JSON")
     args = p.parse_args(argv)
+    for path in (args.compile_log, args.durations):
+        if not path.is_file():
+            p.error(f"no file {path}: see the module's docstring for the run that writes both")
     rows = [json.loads(line) for line in args.compile_log.read_text().splitlines() if line.strip()]
     summary = summarize(rows, read_durations(args.durations.read_text()), args.cores)
     print(json.dumps(summary, indent=1) if args.json else to_text(summary))
