@@ -5,7 +5,8 @@
 
 A run holds its directory's one-writer lock (RunDir.lock) while it runs. Ctrl-C and SIGTERM (a
 scheduler's preemption) write a checkpoint of the last completed generation and raise
-RunInterrupted, whose message says how to resume; a failed write raises RunWriteError naming the
+RunInterrupted, whose message says how to resume; so does a time limit (metadisco.time_limit),
+at the last generation boundary that fits, with its own exit status; a failed write raises RunWriteError naming the
 file, the cause and the next step. Either way the directory is left resumable.
 """
 
@@ -27,7 +28,8 @@ from metadisco import config as config_lib
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.mirrors import Mirrors
 from metadisco.rundir import RunDir, RunDirError, RunWriteError
-from metadisco_common.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, RunInterrupted
+from metadisco.time_limit import TimeLimit
+from metadisco_common.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
 
 
 def _checkpoint_tree(state: RunState, baseline: Baseline) -> dict:
@@ -90,14 +92,17 @@ def _sigterm_interrupts():
 
 
 def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwrite: bool = False,
-        progress: bool = True, stop_after: int | None = None, log=print, trainer: MetaTrainer | None = None) -> Path:
+        progress: bool = True, stop_after: int | None = None, log=print, trainer: MetaTrainer | None = None,
+        time_limit: TimeLimit | None = None) -> Path:
     """Run (or resume) a meta-training run in `run_dir`; returns the run directory.
 
-    stop_after: stop (with a checkpoint) once this many generations are complete; for tests and
-    for splitting a run over jobs with a wall-time limit.
+    stop_after: stop (with a checkpoint) once this many generations are complete.
+    time_limit: before each generation, stop (with a checkpoint) if it would not end inside the
+    limit, by what this process has measured; raises RunInterrupted with EXIT_TIME_LIMIT.
     trainer: a prebuilt MetaTrainer for `cfg` (custom inner loops); built from the config if None.
     Raises RunDirError (missing, busy or non-empty directory, changed config), RunWriteError (a
-    file could not be written) and RunInterrupted (Ctrl-C, SIGTERM), each saying what to do.
+    file could not be written) and RunInterrupted (Ctrl-C, SIGTERM, the time limit), each saying
+    what to do.
     """
     run = RunDir(run_dir)
     is_main = jax.process_index() == 0  # in a multi-host job only process 0 writes (and locks)
@@ -109,7 +114,7 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
         trainer = MetaTrainer(cfg)  # a config it cannot build fails before the directory is created
     with run.lock() if is_main else contextlib.nullcontext(), _sigterm_interrupts():
         try:
-            _run(run, cfg, resume, overwrite, progress, stop_after, log, trainer or MetaTrainer(cfg))
+            _run(run, cfg, resume, overwrite, progress, stop_after, log, trainer or MetaTrainer(cfg), time_limit)
         except KeyboardInterrupt as e:
             raise _interrupted(run, cfg, e) from None
         except RunWriteError as e:
@@ -146,7 +151,28 @@ def _interrupted(run: RunDir, cfg: config_lib.RunConfig, e: KeyboardInterrupt) -
                           f"Resume with:\n  metadisco train --resume {run.path}", exit_code=code)
 
 
-def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer: MetaTrainer) -> None:
+def _evaluates_after(cfg, gen: int) -> bool:
+    """Whether generation `gen` (0-based) ends with the scheduled comparison on fresh seeds."""
+    return bool(cfg.eval_every) and ((gen + 1) % cfg.eval_every == 0 or gen + 1 == cfg.generations)
+
+
+def _timed_save(run, trainer, state, baseline, time_limit: TimeLimit | None) -> None:
+    t = time.perf_counter()
+    save_state(run, trainer, state, baseline)
+    if time_limit is not None:
+        time_limit.record_save(time.perf_counter() - t)
+
+
+def _out_of_time(run: RunDir, cfg, gen: int, time_limit: TimeLimit, evaluates: bool) -> RunInterrupted:
+    step = "generation and its comparison on fresh seeds" if evaluates else "generation"
+    return RunInterrupted(
+        f"time limit {time_limit.text}: stopped at generation {gen}/{cfg.generations} with a checkpoint: the next "
+        f"{step} would take about {time_limit.predicted(evaluates):.0f} s and {max(0.0, time_limit.remaining()):.0f} s "
+        f"are left. Resume with:\n  metadisco train --resume {run.path}", exit_code=EXIT_TIME_LIMIT)
+
+
+def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer: MetaTrainer,
+         time_limit: TimeLimit | None = None) -> None:
     is_main = jax.process_index() == 0
     if resume:
         state, baseline, warnings = load_state(run, trainer)
@@ -177,23 +203,35 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
     bar = _progress_bar(progress and is_main, start, cfg.generations)
     logged = state  # the newest state whose metrics row is written
     history = run.metrics()[:start] if resume and is_main else []  # for the search-health window
+    saved = start  # the generation of the newest checkpoint
     try:
         for gen in range(start, end):
+            evaluates = _evaluates_after(cfg, gen)
+            if time_limit is not None and not time_limit.fits(evaluates):
+                if saved != gen:
+                    save_state(run, trainer, state, baseline_dev)
+                raise _out_of_time(run, cfg, gen, time_limit, evaluates)
             t = time.perf_counter()
             state, metrics = trainer.generation(state, baseline_dev, gen)
             metrics = {k: v.item() for k, v in fetch(metrics).items()}
             wall = time.perf_counter() - t
             row = {"generation": gen, **metrics, "wall_time_s": wall,
                    "env_steps_per_s": trainer.steps_per_generation / wall}
-            if cfg.eval_every and ((gen + 1) % cfg.eval_every == 0 or gen + 1 == cfg.generations):
+            if time_limit is not None:
+                time_limit.record_generation(wall)
+            if evaluates:
+                t = time.perf_counter()
                 row |= trainer.evaluate(state, baseline_dev, gen + 1)
+                if time_limit is not None:
+                    time_limit.record_evaluation(time.perf_counter() - t)
             if is_main:
                 run.append_metrics(row)
             logged = state
             if is_main:
                 mirrors.log(row, gen)
             if (gen + 1) % cfg.checkpoint_every == 0 or gen + 1 == end:
-                save_state(run, trainer, state, baseline_dev)
+                _timed_save(run, trainer, state, baseline_dev, time_limit)
+                saved = gen + 1
             if is_main:
                 history.append(row)
                 # at the last generation the run's summary says it

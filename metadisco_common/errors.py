@@ -11,6 +11,7 @@ from __future__ import annotations
 
 EXIT_FAILED = 1  # the command did its work but part of it failed on a bug (a figure that did not draw)
 EXIT_USAGE = 2  # a user error: bad input, missing or corrupt files, failed writes
+EXIT_TIME_LIMIT = 75  # `train --time-limit`: stopped on time after a checkpoint; requeue it (sysexits' EX_TEMPFAIL)
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), after a checkpoint
 EXIT_TERMINATED = 143  # SIGTERM (a scheduler's preemption), after a checkpoint
 
@@ -30,7 +31,8 @@ class ConfigError(MetadiscoError):
 
 
 class RunInterrupted(MetadiscoError):  # noqa: N818  (a state, not a failure)
-    """A run stopped by Ctrl-C or SIGTERM after writing a checkpoint; the message says how to resume."""
+    """A run stopped by Ctrl-C, SIGTERM or its time limit after writing a checkpoint; the message
+    says how to resume."""
 
     def __init__(self, message: str, exit_code: int = EXIT_INTERRUPTED):
         super().__init__(message)

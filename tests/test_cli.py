@@ -47,11 +47,21 @@ def test_the_cli_docstring_names_every_verb():
 
 def test_train_stop_resume_and_bad_input(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    code, out, err = cli("train", *TINY, "--run-dir", str(run_dir), "--stop-after", "2", "--no-progress", capsys=capsys)
+    # a time limit shorter than one generation: the first one runs (nothing is measured before it),
+    # then the run stops on time with a checkpoint and the status a job script requeues on
+    code, out, err = cli("train", *TINY, "--run-dir", str(run_dir), "--time-limit", "1", "--no-progress",
+                         capsys=capsys)
+    assert code == 75, err[-2000:]
+    assert "evolving drift=lpo(hidden=8) (72 meta-parameters)" in out  # the banner, as a user writes it
+    assert "time limit 1 s: stopped at generation 1/3 with a checkpoint" in err
+    assert f"metadisco train --resume {run_dir}" in err
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
+    assert (run_dir / "checkpoints" / "gen_000001.msgpack").exists()
+    code, out, err = cli("train", "--resume", str(run_dir), "--stop-after", "2", "--time-limit", "1h",
+                         "--no-progress", capsys=capsys)
     assert code == 0, err[-2000:]
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
     assert "gen 2/3:" in out  # --no-progress logs one line per generation
-    assert "evolving drift=lpo(hidden=8) (72 meta-parameters)" in out  # the banner, as a user writes it
     assert f"metadisco train --resume {run_dir}" in out  # and says how to continue
     # resuming with a changed field is refused, showing the difference
     code, out, err = cli("train", *TINY, "es.sigma_init=0.5", "--resume", str(run_dir), capsys=capsys)
@@ -66,7 +76,8 @@ def test_train_stop_resume_and_bad_input(tmp_path, capsys):
     # bad input fails at once with a message that says what to do, and creates nothing
     for bad, message in [("es.population_size=7", "odd"), ("envs=Cartpole-v1", "CartPole-v1"),
                          ("es.strategy=CMAES", "CMA_ES"), ("es.popsize=8", "population_size"),
-                         ("objectives.evolve=value_loss", "objectives.value_loss=learned")]:
+                         ("objectives.evolve=value_loss", "objectives.value_loss=learned"),
+                         ("--time-limit=ten minutes", "1h30m")]:
         code, out, err = cli("train", bad, "--run-dir", str(tmp_path / "bad"), capsys=capsys)
         assert code == 2 and message in err, (bad, err)
         assert "Traceback" not in err

@@ -1,6 +1,7 @@
 """The meta-training engine: the outer loop, its sign convention, faults, devices, resume."""
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +19,9 @@ from metadisco.strategy import (
     WEIGHTED_STRATEGIES,
     make_strategy,
 )
+from metadisco.time_limit import TimeLimit
 from metadisco.train import run
+from metadisco_common.errors import EXIT_TIME_LIMIT, RunInterrupted
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -133,6 +136,30 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, un
     run(None, path, resume=True, progress=False, log=messages.append, trainer=trainer)
     assert any("unreadable" in m for m in messages)
     assert metric_rows(path) == metric_rows(uninterrupted)
+
+
+def test_a_time_limit_stops_at_a_generation_boundary_and_the_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    cfg = tiny_config(generations=7, eval_every=3, checkpoint_every=5)
+    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    run(cfg, tmp_path / "full", progress=False, trainer=trainer, log=lambda *a: None)
+    now = [0.0]  # a clock that each logged generation moves 10 s on
+
+    def log(line):
+        if re.match(r"gen \d+/", line):
+            now[0] += 10.0
+
+    limit = TimeLimit(35.0, clock=lambda: now[0])
+    path = tmp_path / "limited"
+    with pytest.raises(RunInterrupted, match=r"time limit 35 s: stopped at generation 4/7") as stopped:
+        run(cfg, path, progress=False, trainer=trainer, log=log, time_limit=limit)
+    assert stopped.value.exit_code == EXIT_TIME_LIMIT and f"metadisco train --resume {path}" in str(stopped.value)
+    rd = RunDir(path)
+    assert len(rd.metrics()) == 4  # generations 1-4 logged, one evaluation (after 3) among them
+    assert rd.checkpoint_generation(rd.checkpoints()[-1]) == 4  # written at the stop (checkpoint_every=5)
+    run(None, path, resume=True, progress=False, trainer=trainer, log=lambda *a: None)
+    assert metric_rows(path) == metric_rows(tmp_path / "full")
+    mean = [json.loads((p / "objectives" / "mean.json").read_text())["params"] for p in (path, tmp_path / "full")]
+    assert mean[0] == mean[1]
 
 
 def test_resume_with_a_changed_config_is_refused(uninterrupted):

@@ -8,6 +8,9 @@ import textwrap
 
 def run(args) -> None:
     from metadisco import config as config_lib
+    from metadisco.time_limit import TimeLimit, parse_duration
+
+    time_limit = TimeLimit(parse_duration(args.time_limit)) if args.time_limit else None  # counts from here
 
     overrides = list(args.overrides)
     experiment = args.experiment
@@ -26,7 +29,7 @@ def run(args) -> None:
     from metadisco.train import default_run_dir
     from metadisco.train import run as train_run
 
-    options = {"progress": not args.no_progress, "stop_after": args.stop_after}
+    options = {"progress": not args.no_progress, "stop_after": args.stop_after, "time_limit": time_limit}
     if args.resume:
         train_run(cfg, args.resume, resume=True, **options)
     else:
@@ -59,6 +62,10 @@ def add(subparsers) -> None:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run")
     p.add_argument("--overwrite", action="store_true", help="reuse a non-empty run directory")
     p.add_argument("--stop-after", type=int, help="stop (with a checkpoint) after this many generations")
+    p.add_argument("--time-limit", metavar="DURATION",
+                   help="stop with a checkpoint at the last generation boundary that ends inside DURATION (600, "
+                        "9m, 1h30m, 01:30:00), predicted from this process's measured generation and comparison "
+                        "times; exit status 75 then, so a job script can requeue with --resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--host-devices", type=int, help="CPU devices to split the population over (default: cores)")
     p.add_argument("--coordinator", help="HOST:PORT of process 0 in a multi-host job")
