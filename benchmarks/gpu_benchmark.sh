@@ -5,23 +5,16 @@
 #   benchmarks/gpu_benchmark.sh cartpole     # inner_loop.py: CartPole-v1, 2048 agents, 3 paired reps
 #   benchmarks/gpu_benchmark.sh minatar      # inner_loop.py: Breakout-MinAtar, 2048 agents, 3 paired reps
 #   benchmarks/gpu_benchmark.sh hopper       # inner_loop.py: brax/hopper (64 envs per agent), POPS agents
-#   benchmarks/gpu_benchmark.sh generation   # `metadisco train value_loss_cartpole_gpu`, 2 generations
+#   benchmarks/gpu_benchmark.sh generation   # `metadisco train drift_mix_minatar_gpu`, 2 generations
 #
 # Arguments after the stage go to inner_loop.py or `metadisco train` (a smoke check on a CPU:
 # `PATH=.venv/bin:$PATH benchmarks/gpu_benchmark.sh cartpole --timesteps 2048`). POPS overrides
 # the population; OUT is where results go (default ./gpu_out).
 # A host without package access: run `make gpu-wheels` where there is access (the locked wheels of
 # what a CUDA jax image usually lacks: gymnax, evosax, brax, ...), copy the repository with its
-# .whl/ folder over, and this script installs them into /tmp/site before it runs.
+# .whl/ folder over, and benchmarks/gpu_env.sh installs them into /tmp/site before it runs.
 set -euo pipefail
-OUT=${OUT:-gpu_out}
-mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+source benchmarks/gpu_env.sh
 python3 -c 'import jax; print("jax", jax.__version__, jax.devices())'
 
 bench() {  # ENV NAME
@@ -36,7 +29,7 @@ case "${1:-}" in
   generation)
     run=/tmp/gpu_run
     rm -rf "$run"
-    python3 -c 'from metadisco.cli import entry; entry()' train value_loss_cartpole_gpu \
+    python3 -c 'from metadisco.cli import entry; entry()' train drift_mix_minatar_gpu \
       generations=2 "${@:2}" --run-dir "$run" --no-progress 2>&1 | tee "$OUT/generation.log"
     cp "$run/metrics.jsonl" "$run/config.json" "$OUT/"
     ;;

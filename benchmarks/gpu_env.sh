@@ -1,0 +1,13 @@
+# Sourced by the GPU scripts (gpu_benchmark.sh, gpu_queue.sh) from the repository root: on a host
+# without package access, the locked wheels in .whl/ (`make gpu-wheels` where there is access)
+# installed into /tmp/site; the device's name and jax's devices into $OUT/gpu.txt.
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+fi

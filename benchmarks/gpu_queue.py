@@ -1,0 +1,313 @@
+"""The GPU queue: run the next unfinished `*_gpu` experiment within a time budget, then its
+declared evaluation, and write one summary. Started by benchmarks/gpu_queue.sh (which installs
+the locked wheels on a host without package access):
+
+    OUT=DIR benchmarks/gpu_queue.sh [--budget 9m] [--state docs/results/gpu_runs] [--max-runs N]
+    OUT=DIR benchmarks/gpu_queue.sh --smoke          # the same path on the CPU at a tiny size
+
+Each entry of benchmarks/gpu_queue.toml, in order, is a run directory STATE/NAME:
+    missing                 -> `metadisco train EXPERIMENT OVERRIDES --run-dir STATE/NAME --time-limit T`
+    fewer rows than gens    -> `metadisco train --resume STATE/NAME --time-limit T`
+    trained, not evaluated  -> `metadisco evaluate STATE/NAME EVALUATE --out STATE/NAME/evaluation/queue`
+                               (only when the entry's eval_minutes fit in what is left)
+    evaluated               -> done; the next entry
+T is what is left of the budget less a reserve for the summary. Training that reaches its time
+limit stops with a checkpoint (exit status 75) and the queue ends there; the next call resumes it.
+
+OUT receives: summary.md and summary.json (device, minutes, verdicts with their intervals, search
+health, held-out results), queue.log (every command's output), metrics.jsonl (the last entry's),
+results.md (its held-out evaluation, when run) and state.tar.gz (the run directories this call
+touched, relative to STATE: `tar xzf state.tar.gz -C STATE` puts them back). This process imports no
+jax: each command runs in its own process, which holds the accelerator alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from analysis.runs import Run  # noqa: E402  (jax-free)
+from analysis.verdicts import es_mean_vs_ppo, verdict  # noqa: E402
+from metadisco.time_limit import format_duration, parse_duration  # noqa: E402
+from metadisco_common.errors import EXIT_TIME_LIMIT  # noqa: E402
+
+QUEUE = ROOT / "benchmarks" / "gpu_queue.toml"
+STATE = ROOT / "docs" / "results" / "gpu_runs"
+RESERVE_S = 30.0  # kept from training for the summary and the packing
+MIN_LEG_S = 90.0  # a leg shorter than this would spend itself compiling
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One experiment of the queue, as benchmarks/gpu_queue.toml states it."""
+
+    name: str
+    experiment: str
+    overrides: tuple[str, ...] = ()
+    evaluate: tuple[str, ...] = ()
+    device: str = ""
+    minutes: float = 10.0
+    eval_minutes: float = 5.0
+    measured: str = ""
+
+
+@dataclass(frozen=True)
+class Queue:
+    entries: tuple[Entry, ...]
+    smoke: tuple[str, ...] = ()
+    smoke_evaluate: tuple[str, ...] = ()
+
+
+def load_queue(path: Path = QUEUE) -> Queue:
+    data = tomllib.loads(Path(path).read_text())
+    entries = tuple(Entry(**{k: tuple(v) if isinstance(v, list) else v for k, v in row.items()})
+                    for row in data.get("run", []))
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"{path}: entry names must be unique, got {names}")
+    return Queue(entries, tuple(data.get("smoke", ())), tuple(data.get("smoke_evaluate", ())))
+
+
+def stage(run_dir: Path) -> str:
+    """Where an entry's run directory stands: new, training, evaluate or done."""
+    run = Run(run_dir)
+    if not run.config_path.exists() or not run.checkpoints():
+        return "new"
+    if len(run.metrics()) < run.config().generations:
+        return "training"
+    return "done" if (run.evaluation_dir / "queue" / "results.json").exists() else "evaluate"
+
+
+@dataclass
+class Step:
+    """One command this call ran, for the summary."""
+
+    entry: str
+    kind: str  # train | resume | evaluate
+    command: list[str]
+    exit_code: int
+    seconds: float
+    note: str = ""
+
+
+@dataclass
+class Call:
+    """What this call of the queue did; `steps` in order."""
+
+    budget_s: float
+    started: float = field(default_factory=time.monotonic)
+    steps: list[Step] = field(default_factory=list)
+    touched: list[str] = field(default_factory=list)
+    stopped: str = ""
+
+    def left(self) -> float:
+        return self.budget_s - (time.monotonic() - self.started)
+
+
+def metadisco_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "metadisco.cli", *args]
+
+
+def run_logged(command: list[str], log) -> int:
+    """Run `command`, its output to stdout and to `log` line by line; its exit status."""
+    log.write(f"$ {' '.join(command)}\n")
+    log.flush()
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          cwd=ROOT) as proc:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+        log.flush()
+        return proc.wait()
+
+
+def next_step(entry: Entry, state: Path, left_s: float, smoke: Queue | None = None) -> tuple[str, list[str]] | str:
+    """The next command for `entry` with `left_s` seconds of the budget left: (kind, command),
+    kind train | resume | evaluate; or a reason (str) why none runs now; "" when the entry is done."""
+    run_dir = state / entry.name
+    where = stage(run_dir)
+    if where in ("new", "training"):
+        limit = left_s - RESERVE_S
+        if limit < MIN_LEG_S:
+            return f"{format_duration(left_s)} left: too little for a training leg of {entry.name}"
+        if where == "new":
+            args = ["train", entry.experiment, *entry.overrides, *(smoke.smoke if smoke else ()),
+                    "--run-dir", str(run_dir), *(["--overwrite"] if run_dir.exists() else [])]
+        else:
+            args = ["train", "--resume", str(run_dir)]
+        return ("train" if where == "new" else "resume",
+                metadisco_command(*args, "--time-limit", f"{limit:.0f}", "--no-progress"))
+    if where == "evaluate":
+        if left_s < 60 * entry.eval_minutes and not smoke:
+            return (f"{entry.name} trained; its evaluation ({entry.eval_minutes:g} min) does not fit in the "
+                    f"{format_duration(left_s)} left: the next call runs it")
+        flags = smoke.smoke_evaluate if smoke else entry.evaluate
+        out = Run(run_dir).evaluation_dir / "queue"
+        return "evaluate", metadisco_command("evaluate", str(run_dir), *flags, "--out", str(out), "--no-progress")
+    return ""
+
+
+def advance(entry: Entry, state: Path, call: Call, log, smoke: Queue | None) -> bool:
+    """Train (or resume) and evaluate one entry as far as the budget allows; True when it is done
+    and the queue may go on to the next."""
+    while True:
+        step = next_step(entry, state, call.left(), smoke)
+        if isinstance(step, str):
+            call.stopped = call.stopped if not step else step
+            return not step
+        kind, command = step
+        before = stage(state / entry.name), len(Run(state / entry.name).metrics())
+        if entry.name not in call.touched:
+            call.touched.append(entry.name)
+        if kind == "evaluate":
+            shutil.rmtree(Run(state / entry.name).evaluation_dir / "queue", ignore_errors=True)  # a cut-off one
+        t = time.monotonic()
+        code = run_logged(command, log)
+        call.steps.append(Step(entry.name, kind, command, code, time.monotonic() - t))
+        if code == EXIT_TIME_LIMIT:
+            call.stopped = f"{entry.name} stopped on time with a checkpoint: the next call resumes it"
+            return False
+        if code != 0:
+            call.stopped = f"{entry.name}: `metadisco {command[3]}` failed (exit status {code}); see queue.log"
+            return False
+        if (stage(state / entry.name), len(Run(state / entry.name).metrics())) == before:
+            call.stopped = f"{entry.name}: `metadisco {command[3]}` exited 0 but the run did not move on; see queue.log"
+            return False
+
+
+def entry_summary(entry: Entry, state: Path) -> dict:
+    """An entry's standing from its run directory: generations, minutes, verdict, health, held out."""
+    run_dir = state / entry.name
+    where = stage(run_dir)
+    row = {"name": entry.name, "experiment": entry.experiment, "overrides": list(entry.overrides),
+           "stage": where, "stated": {"device": entry.device, "minutes": entry.minutes,
+                                      "eval_minutes": entry.eval_minutes, "measured": entry.measured}}
+    if where == "new":
+        return row
+    run = Run(run_dir)
+    cfg, metrics = run.config(), run.metrics()
+    healths = [m["health/grad_cos"] for m in metrics if m.get("health/grad_cos") is not None]
+    evals = [m for m in metrics if "eval_mean_fitness" in m]
+    row |= {"generations": [len(metrics), cfg.generations],
+            "generation_seconds": sum(m.get("wall_time_s", 0.0) for m in metrics),
+            "health_mean": sum(healths) / len(healths) if healths else None}
+    if evals:
+        row["comparison"] = f"after generation {evals[-1]['generation'] + 1}: {es_mean_vs_ppo(evals[-1])}"
+        if len(metrics) == cfg.generations:
+            row["verdict"] = verdict(evals[-1], cfg.expect)
+    results = run.evaluation_dir / "queue" / "results.json"
+    if results.exists():
+        data = json.loads(results.read_text())
+        held = data.get("aggregate", {}).get("held_out", {}).get("methods", {})
+        mine = held.get(run_dir.name) or next(iter(held.values()), None)
+        if mine:
+            row["heldout"] = {"envs": data["aggregate"]["held_out"]["envs"], "tuned": data["settings"]["tune_lr"],
+                              "iqm": mine["iqm"], "p_better_than_ppo": mine.get("poi_vs_ppo")}
+        row["heldout_seconds"] = data.get("time_s")
+    return row
+
+
+def device_name() -> str:
+    """The accelerator's name from nvidia-smi, else the CPU's (no jax in this process)."""
+    if shutil.which("nvidia-smi"):
+        query = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                               capture_output=True, text=True)
+        if query.returncode == 0 and query.stdout.strip():
+            return query.stdout.strip().splitlines()[0]
+    return f"CPU ({os.cpu_count()} cores, no GPU)"
+
+
+def _interval(x: dict | None) -> str:
+    return "-" if not x else f"{x['point']:.2f} [{x['low']:.2f}, {x['high']:.2f}]"
+
+
+def render(summary: dict) -> str:
+    lines = [f"# GPU queue: {summary['device']}", "",
+             f"Commit {summary['commit']}, {summary['date']}; budget {summary['budget']}, used "
+             f"{summary['used']}{' (smoke: tiny sizes on the CPU)' if summary['smoke'] else ''}. "
+             f"Stopped: {summary['stopped'] or 'the queue is done'}.", "",
+             "## This call", "", "| entry | step | exit | minutes | command |", "|---|---|---:|---:|---|"]
+    lines += [f"| {s['entry']} | {s['kind']} | {s['exit_code']} | {s['seconds'] / 60:.1f} | "
+              f"`{' '.join(s['command'][2:])}` |" for s in summary["steps"]]
+    lines += ["", "## Every entry", "",
+              "| entry | stage | generations | generation minutes | verdict on fresh seeds | health (mean) | "
+              "held out: IQM / P(> PPO) [95% CI] | stated minutes (device) |", "|---|---|---|---:|---|---:|---|---|"]
+    for e in summary["entries"]:
+        gens = "{}/{}".format(*e["generations"]) if "generations" in e else "-"
+        minutes = f"{e['generation_seconds'] / 60:.1f}" if "generation_seconds" in e else "-"
+        health = f"{e['health_mean']:+.2f}" if e.get("health_mean") is not None else "-"
+        held = e.get("heldout")
+        held_text = (f"{_interval(held['iqm'])} / {_interval(held['p_better_than_ppo'])}"
+                     f"{' (tuned)' if held['tuned'] else ''}") if held else "-"
+        stated = e["stated"]
+        lines.append(f"| {e['name']} | {e['stage']} | {gens} | {minutes} | {e.get('verdict') or e.get('comparison') or '-'} "
+                     f"| {health} | {held_text} | {stated['minutes']:g} + {stated['eval_minutes']:g} "
+                     f"({stated['device']}; {stated['measured']}) |")
+    return "\n".join(lines) + "\n"
+
+
+def pack(state: Path, names: list[str], target: Path) -> None:
+    """The run directories `names` (under `state`) as one .tar.gz, paths relative to `state`."""
+    with tarfile.open(target, "w:gz") as tar:
+        for name in names:
+            if (state / name).exists():
+                tar.add(state / name, arcname=name, filter=lambda t: None if t.name.endswith(".lock") else t)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--budget", default="9m", help="wall time for this call (600, 9m, 1h30m; default 9m)")
+    p.add_argument("--state", type=Path, default=STATE, help="the queue's run directories (default %(default)s)")
+    p.add_argument("--queue", type=Path, default=QUEUE)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
+    p.add_argument("--max-runs", type=int, default=None, help="stop after this many entries were advanced")
+    p.add_argument("--smoke", action="store_true", help="the same path on the CPU at a tiny size (`smoke` overrides)")
+    args = p.parse_args(argv)
+    call = Call(parse_duration(args.budget))
+    queue = load_queue(args.queue)
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.state.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "queue.log", "a") as log:
+        for entry in queue.entries:
+            if args.max_runs is not None and len(call.touched) >= args.max_runs:
+                call.stopped = call.stopped or f"--max-runs {args.max_runs}"
+                break
+            if stage(args.state / entry.name) == "done":
+                continue
+            if not advance(entry, args.state, call, log, queue if args.smoke else None):
+                break
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    summary = {"device": device_name(), "commit": commit.stdout.strip() or "unknown",
+               "date": time.strftime("%Y-%m-%d %H:%M"), "smoke": args.smoke,
+               "budget": format_duration(call.budget_s), "used": format_duration(call.budget_s - call.left()),
+               "stopped": call.stopped, "steps": [vars(s) for s in call.steps],
+               "entries": [entry_summary(e, args.state) for e in queue.entries]}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (args.out / "summary.md").write_text(render(summary))
+    if call.touched:
+        last = Run(args.state / call.touched[-1])
+        for source, name in [(last.metrics_path, "metrics.jsonl"), (last.evaluation_dir / "queue" / "results.md",
+                                                                     "results.md")]:
+            if source.exists():
+                shutil.copy(source, args.out / name)
+        pack(args.state, call.touched, args.out / "state.tar.gz")
+    print(render(summary))
+    failed = [s for s in call.steps if s.exit_code not in (0, EXIT_TIME_LIMIT)]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The GPU queue in one command (benchmarks/gpu_queue.py says what it does), from the repository root:
+#
+#   OUT=DIR benchmarks/gpu_queue.sh [--budget 9m]   # the next unfinished *_gpu experiment, then its evaluation
+#   OUT=DIR benchmarks/gpu_queue.sh --smoke         # the same path on the CPU at a tiny size
+#
+# Exit status 0 when every command it ran finished or stopped on time, 1 when one failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source benchmarks/gpu_env.sh
+export OUT
+exec python3 benchmarks/gpu_queue.py --out "$OUT" "$@"

@@ -1,0 +1,100 @@
+"""benchmarks/gpu_queue.sh: the GPU experiments in order, each trained within a time budget and
+resumed by the next call, then evaluated; one summary. Tested on the CPU (tiny, --smoke)."""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from metadisco.config import list_experiments, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gpu_queue  # noqa: E402
+
+pytestmark = pytest.mark.timeout(400)
+
+QUEUE = gpu_queue.load_queue()
+
+
+def test_the_queue_holds_every_gpu_experiment_and_each_entry_resolves():
+    assert {e.experiment for e in QUEUE.entries} == {n for n in list_experiments() if n.endswith("_gpu")}
+    for entry in QUEUE.entries:
+        cfg = resolve(entry.experiment, list(entry.overrides))
+        assert cfg.generations >= 1 and entry.device and entry.measured
+        assert cfg.eval_every and cfg.expect.beats, entry.name  # each reaches a verdict on fresh seeds
+    resolve(QUEUE.entries[0].experiment, [*QUEUE.entries[0].overrides, *QUEUE.smoke])  # what --smoke runs
+    replications = [e for e in QUEUE.entries if e.experiment == "drift_mix_minatar_gpu"]
+    assert [e.name for e in QUEUE.entries[:2]] == [e.name for e in replications]  # the replication first
+    assert sorted(resolve(e.experiment, list(e.overrides)).seed for e in replications) == [1, 2]  # seed 0 ran
+
+
+def fake_run(state: Path, name: str, rows: int, generations: int = 3, evaluated: bool = False) -> Path:
+    """A run directory as `metadisco train` leaves it after `rows` generations (no compute)."""
+    run_dir = state / name
+    (run_dir / "checkpoints").mkdir(parents=True)
+    cfg = resolve(None, [f"generations={generations}"]).to_dict()
+    (run_dir / "config.json").write_text(json.dumps(cfg))
+    (run_dir / "checkpoints" / f"gen_{rows:06d}.msgpack").write_bytes(b"")
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"generation": g, "fitness_mean": 1.0}) + "\n"
+                                                   for g in range(rows)))
+    if evaluated:
+        (run_dir / "evaluation" / "queue").mkdir(parents=True)
+        (run_dir / "evaluation" / "queue" / "results.json").write_text("{}")
+    return run_dir
+
+
+def test_each_call_starts_resumes_or_evaluates_from_where_the_run_directory_stands(tmp_path):
+    entry = QUEUE.entries[0]
+    kind, command = gpu_queue.next_step(entry, tmp_path, left_s=540)
+    assert kind == "train" and command[3:5] == ["train", entry.experiment]
+    assert command[command.index("--time-limit") + 1] == str(540 - int(gpu_queue.RESERVE_S))
+    assert "too little for a training leg" in gpu_queue.next_step(entry, tmp_path, left_s=100)
+
+    run_dir = fake_run(tmp_path, entry.name, rows=1)  # a leg that stopped on time
+    assert gpu_queue.stage(run_dir) == "training"
+    kind, command = gpu_queue.next_step(entry, tmp_path, left_s=300)
+    assert kind == "resume" and command[3:6] == ["train", "--resume", str(run_dir)] and "--time-limit" in command
+
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"generation": g}) + "\n" for g in range(3)))
+    assert gpu_queue.stage(run_dir) == "evaluate"
+    kind, command = gpu_queue.next_step(entry, tmp_path, left_s=60 * entry.eval_minutes + 1)
+    assert kind == "evaluate" and command[3:5] == ["evaluate", str(run_dir)]
+    assert [*entry.evaluate] == command[5:5 + len(entry.evaluate)]  # the declared evaluation, as stated
+    assert "does not fit" in gpu_queue.next_step(entry, tmp_path, left_s=60 * entry.eval_minutes - 1)
+
+    other = QUEUE.entries[1]
+    fake_run(tmp_path, other.name, rows=3, evaluated=True)
+    assert gpu_queue.next_step(other, tmp_path, left_s=540) == ""  # done: the queue goes on
+    assert gpu_queue.stage(tmp_path / "missing") == "new"
+
+
+@pytest.mark.slow
+def test_smoke_runs_the_first_entry_through_training_and_evaluation_and_writes_one_summary(tmp_path):
+    out, state = tmp_path / "out", tmp_path / "state"
+    env = os.environ | {"OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run([str(ROOT / "benchmarks" / "gpu_queue.sh"), "--smoke", "--state", str(state),
+                           "--max-runs", "1", "--budget", "5m"], capture_output=True, text=True, env=env, timeout=360)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    first = summary["entries"][0]
+    assert [s["kind"] for s in summary["steps"]] == ["train", "evaluate"]
+    assert first["stage"] == "done" and first["generations"] == [2, 2]
+    assert first["verdict"].startswith(("verdict: FOUND", "verdict: NOT FOUND"))
+    assert first["heldout"]["envs"] == ["Catch-bsuite"] and "point" in first["heldout"]["iqm"]
+    assert all(e["stage"] == "new" for e in summary["entries"][1:])
+    assert summary["stopped"] == "--max-runs 1" and summary["smoke"]
+    assert "| drift_mix_minatar_gpu_seed1 | done | 2/2 |" in (out / "summary.md").read_text()
+    log = (out / "queue.log").read_text()
+    assert "--time-limit" in log and "results written to" in log
+    with tarfile.open(out / "state.tar.gz") as tar:  # what a later call (or this repo) unpacks to resume
+        names = set(tar.getnames())
+    assert {f"{first['name']}/config.json", f"{first['name']}/metrics.jsonl",
+            f"{first['name']}/evaluation/queue/results.json"} <= names
+    assert not any(n.endswith(".lock") for n in names)
+    assert {p.name for p in out.iterdir()} <= {"summary.md", "summary.json", "queue.log", "metrics.jsonl",
+                                               "results.md", "state.tar.gz", "gpu.txt"}  # what a device returns
