@@ -9,7 +9,8 @@ Each entry of benchmarks/gpu_queue.toml, in order, is a run directory STATE/NAME
     missing                 -> `metadisco train EXPERIMENT OVERRIDES --run-dir STATE/NAME --time-limit T`
     fewer rows than gens    -> `metadisco train --resume STATE/NAME --time-limit T`
     trained, not evaluated  -> `metadisco evaluate STATE/NAME EVALUATE --out STATE/NAME/evaluation/queue`
-                               (only when the entry's eval_minutes fit in what is left)
+                               when the entry's eval_minutes fit in what is left; else deferred
+                               to a later call, and the next entry trains meanwhile
     evaluated               -> done; the next entry
 T is what is left of the budget less a reserve for the summary. Training that reaches its time
 limit stops with a checkpoint (exit status 75) and the queue ends there; the next call resumes it.
@@ -111,6 +112,7 @@ class Call:
     steps: list[Step] = field(default_factory=list)
     touched: list[str] = field(default_factory=list)
     stopped: str = ""
+    deferred: list[str] = field(default_factory=list)
 
     def left(self) -> float:
         return self.budget_s - (time.monotonic() - self.started)
@@ -134,15 +136,19 @@ def run_logged(command: list[str], log) -> int:
         return proc.wait()
 
 
-def next_step(entry: Entry, state: Path, left_s: float, smoke: Queue | None = None) -> tuple[str, list[str]] | str:
-    """The next command for `entry` with `left_s` seconds of the budget left: (kind, command),
-    kind train | resume | evaluate; or a reason (str) why none runs now; "" when the entry is done."""
+def next_step(entry: Entry, state: Path, left_s: float, smoke: Queue | None = None) -> tuple[str, list[str] | str]:
+    """What to do next for `entry` with `left_s` seconds of the budget left:
+        ("train" | "resume" | "evaluate", command)
+        ("stop", reason)    too little time for a training leg: the queue ends here
+        ("defer", reason)   trained, but its evaluation does not fit: the queue goes on to train the next
+        ("done", "")        trained and evaluated
+    An evaluation is never started without its stated minutes (it has no checkpoint to stop at)."""
     run_dir = state / entry.name
     where = stage(run_dir)
     if where in ("new", "training"):
         limit = left_s - RESERVE_S
         if limit < MIN_LEG_S:
-            return f"{format_duration(left_s)} left: too little for a training leg of {entry.name}"
+            return "stop", f"{format_duration(left_s)} left: too little for a training leg of {entry.name}"
         if where == "new":
             args = ["train", entry.experiment, *entry.overrides, *(smoke.smoke if smoke else ()),
                     "--run-dir", str(run_dir), *(["--overwrite"] if run_dir.exists() else [])]
@@ -152,23 +158,25 @@ def next_step(entry: Entry, state: Path, left_s: float, smoke: Queue | None = No
                 metadisco_command(*args, "--time-limit", f"{limit:.0f}", "--no-progress"))
     if where == "evaluate":
         if left_s < 60 * entry.eval_minutes and not smoke:
-            return (f"{entry.name} trained; its evaluation ({entry.eval_minutes:g} min) does not fit in the "
-                    f"{format_duration(left_s)} left: the next call runs it")
+            return "defer", (f"{entry.name} trained; its evaluation ({entry.eval_minutes:g} min) did not fit in the "
+                             f"{format_duration(left_s)} left: a later call runs it")
         flags = smoke.smoke_evaluate if smoke else entry.evaluate
         out = Run(run_dir).evaluation_dir / "queue"
         return "evaluate", metadisco_command("evaluate", str(run_dir), *flags, "--out", str(out), "--no-progress")
-    return ""
+    return "done", ""
 
 
 def advance(entry: Entry, state: Path, call: Call, log, smoke: Queue | None) -> bool:
-    """Train (or resume) and evaluate one entry as far as the budget allows; True when it is done
-    and the queue may go on to the next."""
+    """Train (or resume) and evaluate one entry as far as the budget allows; True when the queue
+    may go on to the next entry (this one done, or only its evaluation left for a later call)."""
     while True:
-        step = next_step(entry, state, call.left(), smoke)
-        if isinstance(step, str):
-            call.stopped = call.stopped if not step else step
-            return not step
-        kind, command = step
+        kind, command = next_step(entry, state, call.left(), smoke)
+        if kind in ("done", "defer", "stop"):
+            if kind == "defer":
+                call.deferred.append(command)
+            if kind == "stop":
+                call.stopped = command
+            return kind != "stop"
         before = stage(state / entry.name), len(Run(state / entry.name).metrics())
         if entry.name not in call.touched:
             call.touched.append(entry.name)
@@ -238,7 +246,8 @@ def render(summary: dict) -> str:
     lines = [f"# GPU queue: {summary['device']}", "",
              f"Commit {summary['commit']}, {summary['date']}; budget {summary['budget']}, used "
              f"{summary['used']}{' (smoke: tiny sizes on the CPU)' if summary['smoke'] else ''}. "
-             f"Stopped: {summary['stopped'] or 'the queue is done'}.", "",
+             f"Stopped: {summary['stopped'] or 'the queue is done'}."
+             + "".join(f" Deferred: {d}." for d in summary["deferred"]), "",
              "## This call", "", "| entry | step | exit | minutes | command |", "|---|---|---:|---:|---|"]
     lines += [f"| {s['entry']} | {s['kind']} | {s['exit_code']} | {s['seconds'] / 60:.1f} | "
               f"`{' '.join(s['command'][2:])}` |" for s in summary["steps"]]
@@ -293,7 +302,7 @@ def main(argv=None) -> int:
     summary = {"device": device_name(), "commit": commit.stdout.strip() or "unknown",
                "date": time.strftime("%Y-%m-%d %H:%M"), "smoke": args.smoke,
                "budget": format_duration(call.budget_s), "used": format_duration(call.budget_s - call.left()),
-               "stopped": call.stopped, "steps": [vars(s) for s in call.steps],
+               "stopped": call.stopped, "deferred": call.deferred, "steps": [vars(s) for s in call.steps],
                "entries": [entry_summary(e, args.state) for e in queue.entries]}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (args.out / "summary.md").write_text(render(summary))

@@ -53,7 +53,8 @@ def test_each_call_starts_resumes_or_evaluates_from_where_the_run_directory_stan
     kind, command = gpu_queue.next_step(entry, tmp_path, left_s=540)
     assert kind == "train" and command[3:5] == ["train", entry.experiment]
     assert command[command.index("--time-limit") + 1] == str(540 - int(gpu_queue.RESERVE_S))
-    assert "too little for a training leg" in gpu_queue.next_step(entry, tmp_path, left_s=100)
+    kind, reason = gpu_queue.next_step(entry, tmp_path, left_s=100)
+    assert kind == "stop" and "too little for a training leg" in reason
 
     run_dir = fake_run(tmp_path, entry.name, rows=1)  # a leg that stopped on time
     assert gpu_queue.stage(run_dir) == "training"
@@ -65,11 +66,12 @@ def test_each_call_starts_resumes_or_evaluates_from_where_the_run_directory_stan
     kind, command = gpu_queue.next_step(entry, tmp_path, left_s=60 * entry.eval_minutes + 1)
     assert kind == "evaluate" and command[3:5] == ["evaluate", str(run_dir)]
     assert [*entry.evaluate] == command[5:5 + len(entry.evaluate)]  # the declared evaluation, as stated
-    assert "does not fit" in gpu_queue.next_step(entry, tmp_path, left_s=60 * entry.eval_minutes - 1)
+    kind, reason = gpu_queue.next_step(entry, tmp_path, left_s=60 * entry.eval_minutes - 1)
+    assert kind == "defer" and "did not fit" in reason  # never cut off: a later call runs it, the next entry trains
 
     other = QUEUE.entries[1]
     fake_run(tmp_path, other.name, rows=3, evaluated=True)
-    assert gpu_queue.next_step(other, tmp_path, left_s=540) == ""  # done: the queue goes on
+    assert gpu_queue.next_step(other, tmp_path, left_s=540) == ("done", "")  # the queue goes on
     assert gpu_queue.stage(tmp_path / "missing") == "new"
 
 
@@ -98,3 +100,16 @@ def test_smoke_runs_the_first_entry_through_training_and_evaluation_and_writes_o
     assert not any(n.endswith(".lock") for n in names)
     assert {p.name for p in out.iterdir()} <= {"summary.md", "summary.json", "queue.log", "metrics.jsonl",
                                                "results.md", "state.tar.gz", "gpu.txt"}  # what a device returns
+
+
+def test_an_evaluation_that_does_not_fit_waits_and_the_queue_goes_on_to_train_the_next(tmp_path):
+    first, second = QUEUE.entries[:2]
+    fake_run(tmp_path / "state", first.name, rows=3)  # trained, not evaluated
+    code = gpu_queue.main(["--state", str(tmp_path / "state"), "--out", str(tmp_path / "out"), "--budget", "100"])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert code == 0 and summary["steps"] == []  # nothing started that could not finish
+    assert summary["deferred"] == [f"{first.name} trained; its evaluation ({first.eval_minutes:g} min) did not fit "
+                                   "in the 1 min 40 s left: a later call runs it"]
+    assert summary["stopped"].endswith(f"too little for a training leg of {second.name}")
+    assert [e["stage"] for e in summary["entries"][:2]] == ["evaluate", "new"]
+    assert "Deferred: " in (tmp_path / "out" / "summary.md").read_text()
