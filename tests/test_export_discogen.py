@@ -109,3 +109,60 @@ def test_discogen_export_refuses_an_invalid_drift_and_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="dD/dr"):
         export_discogen("(r - 1)**2 + 0.1*(r - 1)*A", tmp_path)
     assert not (tmp_path / "loss.py").exists()
+
+
+def _minimal_inputs(n=64):
+    keys = jax.random.split(jax.random.key(1), 4)
+    traj = Transition(jax.random.normal(keys[0], (n, 4)), jax.random.bernoulli(keys[1], 0.5, (n,)).astype(jnp.int32),
+                      jnp.log(0.5) + 0.4 * jax.random.normal(keys[2], (n,)), jax.random.normal(keys[3], (n,)))
+    return traj, 2.0 * jax.random.normal(keys[3], (n,)), jax.random.normal(keys[2], (n,))
+
+
+def test_a_progress_dependent_drift_never_runs_silently_at_p_zero_in_discogen(tmp_path):
+    """Without config['PROGRESS'] the loss refuses, naming the two lines for train.py; with them,
+    the progress it sees is metadisco's (update / NUM_UPDATES), traced through DiscoGen's jit."""
+    from analysis.export import DISCOGEN_PROGRESS_LINES, drift_uses_progress
+
+    drift = f"(1 - p)*({dpo_expression(1.3, 0.9)}) + p*0.5*Max(0, r - 1.1)**2"
+    assert drift_uses_progress(drift) and not drift_uses_progress(dpo_expression(1.3, 0.9))
+    module = _load(export_discogen(drift, tmp_path))
+    source = (tmp_path / "loss.py").read_text()
+    assert all(line in source for line in DISCOGEN_PROGRESS_LINES)
+    ppo = PPO.create(make_env("CartPole-v1"), PPOConfig(hidden=(16,)), Objectives(drift=ClosedFormDrift(drift)))
+    params = ppo.network.init(jax.random.key(0), jnp.zeros((1, 4)))
+    traj, gae, targets = _minimal_inputs()
+    config = {"CLIP_EPS": 0.2, "VF_COEF": 0.5, "ENT_COEF": 0.01, "NUM_UPDATES": 10, "UPDATE_EPOCHS": 4,
+              "NUM_MINIBATCHES": 2}
+    with pytest.raises(KeyError, match="depends on training progress p"):
+        module.loss_actor_and_critic(params, traj, gae, targets, StandIn(ppo.network), config)
+
+    class TrainState(NamedTuple):
+        step: jax.Array
+
+    @jax.jit
+    def their_update_minibatch(train_state, config_values):  # DiscoGen's train.py with the two lines
+        config = dict(config_values)
+        namespace = {"config": config, "train_state": train_state}
+        for line in DISCOGEN_PROGRESS_LINES:
+            exec(line, {}, namespace)
+        return module.loss_actor_and_critic(params, traj, gae, targets, StandIn(ppo.network), namespace["config"])[0]
+
+    losses = [their_update_minibatch(TrainState(jnp.int32(step)), config) for step in (0, 7, 8, 79)]
+    assert float(losses[0]) == pytest.approx(float(losses[1]))  # within one update (8 optimiser steps) p is fixed
+    expected = [ppo_loss(ppo, params, Batch(traj.obs, traj.action, traj.log_prob, traj.value, gae, targets),
+                         ppo.objectives.default_params(), p, PPOHyperparams(vf_coef=0.5, ent_coef=0.01))[0]
+                for p in (0.0, 0.1, 0.9)]
+    np.testing.assert_allclose([losses[0], losses[2], losses[3]], expected, rtol=1e-5, atol=1e-6)
+    assert abs(float(losses[3]) - float(losses[0])) > 1e-4  # p reaches the loss
+
+
+def test_a_drift_without_progress_needs_nothing_from_discogen(tmp_path):
+    module = _load(export_discogen(dpo_expression(1.3, 0.9), tmp_path))
+    assert "PROGRESS" not in (tmp_path / "loss.py").read_text()
+    dpo = Objectives(drift=ClosedFormDrift(dpo_expression(1.3, 0.9)))
+    ppo = PPO.create(make_env("CartPole-v1"), PPOConfig(hidden=(16,)), dpo)
+    params = ppo.network.init(jax.random.key(0), jnp.zeros((1, 4)))
+    traj, gae, targets = _minimal_inputs()
+    total, _ = module.loss_actor_and_critic(params, traj, gae, targets, StandIn(ppo.network),
+                                            {"CLIP_EPS": 0.2, "VF_COEF": 0.5, "ENT_COEF": 0.01})
+    assert np.isfinite(float(total))

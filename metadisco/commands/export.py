@@ -17,7 +17,7 @@ from metadisco_common.errors import MetadiscoError
 
 def run(args) -> None:
     from analysis.distillation.run import DISTILLABLE, distillable, pareto_rows, stored_report
-    from analysis.export import export_closed_form, export_discogen
+    from analysis.export import DISCOGEN_PROGRESS_LINES, drift_uses_progress, export_closed_form, export_discogen
     from analysis.runs import Run
     from meta_objectives.closed_form import closed_form_base
     from metadisco import api
@@ -66,6 +66,10 @@ def run(args) -> None:
         if "value_loss" not in expressions:
             print("value loss: PPO's clipped one")
         print(f"  loss.py: {path}\nuse it: copy it over the loss.py of DiscoGen's on-policy RL task")
+        if drift_uses_progress(expressions["drift"]):
+            print("the drift depends on training progress p: DiscoGen's template does not pass it, so the loss "
+                  "refuses to run until train.py does; before its grad_fn(...) call add:\n    "
+                  + "\n    ".join(DISCOGEN_PROGRESS_LINES))
         return
     name = args.name or "discovered_" + "_and_".join(expressions)
     # Plug points not exported as closed forms keep the run's own (fixed) objectives.
