@@ -23,13 +23,26 @@ pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_check_jaxlib_refuses_the_deadlocking_release():
-    with pytest.raises(RuntimeError, match=r"Python >= 3\.12") as err:
-        jaxlib_guard.check_jaxlib("0.10.2")
-    assert "0.10.2" in str(err.value)
+def test_check_jaxlib_refuses_the_deadlocking_release_and_says_what_it_guards():
+    # On Python 3.12 a jaxlib 0.10 can only come from around pyproject's bounds: say so, and how to fix it.
+    with pytest.raises(RuntimeError, match=r"jaxlib < 0\.11 deadlocks") as err:
+        jaxlib_guard.check_jaxlib("0.10.2", python=(3, 12, 1))
+    message = str(err.value)
+    assert "0.10.2" in message and "jaxlib >= 0.11.2 (pyproject.toml)" in message
+    assert "requirements.lock" in message and "Python >=" not in message
+    # On Python 3.11 the fix is a newer Python: jaxlib 0.11 has no wheels for it.
+    with pytest.raises(RuntimeError, match=r"no wheels for Python 3\.11\.9: install Python >= 3\.12"):
+        jaxlib_guard.check_jaxlib("0.10.2", python=(3, 11, 9))
     jaxlib_guard.check_jaxlib("0.11.2")
     jaxlib_guard.check_jaxlib("0.11.3rc1")
     jaxlib_guard.check_jaxlib()  # the installed one (importing meta_objectives already checked it)
+
+
+def test_the_guard_refuses_nothing_that_pyproject_allows():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (jaxlib_spec,) = [d for d in deps if re.split(r"[<>=!~ ]", d, maxsplit=1)[0] == "jaxlib"]
+    floor = _version(re.search(r">=\s*([\d.]+)", jaxlib_spec).group(1))
+    assert floor[:2] >= jaxlib_guard.MIN_JAXLIB, (jaxlib_spec, jaxlib_guard.MIN_JAXLIB)
 
 
 SEVERAL_PROGRAMS = textwrap.dedent(
