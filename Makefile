@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) $(PYTEST_ARGS)
 
-# The edit loop: the suite without its end-to-end tests marked slow (tests/conftest.py, SLOW).
+# The edit loop: the suite without its end-to-end tests marked slow (`@pytest.mark.slow` on each).
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not slow" $(PYTEST_ARGS)

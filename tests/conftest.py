@@ -32,36 +32,9 @@ compile_cache.configure()  # also stores programs from 0.1 s of compile time: te
 # over the whole suite, inside its run-to-run spread).
 gc.set_threshold(100_000, 50, 100)
 
-# The end-to-end tests that each took 25 s or more on 2 busy cores (`pytest --durations=40`):
-# `make test-fast` leaves them out for the edit loop; `make test` and CI run everything.
-SLOW = {
-    "test_cli.py": ("test_distil_export_and_evaluate_the_exported_closed_form", "test_the_readme_python_example_runs",
-                    "test_train_stop_resume_and_bad_input"),
-    "test_distributions.py": ("test_real_ppo_generation_over_rates_and_horizons",),
-    "test_engine.py": ("test_stop_and_resume_equals_uninterrupted_bit_for_bit", "test_two_devices_equal_one"),
-    "test_evaluate.py": (
-        "test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvement_one_half",
-        "test_an_evaluation_keeps_one_environments_programs_not_every_one", "test_evaluate_a_baseline_end_to_end",
-        "test_evaluate_a_run_directory_flags_its_meta_training_env",
-        "test_evaluate_run_defaults_to_the_held_out_set_it_declared",
-        "test_inner_settings_come_from_the_run_and_the_command_line",
-        "test_tune_lr_scores_every_method_at_its_own_best_rate_of_the_grid"),
-    "test_install.py": ("test_several_large_programs_in_one_process_do_not_hang",),
-    "test_library.py": ("test_the_examples_train_evaluate_and_plot_from_their_own_folder",),
-    "test_multihost.py": ("test_two_processes_equal_one",),
-    "test_objectives.py": ("test_objective_trains_vmapped_over_population",
-                           "test_ppo_run_with_lpo_at_init_is_bit_identical_to_ppo"),
-    "test_plots.py": ("test_plot_run_on_a_trained_run",),
-    "test_ppo.py": ("test_continuous_smoke", "test_critic_values_after_the_rollout_equal_those_in_the_loop",
-                    "test_ppo_rolls_out_with_the_configured_reset_ratio",
-                    "test_unrolling_the_scans_changes_nothing_but_the_program",
-                    "test_evaluation_curve_leaves_training_unchanged", "test_preset_validates_and_trains_shrunk",
-                    "test_reward_noise_corrupts_what_ppo_learns_from_and_not_the_scores",
-                    "test_vmap_over_population_and_keys_matches_separate_runs"),
-    "test_rundir.py": ("test_sigterm_writes_a_checkpoint_and_the_resumed_run_equals_an_uninterrupted_one",),
-    "test_search_health.py": ("test_a_rediscovery_problem_at_test_size_states_its_answer_and_ends_with_a_verdict",),
-    "test_search_spaces.py": ("test_export_of_a_run_that_evolved_a_family_writes_the_member_itself",),
-}
+# The end-to-end tests that each took 25 s or more on 2 busy cores (`pytest --durations=40`) carry
+# `@pytest.mark.slow` (registered in pyproject.toml): `make test-fast` leaves them out for the edit
+# loop; `make test` and CI run everything.
 
 
 # The files that take longest, longest first (summed test time in a whole-suite run at 32bdc3d):
@@ -77,11 +50,6 @@ LONGEST_FIRST = ("test_ppo.py", "test_evaluate.py", "test_engine.py", "test_cli.
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
-    for item in items:
-        if item.originalname in SLOW.get(item.path.name, ()):
-            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept
 

@@ -45,6 +45,7 @@ def test_the_cli_docstring_names_every_verb():
     assert named == [verb.__name__.rsplit(".", 1)[1] for verb in VERBS]
 
 
+@pytest.mark.slow
 def test_train_stop_resume_and_bad_input(tmp_path, capsys):
     run_dir = tmp_path / "run"
     # a time limit shorter than one generation: the first one runs (nothing is measured before it),
@@ -135,6 +136,7 @@ def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
     assert [m.step for m in history] == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
     """The analysis chain a user runs after training a drift and a value loss together:
     distil -> export (both closed forms in one objectives file) -> evaluate the export."""
@@ -200,6 +202,7 @@ def test_distil_says_what_to_do_for_a_shaping_run(tmp_path, capsys):
         assert "evaluate it as it is" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_readme_python_example_runs():
     """The README's inner-loop example is code a user will paste: it must run as written."""
     import pathlib

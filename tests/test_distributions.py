@@ -242,6 +242,7 @@ def test_horizons_are_separate_programs_with_their_own_progress():
     assert trainer.steps_per_generation == 4 * 2 * (1024 + 2048) // 2  # pop 4, 2 seeds, the mean horizon
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_real_ppo_generation_over_rates_and_horizons(tmp_path):
     """The real inner loop under every lever that changes what it compiles: the drawn lr is a traced

@@ -105,6 +105,7 @@ def uninterrupted(tmp_path_factory, trainer):
     return path
 
 
+@pytest.mark.slow
 def test_stop_and_resume_equals_uninterrupted_bit_for_bit(tmp_path, uninterrupted, trainer):
     path = tmp_path / "run"
     run(tiny_config(), path, progress=False, stop_after=2, log=lambda *a: None, trainer=trainer)
@@ -176,6 +177,7 @@ def test_an_existing_run_directory_is_never_overwritten_silently(uninterrupted):
     assert (uninterrupted / "metrics.jsonl").read_text() == before
 
 
+@pytest.mark.slow
 def test_two_devices_equal_one(uninterrupted, trainer, tmp_path):
     assert len(jax.devices()) >= 2, "conftest sets two CPU host devices"
     assert trainer.mesh.devices.size == 2

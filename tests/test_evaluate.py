@@ -61,6 +61,7 @@ def tiny_run(tmp_path_factory):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvement_one_half(tmp_path, programs):
     copy = tmp_path / "ppo_copy.json"  # PPO's objectives as a file target: a second label, same program
     save_objectives(copy, Objectives(), Objectives().init(jax.random.key(0)))
@@ -96,6 +97,7 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
     json.dumps(results, allow_nan=False)  # plain JSON throughout
 
 
+@pytest.mark.slow
 def test_tune_lr_scores_every_method_at_its_own_best_rate_of_the_grid(programs):
     results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=2, budget=4096, tune_lr=True, progress=False,
                           programs=programs, bootstrap_reps=200)
@@ -261,6 +263,7 @@ def baseline_cli(tmp_path_factory):
     return code, stdout.getvalue(), stderr.getvalue(), out, programs
 
 
+@pytest.mark.slow
 def test_evaluate_a_baseline_end_to_end(baseline_cli):
     code, stdout, err, out, _ = baseline_cli
     assert code == 0, err
@@ -321,6 +324,7 @@ def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
         resolve_target(f"{run.path}:init")
 
 
+@pytest.mark.slow
 def test_evaluate_a_run_directory_flags_its_meta_training_env(tiny_run, capsys):
     target = resolve_target(f"{tiny_run}:best")
     assert target.label == "run:best" and target.meta_train_envs == ("CartPole-v1",)
@@ -448,6 +452,7 @@ def test_building_the_parser_does_not_import_jax():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, tmp_path, capsys, monkeypatch):
     """CPU-sized Brax needs the run's small PPO settings, not the accelerator preset: --inner-from-run
     takes the run's inner section (not its budget), --inner overrides it; bad values fail first."""
@@ -492,6 +497,7 @@ def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, tmp_pat
     assert all(c.num_envs == 2 and tuple(c.hidden) == (8,) and c.total_timesteps == 2048 for _, c in programs.configs)
 
 
+@pytest.mark.slow
 def test_evaluate_run_defaults_to_the_held_out_set_it_declared(tiny_run, tmp_path, capsys):
     """A run that fixed its held-out set before it ran (config `heldout`) is judged on that set by
     `metadisco evaluate RUN` with no environments named; flags still win over the declaration."""
@@ -561,6 +567,7 @@ def _memory_mappings() -> int:
         return sum(1 for _ in maps)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="counts Linux memory mappings")
 def test_an_evaluation_keeps_one_environments_programs_not_every_one(baseline_cli):

@@ -67,6 +67,7 @@ SEVERAL_PROGRAMS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_several_large_programs_in_one_process_do_not_hang():
     # jaxlib 0.10.2 (the newest for Python 3.11) hung forever in block_until_ready on the second of
     # such programs on a 2-core CPU, all threads idle; jaxlib 0.11.2 ran the same sequences. The

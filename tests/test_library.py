@@ -39,6 +39,7 @@ def project(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_examples_train_evaluate_and_plot_from_their_own_folder(project, monkeypatch, capsys):
     """Train, evaluate and plot as `metadisco` run in the user's folder: the command's `main` in this

@@ -30,6 +30,7 @@ def _metrics(path):
     return [{k: r[k] for k in ("fitness_mean", "fitness_max", "fitness_min", "best_fitness")} for r in rows]
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one(tmp_path, capsys):
     # One process with two devices: this process (conftest sets two CPU devices), the same command
     # in-process; its program is tests/test_engine.py's tiny_config(), compiled once in the suite.

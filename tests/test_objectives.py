@@ -155,6 +155,7 @@ def cartpole():
     return make_env("CartPole-v1")
 
 
+@pytest.mark.slow
 def test_ppo_run_with_lpo_at_init_is_bit_identical_to_ppo(cartpole):
     key = jax.random.key(3)
     ppo = jax.jit(make_train(cartpole, TINY))(key, {})
@@ -306,6 +307,7 @@ POPULATION_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(POPULATION_CASES))
 def test_objective_trains_vmapped_over_population(cartpole, case):
     plugs = POPULATION_CASES[case](cartpole)

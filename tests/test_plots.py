@@ -389,6 +389,7 @@ def trained_run(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_plot_run_on_a_trained_run(trained_run):
     written = plots.plot_run(trained_run)
     assert list(written) == ["training_curves", "drift_surface", "drift_slices", "report"]

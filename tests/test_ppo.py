@@ -179,6 +179,7 @@ def lpo_runs(cartpole):
                 batched=batched)
 
 
+@pytest.mark.slow
 def test_vmap_over_population_and_keys_matches_separate_runs(lpo_runs):
     separate = np.stack([np.asarray(r.returns) for r in lpo_runs["separate"]])
     batched = np.asarray(lpo_runs["batched"].returns)
@@ -341,6 +342,7 @@ def test_ppo_critic_does_not_bootstrap_through_termination():
     np.testing.assert_allclose(targets, 1.0, atol=0.05)
 
 
+@pytest.mark.slow
 def test_critic_values_after_the_rollout_equal_those_in_the_loop(cartpole, monkeypatch):
     # Small observations get V(obs) and V(final_obs) in one critic pass after the rollout (a speed
     # change): it must give exactly what per-step passes give, through truncations, for the whole
@@ -451,6 +453,7 @@ def test_every_environment_has_a_preset():
     assert {preset_name(name) for name in available_envs()} == set(PRESETS) == set(FAMILY_ENV)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(PRESETS))
 def test_preset_validates_and_trains_shrunk(family):
     preset = PRESETS[family]
@@ -487,6 +490,7 @@ def test_train_vmaps_over_environment_parameters(lpo_runs):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, config",
     [("Pendulum-v1", PPOConfig(num_envs=4, num_steps=32, total_timesteps=1024, hidden=(16,), num_minibatches=2))],
@@ -721,6 +725,7 @@ def test_learning_curve_never_looks_ahead_and_evaluation_is_the_policys():
     assert float(long.eval_return) > float(long.returns[long.returns.shape[0] // 2])
 
 
+@pytest.mark.slow
 def test_evaluation_curve_leaves_training_unchanged(cartpole):
     config = TEN
     plain = _run("CartPole-v1", config)  # key 3
@@ -847,6 +852,7 @@ def test_a_core_with_its_own_step_ignores_the_reset_ratio(cartpole):
     jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
+@pytest.mark.slow
 def test_ppo_rolls_out_with_the_configured_reset_ratio(cartpole):
     shared = _run("CartPole-v1", TEN.replace(reset_ratio=4))  # one reset per step for 4 environments
     plain = _run("CartPole-v1", TEN)
@@ -854,6 +860,7 @@ def test_ppo_rolls_out_with_the_configured_reset_ratio(cartpole):
     assert float(shared.eval_return) > float(shared.init_eval_return)  # and PPO still learns with it
 
 
+@pytest.mark.slow
 def test_unrolling_the_scans_changes_nothing_but_the_program(cartpole):
     unrolled = _run("CartPole-v1", TEN.replace(scan_unroll=4))  # rollout and minibatch scans, 4 steps a trip
     jax.tree.map(np.testing.assert_array_equal, unrolled, _run("CartPole-v1", TEN))
@@ -862,6 +869,7 @@ def test_unrolling_the_scans_changes_nothing_but_the_program(cartpole):
     assert programs[0] != programs[1]  # the option reaches the scans
 
 
+@pytest.mark.slow
 def test_reward_noise_corrupts_what_ppo_learns_from_and_not_the_scores(cartpole):
     """PPOConfig.reward_noise adds Student-t noise to the training rewards only: the learning
     curve and the final-policy evaluation count CartPole's clean +1 per step (whole numbers per

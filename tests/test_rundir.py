@@ -153,6 +153,7 @@ def test_every_file_written_follows_the_umask(tmp_path, cfg, trainer):
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in written} == {p.name: oct(0o640) for p in written}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sigterm_writes_a_checkpoint_and_the_resumed_run_equals_an_uninterrupted_one(tmp_path):
     # tests/test_engine.py's tiny_config() program (TINY with LPO of 8 hidden units, 2 seeds per

@@ -164,6 +164,7 @@ def test_a_run_that_finds_its_expected_answer_says_found(tmp_path):
     assert verdict(row, ExpectConfig()) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["rediscover_trust_region", "rediscover_value_loss", "rediscover_shaping"])
 def test_a_rediscovery_problem_at_test_size_states_its_answer_and_ends_with_a_verdict(experiment, tmp_path):
     """The named rediscovery problems at test size: the expected answer and pass criterion are

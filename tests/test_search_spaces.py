@@ -286,6 +286,7 @@ def test_a_ppo_run_with_drift_mix_and_learned_clipped_at_init_is_ppo_bit_for_bit
     assert np.asarray(ppo.returns).std() > 0  # a real learning curve, not a constant
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path, capsys):
     """No distillation: `metadisco export RUN` writes the evolved member's own closed form.
