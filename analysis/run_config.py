@@ -57,8 +57,6 @@ class InnerConfig:
     eval_episodes: int | None = None  # final-policy evaluation episodes per mode (final_eval fitness)
     reward_noise: float | None = None  # scale of Student-t noise on the rewards PPO learns from (returns stay clean)
     reward_noise_df: float | None = None  # its degrees of freedom
-    reset_ratio: int | None = None  # optimistic resets: one fresh reset per this many environments per step
-    scan_unroll: int | None = None  # unroll factor of the rollout and minibatch scans
     lr: float | None = None
     gamma: float | None = None
     gae_lambda: float | None = None
@@ -270,6 +268,32 @@ class RunConfig:
         if isinstance(d.get("objectives"), dict):
             d = {**d, "objectives": upgrade_section(d["objectives"])}
         return read_section(cls, d, "")
+
+    @classmethod
+    def from_stored(cls, d: dict) -> RunConfig:
+        """From a run directory's config.json (`analysis.runs.Run.config`): `from_dict`, after
+        dropping the removed fields (`REMOVED`) that hold a value that ran as today's code runs,
+        so a run written before their removal still reads. Any other value of one is a ConfigError
+        saying what was removed; in an experiment file or an override one is an unknown field."""
+        for (section, name), (inert, what) in REMOVED.items():
+            stored = d.get(section)
+            if not isinstance(stored, dict) or name not in stored:
+                continue
+            if stored[name] not in inert:
+                allowed = " or ".join("null" if v is None else repr(v) for v in inert)
+                raise ConfigError(f"{section}.{name} = {stored[name]!r}: this run used {what}; this metadisco "
+                                  f"reads the field only at {allowed}, where it changed nothing")
+            d = {**d, section: {k: v for k, v in stored.items() if k != name}}
+        return cls.from_dict(d)
+
+
+# Fields that run configs once had and that were removed, with the values that ran as the code
+# runs today (None: the preset's; 1: the option off) and what became of them. Both were measured
+# and bought nothing (docs/benchmark_results/speed_changes.md, "Removed in issue 39").
+REMOVED = {
+    ("inner", "reset_ratio"): ((None, 1), "optimistic resets, removed in issue 39"),
+    ("inner", "scan_unroll"): ((None, 1), "scan unrolling, removed in issue 39"),
+}
 
 
 def _unwrap_optional(tp):

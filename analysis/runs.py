@@ -150,15 +150,16 @@ class Run:
             raise RunDirError(f"{path} is corrupt ({e})") from None
 
     def config(self) -> RunConfig:
-        """The resolved config the run was started with, read as `RunConfig.from_dict` reads it (a
-        field the file lacks takes RunConfig's default, as `metadisco train --resume` reads it)."""
+        """The resolved config the run was started with, read by `RunConfig.from_stored` (a field
+        the file lacks takes RunConfig's default; a removed field at a value that changes nothing is
+        dropped), as `metadisco train --resume` reads it."""
         if not self.path.is_dir():
             raise RunDirError(f"no run directory at {self.path}; `metadisco train --run-dir {self.path}` creates one")
         config = self.read_json("config.json")
         if not isinstance(config, dict):
             raise RunDirError(f"{self.config_path} is corrupt (not a JSON object)")
         try:
-            return RunConfig.from_dict(config)
+            return RunConfig.from_stored(config)
         except ConfigError as e:
             raise RunDirError(f"{self.config_path} is not a run config this metadisco reads: {e}") from None
 

@@ -1,19 +1,19 @@
 """What a PPO setting buys in whole runs: the preset against variants of it, compile excluded.
 
-    python benchmarks/ppo_variants.py --variants reset_ratio=4 reset_ratio=16 \
+    python benchmarks/ppo_variants.py --variants num_minibatches=8 update_epochs=2,num_minibatches=8 \
         [--envs CartPole-v1,Breakout-MinAtar] [--agents 8,64] [--reps 5] [--eval-episodes 0] [--out FILE.json]
 
-Each variant is PPOConfig field overrides (`scan_unroll=4`, `reset_ratio=16,scan_unroll=2`,
-`eval_greedy=false`). Each cell trains `agents` PPO agents vmapped over keys (the environment's
-preset; the initial and final policies evaluated over `--eval-episodes` episodes per mode, none by
-default), one program per variant compiled ahead of time, calls
-alternating between them; the fastest and the median of `--reps` timed calls are reported, and
-each variant's speed relative to the preset (the fastest calls, and the median of the
+Each variant is PPOConfig field overrides of numbers or true / false (`num_minibatches=8`,
+`update_epochs=2,num_minibatches=8`, `eval_greedy=false`). Each cell trains `agents` PPO agents
+vmapped over keys (the environment's preset; the initial and final policies evaluated over
+`--eval-episodes` episodes per mode, none by default), one program per variant compiled ahead of
+time, calls alternating between them; the fastest and the median of `--reps` timed calls are
+reported, and each variant's speed relative to the preset (the fastest calls, and the median of the
 per-repetition ratios). Also reported: the mean final training return and final-policy evaluation
-(sampled) per variant, a check on
-the learning curve and not a comparison of results (a variant may change what is computed).
-The levers measured with it are in docs/benchmarks.md ("Optimistic resets", "Scan unrolling",
-"Greedy episodes").
+(sampled) per variant, a check on the learning curve and not a comparison of results (a variant may
+change what is computed). The levers measured with it are in docs/benchmarks.md ("Greedy
+episodes", "XLA CPU flags") and docs/benchmark_results/speed_changes.md (optimistic resets and scan
+unrolling, measured with it in issue 28 and removed in issue 39).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def timed(fn, *args) -> float:
 
 
 def parse_variant(text: str) -> dict:
-    """"reset_ratio=4,eval_greedy=false" -> {"reset_ratio": 4, "eval_greedy": False} (integers,
-    floats, true / false)."""
+    """"num_minibatches=8,eval_greedy=false" -> {"num_minibatches": 8, "eval_greedy": False}
+    (integers, floats, true / false)."""
     out = {}
     for item in filter(None, text.split(",")):
         name, _, value = item.partition("=")

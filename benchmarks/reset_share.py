@@ -1,12 +1,14 @@
 """What an auto-reset costs: the share of a vectorised gymnax step spent on the reset it always computes.
 
 gymnax's `Environment.step` runs `step_env` and `reset_env` for every environment and selects the
-reset where an episode ended; an optimistic reset (Craftax's `OptimisticResetVecEnvWrapper`) would
-compute one reset per `reset_ratio` environments instead. Before building it (issue 28), this
-measures the ceiling of what it can save: per environment and batch size, the time of a jitted,
-scanned loop of `steps` vectorised calls of (a) gymnax's auto-resetting `step`, (b) `step_env`
-alone (no reset), (c) `reset_env` alone, with random actions. (a) - (b) is what resets cost now;
-an optimistic reset with ratio k costs about (b) + (c)/k plus a gather.
+reset where an episode ended; an optimistic reset (Craftax's `OptimisticResetVecEnvWrapper`)
+computes one reset per k environments instead. Before building one (issue 28), this measured the
+ceiling of what it can save: per environment and batch size, the time of a jitted, scanned loop of
+`steps` vectorised calls of (a) gymnax's auto-resetting `step`, (b) `step_env` alone (no reset),
+(c) `reset_env` alone, with random actions. (a) - (b) is what resets cost; an optimistic reset with
+ratio k costs about (b) + (c)/k plus a gather. (The optimistic reset was then built, measured in
+whole PPO runs at 0.99-1.01x, and removed in issue 39: docs/benchmark_results/speed_changes.md.
+This script uses gymnax alone, so it still runs.)
 
     .venv/bin/python benchmarks/reset_share.py --envs Breakout-MinAtar,CartPole-v1 --batch 64,512
 

@@ -119,52 +119,12 @@ class Env:
         obs, inner, reward, terminated, truncated, info = self.core.step(key, state.inner, self._action(action), params)
         return self._record(state, obs, inner, reward, terminated, truncated, info["final_observation"])
 
-    @property
-    def resets_optimistically(self) -> bool:
-        """Whether `step_batch` can share resets: the core is a gymnax `Environment` that keeps
-        gymnax's own `step` (step_env, is_truncated, then a full reset_env selected where done)."""
-        return self.truncates_only_at_time_limit
-
-    def step_batch(self, key: jax.Array, state: EnvState, action: jax.Array, params: Any = None,
-                   reset_ratio: int = 1) -> Step:
-        """Step a batch of environments ([n] leading axis on `state` and `action`), auto-resetting.
-
-        reset_ratio = 1: each environment steps with its own `step` (key i of split(key, n)).
-        reset_ratio = k > 1 (cores that `resets_optimistically`, others ignore it): Craftax's optimistic
-        reset (`OptimisticResetVecEnvWrapper` in craftax/environment_base/wrappers.py, Matthews et al.
-        2024, "Craftax"). The step computes ceil(n / k) fresh resets instead of n, and the j-th environment whose
-        episode ended in this step (in index order) starts from reset j mod ceil(n / k). So when more
-        than n / k episodes end in one step, some start from the same initial state. The transitions
-        (step_env, keys) are those of k = 1 (up to float rounding: another program); the states
-        after a reset differ. On 2 CPU cores it buys nothing measurable in a PPO run (0.99-1.01x on
-        CartPole and MinAtar: docs/benchmarks.md, "Optimistic resets"), so PPO's default is k = 1.
-        """
+    def step_batch(self, key: jax.Array, state: EnvState, action: jax.Array, params: Any = None) -> Step:
+        """Step a batch of environments ([n] leading axis on `state` and `action`), auto-resetting:
+        environment i steps with its own `step` and key i of split(key, n)."""
         params = self.default_params if params is None else params
-        n = action.shape[0]
-        keys = jax.random.split(key, n)
-        if reset_ratio == 1 or not self.resets_optimistically:
-            return jax.vmap(lambda k, s, a: self.step(k, s, a, params))(keys, state, action)
-        core = self.core
-
-        def transition(k, inner, a):
-            k_step, _ = jax.random.split(k)  # gymnax's step: (key_step, key_reset) = split(key)
-            obs, nxt, reward, terminated, _ = core.step_env(k_step, inner, a, params)
-            return obs, nxt, reward, terminated, core.is_truncated(nxt, params)
-
-        obs_st, inner_st, reward, terminated, truncated = jax.vmap(transition)(keys, state.inner, self._action(action))
-        done = jnp.logical_or(terminated, truncated)
-        num_resets = -(-n // reset_ratio)
-        obs_re, inner_re = jax.vmap(core.reset_env, in_axes=(0, None))(
-            jax.random.split(jax.random.fold_in(key, n), num_resets), params)
-        slot = (jnp.cumsum(done) - 1) % num_resets  # the j-th ended episode takes reset j mod num_resets
-
-        def select(fresh, stepped):
-            fresh = fresh[0] if num_resets == 1 else fresh[slot]  # one reset: broadcast, no gather
-            return jnp.where(done.reshape(done.shape + (1,) * (stepped.ndim - 1)), fresh, stepped)
-
-        inner = jax.tree.map(select, inner_re, inner_st)
-        obs = select(obs_re, obs_st)
-        return jax.vmap(self._record)(state, obs, inner, reward, terminated, truncated, obs_st)
+        keys = jax.random.split(key, action.shape[0])
+        return jax.vmap(lambda k, s, a: self.step(k, s, a, params))(keys, state, action)
 
     def _action(self, action: jax.Array) -> jax.Array:
         """The action as the core takes it: clipped to the bounds (continuous), scalar if it must be."""

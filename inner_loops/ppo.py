@@ -76,11 +76,6 @@ class PPOConfig:
     # PPO learns from gets scale * t(df) noise added; episode returns and evaluations stay clean.
     reward_noise: float = 0.0  # scale of the Student-t noise (0: none)
     reward_noise_df: float = 1.5  # its degrees of freedom (<= 2: infinite variance)
-    # Optimistic resets (Env.step_batch): a rollout step computes ceil(num_envs / reset_ratio) fresh
-    # resets and shares them among the environments whose episode ended; 1: one reset per env.
-    reset_ratio: int = 1
-    # Unroll factor of the rollout and minibatch scans (a CPU loop-overhead lever; docs/benchmarks.md).
-    scan_unroll: int = 1
     hparams: PPOHyperparams = field(default_factory=PPOHyperparams)
 
     @property
@@ -117,8 +112,7 @@ class PPOConfig:
 
     def validate(self) -> PPOConfig:
         """Raise ValueError (before anything compiles) for a config that cannot run."""
-        for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches", "reset_ratio",
-                     "scan_unroll"):
+        for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"PPO config: {name} must be a positive integer, got {getattr(self, name)}")
         for name in ("eval_episodes", "eval_points"):
@@ -458,7 +452,7 @@ def collect(ppo: PPO, runner: Runner, inputs: TrainInputs) -> tuple[Runner, Tran
         obs = norm(runner.obs)
         pi = network.apply(runner.params, obs, method=network.policy)
         action, log_prob = networks.sample(env.discrete, pi, k_act)
-        step = env.step_batch(k_env, runner.env_state, action, inputs.env_params, config.reset_ratio)
+        step = env.step_batch(k_env, runner.env_state, action, inputs.env_params)
         reward_norm, reward = training_reward(ppo, inputs, runner.reward_norm, runner.obs, step, k_env)
         transition = Transition(runner.obs, action, log_prob, reward, step.terminated, step.truncated,
                                 step.episode_return)
@@ -478,8 +472,7 @@ def collect(ppo: PPO, runner: Runner, inputs: TrainInputs) -> tuple[Runner, Tran
         return (runner, kept), (transition, in_step)
 
     kept = jnp.zeros_like(norm(runner.obs)) if plan.from_successor else None
-    (runner, kept), (traj, in_step) = jax.lax.scan(env_step, (runner, kept), None, config.num_steps,
-                                                    unroll=config.scan_unroll)
+    (runner, kept), (traj, in_step) = jax.lax.scan(env_step, (runner, kept), None, config.num_steps)
     tail = jnp.stack([kept, norm(runner.obs)]) if plan.from_successor else None
     values = bootstrap_values(plan, functools.partial(critic, runner.params), norm(traj.obs), traj.truncated,
                               in_step, tail)
@@ -576,7 +569,7 @@ def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, progress, 
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), (loss, aux.samples)
 
-    return jax.lax.scan(minibatch_step, train_state, (steps, envs), unroll=config.scan_unroll)
+    return jax.lax.scan(minibatch_step, train_state, (steps, envs))
 
 
 def update(ppo: PPO, runner: Runner, update_idx, inputs: TrainInputs) -> tuple[Runner, UpdateInfo]:

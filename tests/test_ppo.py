@@ -550,8 +550,6 @@ def test_ppo_moves_a_gaussian_policy_to_the_best_continuous_action():
         (dict(num_steps=-1), r"num_steps must be a positive integer"),
         (dict(num_minibatches=0), r"num_minibatches must be a positive integer"),
         (dict(update_epochs=0), r"update_epochs must be a positive integer"),
-        (dict(reset_ratio=0), r"reset_ratio must be a positive integer"),
-        (dict(scan_unroll=0), r"scan_unroll must be a positive integer"),
         (dict(total_timesteps=100), r"total_timesteps = 100 is less than one rollout.*512"),
         (dict(hidden=()), r"hidden"),
         (dict(lr=-1.0), r"lr > 0"),
@@ -802,71 +800,6 @@ def test_brax_auto_reset_restarts_from_the_first_state():
     assert np.all(np.diff(np.concatenate([[-1], ends])) <= 5)  # never past the 5-step limit
     for e in ends:
         np.testing.assert_array_equal(steps.obs[e], obs0)
-
-
-def _random_rollout(env, n: int, steps: int, reset_ratio: int):
-    """`steps` steps of `n` environments under uniformly random actions, through `step_batch`."""
-    _, state = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), n))
-
-    def body(state, key):
-        k_act, k_env = jax.random.split(key)
-        step = env.step_batch(k_env, state, jax.random.randint(k_act, (n,), 0, env.num_actions), None, reset_ratio)
-        return step.state, step
-
-    return jax.jit(lambda s: jax.lax.scan(body, s, jax.random.split(jax.random.key(1), steps))[1])(state)
-
-
-def test_optimistic_resets_share_fresh_starts_and_keep_the_episode_statistics(cartpole):
-    n, ratio = 64, 32  # two fresh resets per step for 64 environments
-    base, shared = _random_rollout(cartpole, n, 400, 1), _random_rollout(cartpole, n, 400, ratio)
-    done = np.asarray(shared.done)
-    # Until an environment's first episode ends, the transitions are those of reset_ratio = 1 (up to
-    # float rounding: XLA compiles the two programs apart).
-    first_end = done.argmax(axis=0)
-    for i in range(n):
-        np.testing.assert_allclose(shared.final_obs[: first_end[i] + 1, i], base.final_obs[: first_end[i] + 1, i],
-                                   rtol=1e-5, atol=1e-6)
-    # An ended episode restarts from a fresh reset (counters at 0, CartPole's start box), and the
-    # environments ended in one step share at most n / ratio starts.
-    assert np.all(np.asarray(shared.state.inner.time)[done] == 0)
-    assert np.all(np.asarray(shared.state.episode_length)[done] == 0)
-    assert np.all(np.abs(np.asarray(shared.obs)[done]) <= 0.05)
-    crowded = [t for t in range(done.shape[0]) if done[t].sum() > n // ratio]
-    assert crowded, "no step ended more episodes than there are resets: the sharing is not exercised"
-    for t in crowded:
-        assert len(np.unique(np.asarray(shared.obs[t])[done[t]], axis=0)) <= n // ratio
-    # The episodes are the same in distribution: mean lengths within 4 standard errors.
-    a = np.asarray(base.episode_length)[np.asarray(base.done)]
-    b = np.asarray(shared.episode_length)[done]
-    assert abs(a.mean() - b.mean()) < 4 * np.sqrt(a.var() / a.size + b.var() / b.size), (a.mean(), b.mean())
-
-
-def test_a_core_with_its_own_step_ignores_the_reset_ratio(cartpole):
-    class OwnStep(type(cartpole.core)):  # not gymnax's step: its resets are its own business
-        def step(self, key, state, action, params=None):
-            return super().step(key, state, action, params)
-
-    own = from_gymnax(OwnStep(), cartpole.default_params)
-    assert cartpole.resets_optimistically and not own.resets_optimistically
-    a, b = _random_rollout(own, 8, 60, 1), _random_rollout(own, 8, 60, 8)
-    jax.tree.map(np.testing.assert_array_equal, a, b)
-
-
-@pytest.mark.slow
-def test_ppo_rolls_out_with_the_configured_reset_ratio(cartpole):
-    shared = _run("CartPole-v1", TEN.replace(reset_ratio=4))  # one reset per step for 4 environments
-    plain = _run("CartPole-v1", TEN)
-    assert not np.array_equal(np.asarray(shared.returns), np.asarray(plain.returns))  # the option reaches the rollout
-    assert float(shared.eval_return) > float(shared.init_eval_return)  # and PPO still learns with it
-
-
-@pytest.mark.slow
-def test_unrolling_the_scans_changes_nothing_but_the_program(cartpole):
-    unrolled = _run("CartPole-v1", TEN.replace(scan_unroll=4))  # rollout and minibatch scans, 4 steps a trip
-    jax.tree.map(np.testing.assert_array_equal, unrolled, _run("CartPole-v1", TEN))
-    programs = [jax.jit(make_train(cartpole, TEN.replace(scan_unroll=u))).lower(jax.random.key(3), {}).as_text()
-                for u in (1, 4)]
-    assert programs[0] != programs[1]  # the option reaches the scans
 
 
 @pytest.mark.slow

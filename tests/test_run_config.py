@@ -67,3 +67,43 @@ def test_every_inner_field_reaches_the_ppo_config(env):
     config = ppo_config(RunConfig(envs=(env,), inner=InnerConfig(**given)), env)
     got = {n: getattr(config.hparams if n in PPOHyperparams.__dataclass_fields__ else config, n) for n in given}
     assert got == given
+
+
+def _stored_run(tmp_path, **inner):
+    """A run directory whose config.json is today's default config with `inner` added."""
+    import json
+
+    config = RunConfig().to_dict()
+    config["inner"] = {**config["inner"], **inner}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+@pytest.mark.parametrize("removed", [dict(reset_ratio=None, scan_unroll=None), dict(reset_ratio=1, scan_unroll=1)])
+def test_a_stored_config_with_removed_fields_at_values_that_change_nothing_still_reads(tmp_path, removed):
+    from analysis.runs import Run
+
+    assert Run(_stored_run(tmp_path, **removed)).config() == RunConfig()
+
+
+def test_the_committed_gpu_runs_configs_with_removed_fields_still_read():
+    import json
+    import pathlib
+
+    from analysis.runs import Run
+
+    path = pathlib.Path(__file__).parents[1] / "docs/results/gpu_runs/drift_mix_minatar_gpu_seed0"
+    assert "reset_ratio" in json.loads((path / "config.json").read_text())["inner"]  # written before issue 39
+    assert Run(path).config().envs == ("Breakout-MinAtar", "SpaceInvaders-MinAtar", "Asterix-MinAtar")
+
+
+def test_a_removed_field_that_changed_the_run_or_is_set_anew_is_refused(tmp_path):
+    from analysis.runs import Run, RunDirError
+    from metadisco.config import resolve
+    from metadisco_common.errors import ConfigError
+
+    with pytest.raises(RunDirError, match=r"inner.reset_ratio = 4: this run used optimistic resets, removed in issue 39"):
+        Run(_stored_run(tmp_path, reset_ratio=4)).config()
+    for item in ("inner.reset_ratio=0.5", "inner.scan_unroll=1"):  # on the command line: a field like any unknown one
+        with pytest.raises(ConfigError, match=rf"unknown config field '{item.split('=')[0]}'"):
+            resolve(None, [item])
