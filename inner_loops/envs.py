@@ -95,6 +95,9 @@ class Env:
     scalar_action: bool = False  # the core takes a scalar continuous action (a Box of shape ())
     max_episode_steps: int | None = None  # the time limit of `default_params` (caps evaluation episodes)
     truncates_only_at_time_limit: bool = False  # `truncated` means only that the time limit was reached
+    # Where that limit is: params.max_steps_in_episode (gymnax's `is_truncated`), or, False, the
+    # core's own, `max_episode_steps` whatever the parameters (brax: `BraxCore.episode_length`).
+    time_limit_in_params: bool = True
 
     @property
     def library(self) -> str:
@@ -107,11 +110,12 @@ class Env:
 
     def time_limit(self, params: Any) -> int | None:
         """The episode length at which, and only at which, an episode is truncated under `params`:
-        None unless truncation is known to mean only that and the limit is a concrete number (under
-        jit, `params` other than `default_params` are traced)."""
+        None unless truncation is known to mean only that and the limit is a number. Read from the
+        parameters' values (`time_limit_in_params`; None where they are traced, e.g. passed into
+        jit) or the core's own, never from which object `params` is: a copy answers the same."""
         if not self.truncates_only_at_time_limit:
             return None
-        return self.max_episode_steps if params is self.default_params else _time_limit(params)
+        return _time_limit(params) if self.time_limit_in_params else self.max_episode_steps
 
     def step(self, key: jax.Array, state: EnvState, action: jax.Array, params: Any = None) -> Step:
         """action: [] int (discrete) or [num_actions] float (continuous; clipped to the bounds)."""
@@ -263,6 +267,7 @@ def from_brax(env, name: str, episode_length: int = BRAX_EPISODE_LENGTH) -> Env:
         action_high=1.0,
         max_episode_steps=episode_length,
         truncates_only_at_time_limit=True,
+        time_limit_in_params=False,
     )
 
 

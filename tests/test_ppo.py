@@ -4,6 +4,7 @@ Compiled train functions are shared through module-scoped fixtures (a PPO compil
 seconds on the CPU); every config here is small.
 """
 
+import copy
 import dataclasses
 import functools
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from inner_loops import (
 from inner_loops import envs as envs_module
 from inner_loops.catalog import DEFAULT_BRAX_BACKEND
 from inner_loops.envs import from_brax, from_gymnax
-from inner_loops.ppo import PPO, Batch, ObsNorm, RewardNorm, carry_forward, evaluate, ppo_loss
+from inner_loops.ppo import PPO, Batch, CriticPlan, ObsNorm, RewardNorm, carry_forward, evaluate, ppo_loss
 from meta_objectives import LPO, Objectives
 from meta_objectives.value_loss import ClippedL2
 
@@ -413,6 +414,48 @@ def test_time_limit_is_known_only_when_it_is_the_only_truncation(cartpole):
             return super().step(key, state, action, params)
 
     assert from_gymnax(OwnStep(), cartpole.default_params).time_limit(cartpole.default_params) is None
+
+
+@struct.dataclass
+class _SlideState:
+    obs: jax.Array
+    reward: jax.Array
+    done: jax.Array
+
+
+class _Slide:
+    """A brax-style `Env` (reset(key), step(state, action)) without physics: a point in the plane
+    pushed by the action, rewarded for staying near the origin; it never terminates."""
+
+    observation_size, action_size = 2, 1
+
+    def reset(self, key):
+        return _SlideState(jax.random.uniform(key, (2,), minval=-1.0, maxval=1.0), jnp.float32(0.0), jnp.float32(0.0))
+
+    def step(self, state, action):
+        obs = state.obs + 0.1 * jnp.concatenate([action, -action])
+        return _SlideState(obs, -jnp.sum(obs**2), jnp.float32(0.0))
+
+
+@pytest.mark.parametrize("name", ["CartPole-v1", "brax-style"])
+def test_a_copy_of_the_environment_parameters_takes_the_same_critic_plan_bit_for_bit(name):
+    # The critic plan reads the time limit from the parameters' values (gymnax) or the core
+    # (brax: its episode length, whatever the parameters), never from which object they are.
+    env = make_env(name) if name != "brax-style" else from_brax(_Slide(), name, episode_length=20)
+    config = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 4, hidden=(8,), num_minibatches=2,
+                       eval_episodes=2)
+    ppo = PPO.create(env, config)
+    copies = [jax.tree.map(lambda x: x, env.default_params), copy.deepcopy(env.default_params)]
+    assert all(c is not env.default_params for c in copies)
+    plan = CriticPlan.of(ppo, env.default_params)
+    assert plan.from_successor and all(CriticPlan.of(ppo, c) == plan for c in copies)
+    if name == "brax-style":  # brax's limit is the core's, so it is known for parameters passed into jit too
+        assert jax.jit(lambda p: jnp.float32(env.time_limit(p) == 20))(env.default_params) == 1.0
+    train = make_train(env, config)
+    want = jax.jit(lambda k: train(k, {}))(jax.random.key(0))
+    got = jax.jit(lambda k: train(k, {}, None, copies[0]))(jax.random.key(0))
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_cartpole_time_limit_is_truncation(cartpole):
