@@ -135,6 +135,14 @@ class MetaObjective:
         family answers it for every member, so export writes what evolved without fitting."""
         return None
 
+    def express(self, other: MetaObjective) -> Params | None:
+        """Parameters at which this objective computes what `other` computes at its default
+        parameters, bit for bit (so one compiled program trains both), or None where it cannot.
+        Itself: `other`'s defaults. A family that contains another objective exactly says so
+        here (LPO and drift_mix contain PPO-clip), and `metadisco evaluate` trains that method
+        through the family's program instead of compiling its own."""
+        return other.default_params() if other == self else None
+
     def for_env(self, obs_shape: tuple[int, ...]) -> MetaObjective:
         """This objective sized for an environment with observations of `obs_shape`."""
         return self

@@ -107,6 +107,13 @@ class LPO(MetaObjective):
     def init(self, key):
         return init_mlp(key, self.num_features, self.hidden, bias=False)
 
+    def express(self, other):
+        """PPO-clip at this clip range: the initial parameters (a zero output layer; tested bit
+        for bit over whole PPO runs)."""
+        if isinstance(other, PPOClip) and other.clip_eps == self.clip_eps:
+            return self.default_params()
+        return super().express(other)
+
     def features(self, ratio, advantage, progress):
         x = lpo_features(ratio, advantage)
         if self.progress_features:

@@ -17,11 +17,14 @@ member is read as "this at the start, that at the end".
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from meta_objectives.base import MetaObjective, register
+from meta_objectives.drift import PPOClip
 from meta_objectives.drift_terms import SIDES, mix_terms, on_side
 from meta_objectives.expressions import compile_function
 from meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, number, ppo_clip_expression, with_constants
@@ -166,6 +169,14 @@ class DriftMix(MetaObjective):
         initial = [self.ppo_weight if self._is_ppo(n) else self.other_weight for n, _ in self.selected]
         start = jnp.broadcast_to(jnp.asarray(initial, jnp.float32)[:, None], (len(self.selected), len(SIDES)))
         return {"start": start, "end": start} if self.schedule else {"start": start}
+
+    def express(self, other):
+        """PPO-clip at this clip range, where PPO-clip's term is among the terms: weight 1 on it,
+        0 on the rest (tested bit for bit over whole PPO runs)."""
+        names = [n for n, _ in self.selected]
+        if isinstance(other, PPOClip) and other.clip_eps == self.clip_eps and any(map(self._is_ppo, names)):
+            return dataclasses.replace(self, ppo_weight=1.0, other_weight=0.0).default_params()
+        return super().express(other)
 
     def weights(self, params, progress):
         """w_k(p, s): [..., K, 2] for progress of shape [...]."""

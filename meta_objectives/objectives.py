@@ -69,6 +69,12 @@ class Objectives:
             raise ValueError(f"meta_params has unknown plug points {sorted(unknown)}; expected {PLUGS}")
         return {plug: meta_params.get(plug, defaults.get(plug, {})) for plug in PLUGS}
 
+    def express(self, other: Objectives) -> dict | None:
+        """Full parameters at which these objectives compute what `other` computes at its default
+        parameters, bit for bit, plug by plug (MetaObjective.express); None where one plug cannot."""
+        params = {plug: obj.express(getattr(other, plug)) for plug, obj in self.items()}
+        return None if any(p is None for p in params.values()) else params
+
     def replace(self, **changes) -> Objectives:
         return dataclasses.replace(self, **changes)
 

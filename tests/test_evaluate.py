@@ -26,7 +26,7 @@ from analysis.evaluation.programs import Programs
 from analysis.evaluation.protocol import LR_FACTORS
 from analysis.targets import resolve_target
 from inner_loops import preset_for, preset_name
-from meta_objectives import Objectives, PotentialShaping, save_objectives
+from meta_objectives import LPO, Objectives, PotentialShaping, save_objectives
 from metadisco.cli import main
 from metadisco.config import ESConfig, InnerConfig, RunConfig
 from tests.helpers import metadisco_in_process as cli
@@ -95,6 +95,28 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
     assert settings["seeds"] == 2 and settings["budgets"] == {"CartPole-v1": 4096}
     assert settings["presets"]["CartPole-v1"]["family"] == "classic"
     json.dumps(results, allow_nan=False)  # plain JSON throughout
+
+
+@pytest.mark.slow
+def test_ppo_trains_through_a_target_family_that_contains_it_bit_for_bit(tmp_path):
+    """LPO at its initial parameters is PPO-clip exactly (Objectives.express), so the reference
+    PPO trains through an LPO target's program: one program fewer, the same runs bit for bit as
+    PPO's own program gives them (here a PPO objectives file, a target with its own program)."""
+    lpo = Objectives(drift=LPO(hidden=8))
+    moved = jax.tree.map(lambda x: x + 0.05, lpo.init(jax.random.key(1)))  # a member away from PPO
+    save_objectives(tmp_path / "lpo_member.json", lpo, moved)
+    save_objectives(tmp_path / "ppo_copy.json", Objectives(), Objectives().init(jax.random.key(0)))
+    programs = Programs()
+    results = evaluation.evaluate([str(tmp_path / "lpo_member.json"), str(tmp_path / "ppo_copy.json")],
+                                  envs=["CartPole-v1"], seeds=2, budget=4096, progress=False, programs=programs,
+                                  bootstrap_reps=200)
+    assert {m["label"]: m.get("trained_through") for m in results["methods"]} == {
+        "lpo_member": None, "ppo_copy": None, "ppo": "lpo_member", "dpo": None}
+    assert len(programs) == 3  # LPO (the member and PPO), PPO's own (the copy), DPO
+    methods = results["envs"]["CartPole-v1"]["methods"]
+    assert methods["ppo"]["curve"]["seeds"] == methods["ppo_copy"]["curve"]["seeds"]
+    assert methods["ppo"]["columns"] == methods["ppo_copy"]["columns"]
+    assert methods["lpo_member"]["curve"]["seeds"] != methods["ppo"]["curve"]["seeds"]  # the member is not PPO
 
 
 @pytest.mark.slow

@@ -754,3 +754,37 @@ def test_a_potential_sized_for_other_observations_fails_before_compute():
     with pytest.raises(Exception, match="obs_scale = \\[1.0, 0.07\\].*CartPole-v1") as error:
         validate(resolve("rediscover_shaping", ["envs=CartPole-v1"]))
     assert type(error.value).__name__ == "ConfigError"
+
+
+# --------------------------------------------------------------------------------------------
+# Families that contain PPO exactly (Objectives.express): evaluate trains PPO through them
+# --------------------------------------------------------------------------------------------
+
+
+EXPRESSING_PPO = {("drift", "lpo"), ("drift", "talpo"), ("drift", "drift_mix"), ("value_loss", "learned_clipped")}
+
+
+@pytest.mark.parametrize("plug", ["drift", "value_loss"])
+def test_a_family_that_says_it_contains_ppo_computes_ppo_bit_for_bit(plug):
+    """Every registered objective is asked; those that answer with parameters compute PPO's own
+    plug (PPO-clip; the clipped value loss) exactly, values and gradients, at those parameters."""
+    ppo = getattr(Objectives(), plug)
+    k = jax.random.split(jax.random.key(0), 4)
+    x = jnp.exp(0.5 * jax.random.normal(k[0], (512,)))  # a ratio, or a value
+    y = jax.random.normal(k[1], (512,))  # an advantage, or a target
+    z = jax.random.uniform(k[2], (512,))  # progress, or the old value
+    answered = set()
+    for name in meta_objectives.names(plug):
+        obj = meta_objectives.make_objective(plug, name)
+        params = obj.express(ppo)
+        if params is None:
+            continue
+        answered.add((plug, name))
+        method = getattr(obj, meta_objectives.PLUG_METHODS[plug])
+        reference = getattr(ppo, meta_objectives.PLUG_METHODS[plug])
+        np.testing.assert_array_equal(method(params, x, y, z), reference({}, x, y, z))
+        grad = jax.grad(lambda a: jnp.sum(method(params, a, y, z)))(x)
+        np.testing.assert_array_equal(grad, jax.grad(lambda a: jnp.sum(reference({}, a, y, z)))(x))
+    assert answered == {e for e in EXPRESSING_PPO if e[0] == plug} | {(plug, ppo.name)}
+    assert Objectives(drift=meta_objectives.make_objective("drift", "lpo", clip_eps=0.3)).express(Objectives()) is None
+    assert Objectives(drift=meta_objectives.make_objective("drift", "dpo")).express(Objectives()) is None

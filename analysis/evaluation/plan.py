@@ -31,6 +31,14 @@ class Method:
     params: dict
     role: str  # "target" | "reference" | "target+reference"
     meta_train_envs: tuple[str, ...] = ()
+    # (label, objectives, params) of another method whose family contains this one exactly: this
+    # method trains through that one's compiled program (bit for bit the same runs, one compile less)
+    through: tuple[str, Objectives, dict] | None = None
+
+    @property
+    def program(self) -> tuple[Objectives, dict]:
+        """The objectives whose program this method trains through, and the parameters it passes."""
+        return self.through[1:] if self.through else (self.objectives, self.params)
 
 
 @dataclass
@@ -81,6 +89,22 @@ def _methods(targets: list[Target]) -> list[Method]:
             objectives = builtin(ref)
             methods.append(Method(ref, objectives, full_params(objectives), "reference"))
             taken.add(ref)
+    return _share_programs(methods)
+
+
+def _share_programs(methods: list[Method]) -> list[Method]:
+    """A built-in method (PPO, DPO at their default parameters) that a target's family contains
+    exactly (`Objectives.express`: LPO and drift_mix contain PPO-clip) trains through that
+    target's program with the parameters that express it, instead of compiling its own."""
+    for m in methods:
+        if m.role == "target":
+            continue  # a target's own parameters are not the defaults that `express` matches
+        for t in methods:
+            if t.role == "target" and t.objectives != m.objectives:
+                params = t.objectives.express(m.objectives)
+                if params is not None:
+                    m.through = (t.label, t.objectives, params)
+                    break
     return methods
 
 

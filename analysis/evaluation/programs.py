@@ -43,6 +43,10 @@ class Programs:
         self._envs: dict[str, Env] = {}
         self._programs: dict = {}
 
+    def __len__(self) -> int:
+        """The number of compiled programs this cache holds now."""
+        return len(self._programs)
+
     def environments(self) -> set[str]:
         """The environments whose compiled programs this cache holds now."""
         return {key[0] for key in self._programs}

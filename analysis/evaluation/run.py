@@ -111,8 +111,9 @@ def evaluate(
                 tuning[m.label] = _tune(programs, job, m, protocol, tune_keys)
                 rate = tuning[m.label]["best_lr"]
             bar.set_postfix_str(f"{job.name}: {m.label}")
-            program = programs.get(job.env, job.config, m.objectives, seeds)
-            runs[m.label] = _run(program, eval_keys, m.params, hparams(job.config, lr=rate)) | {"lr": rate}
+            objectives, params = m.program
+            program = programs.get(job.env, job.config, objectives, seeds)
+            runs[m.label] = _run(program, eval_keys, params, hparams(job.config, lr=rate)) | {"lr": rate}
             if log is not None:
                 mean = np.nanmean(scoring.score(runs[m.label], protocol.score, protocol.tail))
                 log(f"{job.name}: {m.label} at lr {rate:.3g}: {protocol.score} {mean:.4g} over {seeds} seeds "
@@ -154,7 +155,8 @@ def evaluate(
              "objectives": m.objectives.spec()}
             for m in methods if m.role != "reference"
         ],
-        "methods": [{"label": m.label, "role": m.role} for m in methods],
+        "methods": [{"label": m.label, "role": m.role} | ({"trained_through": m.through[0]} if m.through else {})
+                    for m in methods],
         "envs": {job.name: summary.env_stats(job, labels, env_results[job.name], protocol, bootstrap_reps, seed)
                  for job in jobs},
         "aggregate": {},
@@ -201,8 +203,9 @@ def _tune(programs: Programs, job: EnvJob, method: Method, protocol: Protocol, k
     lrs = [f * base for f in protocol.lr_factors]
     hp = hparams(job.config)
     grid_hp = jax.tree.map(lambda x: np.full((len(lrs),), x, np.float32), hp).replace(lr=np.asarray(lrs, np.float32))
-    program = programs.get(job.env, job.config, method.objectives, len(keys), grid=len(lrs))
-    values = scoring.score(_run(program, keys, method.params, grid_hp), protocol.select, protocol.tail)  # [G, S]
+    objectives, params = method.program
+    program = programs.get(job.env, job.config, objectives, len(keys), grid=len(lrs))
+    values = scoring.score(_run(program, keys, params, grid_hp), protocol.select, protocol.tail)  # [G, S]
     means = np.where(np.isfinite(values), values, -np.inf).mean(1)
     best = int(np.argmax(means))
     return {
