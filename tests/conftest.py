@@ -49,6 +49,13 @@ LONGEST_FIRST = ("test_ppo.py", "test_evaluate.py", "test_engine.py", "test_cli.
                  "test_compile_cache.py", "test_layout.py")
 
 
+def pytest_report_header(config):
+    """Which build the session compiles (`make test` runs its `optimised` tests in both)."""
+    value = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"]
+    off = value.lower() in ("y", "yes", "t", "true", "on", "1")  # jax's config.bool_env
+    return f"XLA: {'most optimisations off' if off else 'the optimised build'} (JAX_DISABLE_MOST_OPTIMIZATIONS={value})"
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept

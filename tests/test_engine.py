@@ -106,6 +106,7 @@ def uninterrupted(tmp_path_factory, trainer):
 
 
 @pytest.mark.slow
+@pytest.mark.optimised  # bit for bit in the build users run, too (Makefile, test)
 def test_stop_and_resume_equals_uninterrupted_bit_for_bit(tmp_path, uninterrupted, trainer):
     path = tmp_path / "run"
     run(tiny_config(), path, progress=False, stop_after=2, log=lambda *a: None, trainer=trainer)
