@@ -356,3 +356,17 @@ def test_every_strategy_runs_by_name(strategy, tmp_path):
 def test_bad_configs_fail_before_any_compute(override, message):
     with pytest.raises(ValueError, match=message):
         validate(RunConfig(**override))
+
+
+@pytest.mark.slow
+def test_a_start_point_that_is_ppo_exactly_is_trained_once_in_the_comparisons_on_fresh_seeds():
+    """drift_mix starts at PPO-clip bit for bit (Objectives.express), so the comparison trains the
+    start once, as PPO: the same row as training it separately, one training program fewer."""
+    cfg = tiny_config(generations=1, objectives=ObjectivesConfig(drift="drift_mix"))
+    shared, separate = MetaTrainer(cfg), MetaTrainer(cfg)
+    separate.start_is_ppo = False
+    assert shared.start_is_ppo and not MetaTrainer(tiny_config()).start_is_ppo  # LPO's start is not PPO's own params
+    state, baseline = shared.replicate(fetch(shared.init())), shared.replicate(shared.baseline_template())
+    rows = [t.evaluate(state, baseline, 1) for t in (shared, separate)]
+    np.testing.assert_equal(rows[0], rows[1])  # NaN where both are NaN (no gap from the start to PPO)
+    assert rows[0]["eval_start_fitness"] == rows[0]["eval_ppo_fitness"]
