@@ -456,50 +456,48 @@ def collect(ppo: PPO, runner: Runner, inputs: TrainInputs) -> tuple[Runner, Tran
         reward_norm, reward = training_reward(ppo, inputs, runner.reward_norm, runner.obs, step, k_env)
         transition = Transition(runner.obs, action, log_prob, reward, step.terminated, step.truncated,
                                 step.episode_return)
-        # The critic's share of the step: values now, or the final observations to value later.
-        in_step = {}
-        if plan.value_in_step:
-            in_step["value"] = critic(runner.params, obs)
+        # The critic's share of the step (CriticPlan). `kept`: each environment's last truncated final
+        # observation, what from_successor bootstraps from (unread, and compiled away, otherwise).
+        # `share`: without from_successor every final observation; with value_in_step, the values of
+        # (obs, *those) instead.
         final_obs = norm(step.final_obs)
-        if plan.from_successor:  # keep each environment's last truncated final observation
-            truncated = step.truncated.reshape(step.truncated.shape + (1,) * len(env.obs_shape))
-            kept = jnp.where(truncated, final_obs, kept)
-        elif plan.value_in_step:
-            in_step["next_value"] = critic(runner.params, final_obs)
-        else:
-            in_step["final_obs"] = final_obs
+        kept = jnp.where(step.truncated.reshape(step.truncated.shape + (1,) * len(env.obs_shape)), final_obs, kept)
+        finals = () if plan.from_successor else (final_obs,)
+        share = tuple(critic(runner.params, x) for x in (obs, *finals)) if plan.value_in_step else finals
         runner = runner._replace(env_state=step.state, obs=step.obs, reward_norm=reward_norm, key=key)
-        return (runner, kept), (transition, in_step)
+        return (runner, kept), (transition, share)
 
-    kept = jnp.zeros_like(norm(runner.obs)) if plan.from_successor else None
-    (runner, kept), (traj, in_step) = jax.lax.scan(env_step, (runner, kept), None, config.num_steps)
-    tail = jnp.stack([kept, norm(runner.obs)]) if plan.from_successor else None
+    (runner, kept), (traj, share) = jax.lax.scan(env_step, (runner, jnp.zeros_like(norm(runner.obs))), None,
+                                                  config.num_steps)
+    tail = jnp.stack([kept, norm(runner.obs)])
     values = bootstrap_values(plan, functools.partial(critic, runner.params), norm(traj.obs), traj.truncated,
-                              in_step, tail)
+                              share, tail)
     return runner, traj, values
 
 
-def bootstrap_values(plan: CriticPlan, critic, obs, truncated, in_step: dict, tail) -> Values:
+def bootstrap_values(plan: CriticPlan, critic, obs, truncated, share: tuple, tail) -> Values:
     """The value bootstrapping: V(obs[t]) and V(final_obs[t]) of a rollout, from what its steps left.
 
     critic: normalised observations [..., *obs_shape] -> values [...]; obs: [T, N, *obs_shape]
-    normalised; truncated: [T, N] bool; in_step: what the steps computed, stacked over T ("value"
-    with plan.value_in_step; without plan.from_successor, "next_value" if valued in the step, else
-    "final_obs"); tail: with plan.from_successor, [2, N, *obs_shape]: each environment's last
-    truncated final observation, then obs[T] (where the rollout stopped).
+    normalised; truncated: [T, N] bool; share: what the steps kept, stacked over T (`collect`):
+    (final_obs,), or () with plan.from_successor; with plan.value_in_step, the values of (obs, *those);
+    tail: [2, N, *obs_shape], each environment's last truncated final observation, then obs[T].
+
+    Two decisions, one after the other. What the bootstrap reads is the tail (from_successor) or every final
+    observation; its values and V(obs) come from the steps (value_in_step; the tail is valued here)
+    or from one critic pass here. Then V(final_obs[t]) is the final observation's value, or
+    (from_successor) V(obs[t + 1]) except at a truncation, where it is the kept observation's.
     """
-    if not plan.from_successor:  # every final observation valued
-        if plan.value_in_step:
-            return Values(in_step["value"], in_step["next_value"])
-        value, next_value = critic(jnp.stack([obs, in_step["final_obs"]]))  # one pass of [2, T, N]
-        return Values(value, next_value)
     if plan.value_in_step:
-        value, tail_values = in_step["value"], critic(tail)
-    else:  # one pass of [T + 2, N]
-        values = critic(jnp.concatenate([obs, tail]))
-        value, tail_values = values[:-2], values[-2:]
-    successor = jnp.concatenate([value[1:], tail_values[1:]])  # V(obs[t + 1]), t < T
-    return Values(value, jnp.where(truncated, tail_values[0], successor))
+        value, *finals = share
+        bootstrap = critic(tail) if plan.from_successor else finals[0]
+    else:  # one pass of [T + 2, N] or [2T, N]
+        values = critic(jnp.concatenate([obs, tail if plan.from_successor else share[0]]))
+        value, bootstrap = values[: obs.shape[0]], values[obs.shape[0]:]
+    if not plan.from_successor:  # every final observation valued
+        return Values(value, bootstrap)
+    successor = jnp.concatenate([value[1:], bootstrap[1:]])  # V(obs[t + 1]), t < T
+    return Values(value, jnp.where(truncated, bootstrap[0], successor))
 
 
 def gae(values, next_values, rewards, terminated, done, gamma, gae_lambda):
