@@ -242,6 +242,65 @@ def test_a_probability_of_improvement_interval_that_includes_one_half_is_never_c
     assert "better" in line and "above 0.5" in line
 
 
+class NoEpisodePrograms(StandInPrograms):
+    """StandInPrograms in which no training episode ends for DPO in any seed and for PPO in its first
+    seed: their learning curves are the initial evaluation (0.36) at every update, as the inner loop
+    reports them (carry_forward), while the final policies still score."""
+
+    def get(self, env, config, objectives, num_seeds, grid=0):
+        none_ended = {"dpo": np.ones(num_seeds, bool), "ppo_clip": np.arange(num_seeds) == 0}[objectives.drift.name]
+
+        def train(key, none, params, hp):
+            init = jnp.float32(0.36)
+            learned = jnp.linspace(1.0, 2.0, config.num_updates) + jax.random.uniform(key)
+            returns = jnp.where(none, jnp.full(config.num_updates, init), learned)
+            return StandInResult(returns, jnp.array(False), 5.0 + jax.random.uniform(key), jnp.float32(6.0), init, init)
+
+        fn = jax.vmap(train, in_axes=(0, 0, None, None))
+        return jax.jit(lambda keys, params, hp: fn(keys, none_ended, params, hp))
+
+
+def test_no_episode_ended_reads_the_inner_loops_carried_curve():
+    from analysis.evaluation.protocol import no_episode_ended
+    from inner_loops.ppo import carry_forward
+
+    nan = np.nan
+    for init in (0.36, nan):  # nan: a run without evaluation episodes
+        none = carry_forward(jnp.full(6, nan), jnp.float32(init))
+        late = carry_forward(jnp.array([nan, nan, nan, nan, nan, 2.0]), jnp.float32(init))  # one ended, at the end
+        run = {"returns": np.asarray([none, late], np.float64),  # as analysis.evaluation.run keeps a TrainResult
+               "init_eval": np.asarray(jnp.float32([init, init]), np.float64)}
+        assert no_episode_ended(run).tolist() == [True, False]
+
+
+def test_the_table_says_where_no_training_episode_ended():
+    # A synthetic evaluation (no training): Freeway-MinAtar at a short budget, where an episode
+    # (2,500 steps) outlasts a run, carries the initial evaluation in its training columns.
+    results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, progress=False,
+                                  programs=NoEpisodePrograms(), bootstrap_reps=200)
+    methods = results["envs"]["CartPole-v1"]["methods"]
+    assert methods["dpo"]["no_episode_ended"] == 3 and methods["ppo"]["no_episode_ended"] == 1
+    assert methods["dpo"]["columns"]["auc"] == pytest.approx(0.36)  # the number is the initial evaluation ...
+    table = render.to_markdown(results).split("## CartPole-v1")[1].split("##")[0]  # the environment's table
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table.splitlines() if line.startswith("| ")}
+    # ... and the table says so: "training, last 10%" and "auc" are the 7th and 8th columns
+    assert rows["dpo"][6:8] == ["no episode ended", "no episode ended"]
+    assert rows["ppo"][6].endswith("(1 of 3 seeds: no episode ended)") and rows["ppo"][7].endswith("no episode ended)")
+    assert rows["ppo"][2].startswith("5.") and rows["dpo"][2].startswith("5.")  # the final policy's score is unaffected
+    (note,) = [n for n in results["notes"] if "no training episode ended" in n]
+    assert note.startswith("CartPole-v1: no training episode ended in 3 of 3 seeds of dpo, 1 of 3 seeds of ppo within "
+                           "the budget of 4,096 steps")
+    assert '"training, last 10%" and "auc" are the initial policy\'s evaluation' in note
+    assert note in render.to_markdown(results)
+    flags = {r["method"]: r["flags"] for r in csv.DictReader(io.StringIO(render.to_csv(results)))}
+    assert flags == {"ppo": "no_episode_ended:1", "dpo": "no_episode_ended:3"}
+    # Where every seed of every method ended episodes, nothing is said.
+    plain = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, progress=False,
+                                programs=StandInPrograms(), bootstrap_reps=200)
+    assert {e["no_episode_ended"] for e in plain["envs"]["CartPole-v1"]["methods"].values()} == {0}
+    assert "no episode ended" not in render.to_markdown(plain) and not any("episode ended" in n for n in plain["notes"])
+
+
 # --------------------------------------------------------------------------------------------
 # The command, end to end
 # --------------------------------------------------------------------------------------------

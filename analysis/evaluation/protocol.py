@@ -2,6 +2,7 @@
 
     SCORES                      {kind: meaning}: the numbers a run yields per seed
     score(run, kind, tail)      a run's per-seed values of one kind
+    no_episode_ended(run)       the seeds whose training scores are the initial evaluation (no episode ended)
     zero(ppo_run, kind)         the initial policy's per-seed values: the 0 of a normalised score
     Protocol, PROTOCOLS         named protocols ("default", "discogen")
     resolve_protocol(...)       a protocol from a name and the --tune-lr shortcut
@@ -32,8 +33,8 @@ import numpy as np
 
 from analysis.suites import EvaluationError
 
-__all__ = ["LR_FACTORS", "BOOTSTRAP_REPS", "SCORES", "EVAL_SCORES", "Protocol", "PROTOCOLS", "score", "zero",
-           "resolve_protocol", "help_text"]
+__all__ = ["LR_FACTORS", "BOOTSTRAP_REPS", "SCORES", "EVAL_SCORES", "TRAINING_SCORES", "Protocol", "PROTOCOLS", "score",
+           "no_episode_ended", "zero", "resolve_protocol", "help_text"]
 
 LR_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)  # --tune-lr: x the base rate
 # Replicates of every bootstrap interval (--bootstrap); rliable's default. Measured: two bootstrap
@@ -48,6 +49,7 @@ SCORES = {
     "auc": "mean return over the whole learning curve (its area per update)",
 }
 EVAL_SCORES = ("eval", "eval_greedy")  # need evaluation episodes (PPOConfig.eval_episodes > 0)
+TRAINING_SCORES = ("train_final", "auc")  # read the learning curve (see no_episode_ended)
 
 
 def _tail(curve: np.ndarray, fraction: float) -> np.ndarray:
@@ -65,6 +67,20 @@ def score(run: dict, kind: str, tail: float = 0.1) -> np.ndarray:
     if kind == "auc":
         return run["returns"].mean(-1)
     raise EvaluationError(f"unknown score {kind!r}; choose one of {', '.join(SCORES)}")
+
+
+def no_episode_ended(run: dict) -> np.ndarray:
+    """Per seed [..., S]: True where no training episode ended in the whole run.
+
+    The learning curve carries the latest earlier value into an update in which no episode ended,
+    and the initial policy's evaluation into those before the first (inner_loops.ppo.carry_forward).
+    A seed in which none ended has its initial evaluation at every update (NaN throughout without
+    evaluation episodes): its TRAINING_SCORES are that evaluation, not a return of training (long
+    episodes on a short budget: Freeway-MinAtar's 2,500 steps). A curve on which episodes did end
+    equals the initial evaluation at every update only if each update's episodes averaged exactly
+    that number, bit for bit."""
+    returns, init = run["returns"], np.asarray(run["init_eval"])[..., None]
+    return ((returns == init) | (np.isnan(returns) & np.isnan(init))).all(-1)
 
 
 def zero(ppo_run: dict, kind: str) -> np.ndarray:

@@ -72,6 +72,15 @@ def _boot_ci(e: dict) -> str:
     return _ci(e["point"], e["low"], e["high"], _boot)
 
 
+def _training_cell(value, e: dict) -> str:
+    """A training score (the end of training, the AUC) of a method's entry `e`: where no training
+    episode ended it is the initial policy's evaluation, and the cell says so."""
+    none, seeds = e.get("no_episode_ended", 0), len(e["scores"])
+    if none == seeds:
+        return "no episode ended"
+    return f"{_fmt(value)} ({none} of {seeds} seeds: no episode ended)" if none else _fmt(value)
+
+
 def _tuning_line(tuning: dict) -> str:
     first = next(iter(tuning.values()))
     best = ", ".join(f"{m} {_fmt(t['best_lr'], 3)}" for m, t in tuning.items())
@@ -110,8 +119,8 @@ def to_markdown(results: dict) -> str:
             c = e["columns"]
             lines.append(f"| {m} | {_fmt(e['lr'], 3)} | {_ci(e['mean'], e['ci_low'], e['ci_high'])} | "
                          f"{_ci(e['norm_mean'], e['norm_ci_low'], e['norm_ci_high'], _boot)} | "
-                         f"{_fmt(c['eval'])} | {_fmt(c['eval_greedy'])} | {_fmt(c['train_final'])} | "
-                         f"{_fmt(c['auc'])} | {e['diverged']}/{len(e['scores'])} |")
+                         f"{_fmt(c['eval'])} | {_fmt(c['eval_greedy'])} | {_training_cell(c['train_final'], e)} | "
+                         f"{_training_cell(c['auc'], e)} | {e['diverged']}/{len(e['scores'])} |")
         lines.append("")
     titles = {"held_out": "Aggregate over held-out environments",
               "meta_train": "Aggregate over meta-training environments"}
@@ -165,7 +174,8 @@ def to_csv(results: dict) -> str:
         group = ("excluded" if r["excluded_from_aggregate"]
                  else "meta_train" if "meta-train" in r["flags"] else "held_out")
         for m, e in r["methods"].items():
-            flags = list(r["flags"]) + ([f"diverged:{e['diverged']}"] if e["diverged"] else [])
+            flags = list(r["flags"]) + ([f"diverged:{e['diverged']}"] if e["diverged"] else []) \
+                + ([f"no_episode_ended:{e['no_episode_ended']}"] if e.get("no_episode_ended") else [])
             writer.writerow({
                 "method": m, "role": roles.get(m, ""), "env": name, "group": group, "flags": ";".join(flags),
                 "seeds": len(e["scores"]), "budget": r["budget"], "lr": e["lr"], "score": r["score"],

@@ -73,6 +73,7 @@ def env_stats(job: EnvJob, labels: list[str], env_result: dict, protocol: Protoc
             "lr": run["lr"], "scores": clean, "mean": mean, "ci_low": low, "ci_high": high,
             "columns": _columns(run, protocol),
             "diverged": int(run["diverged"].sum()), "nonfinite": nonfinite,
+            "no_episode_ended": int(scoring.no_episode_ended(run).sum()),  # seeds: training scores = initial evaluation
             "normalized": None, "norm_mean": None, "norm_ci_low": None, "norm_ci_high": None,
         }
         if not flat:
@@ -168,8 +169,10 @@ def reading(poi: dict) -> str:
 
 def notes(results: dict, jobs: list[EnvJob], tune_lr: bool) -> list[str]:
     """What a reader must know to read the numbers: exclusions, weak normalisers, divergences,
-    and methods left at the preset learning rate on a short budget."""
+    training scores that are the initial evaluation (no episode ended), and methods left at the
+    preset learning rate on a short budget."""
     out = []
+    protocol = results["settings"]["protocol"]
     for name, r in results["envs"].items():
         if r["excluded_from_aggregate"]:
             out.append(f"{name}: {r['excluded_from_aggregate']}.")
@@ -180,6 +183,9 @@ def notes(results: dict, jobs: list[EnvJob], tune_lr: bool) -> list[str]:
             if e["diverged"] or e["nonfinite"]:
                 out.append(f"{name}: {m} diverged in {e['diverged']} of {len(e['scores'])} seeds "
                            f"({e['nonfinite']} non-finite scores counted as the initial policy's).")
+        none_ended = _no_episode_note(r, protocol)
+        if none_ended:
+            out.append(f"{name}: {none_ended}")
     short = [j.name for j in jobs if j.budget < preset_for(j.name).total_timesteps]
     if short and not tune_lr and results["settings"].get("lr") is None:
         out.append(
@@ -189,3 +195,21 @@ def notes(results: dict, jobs: list[EnvJob], tune_lr: bool) -> list[str]:
             "tuned rate."
         )
     return out
+
+
+def _no_episode_note(env: dict, protocol: dict) -> str | None:
+    """The note for an environment where some method's runs ended no training episode, or None."""
+    methods = {m: (e["no_episode_ended"], len(e["scores"])) for m, e in env["methods"].items()
+               if e.get("no_episode_ended")}
+    if not methods:
+        return None
+    if all(k == n for k, n in methods.values()):
+        who = f"any seed of {', '.join(methods)}"
+    else:
+        who = ", ".join(f"{k} of {n} seeds of {m}" for m, (k, n) in methods.items())
+    columns = f'"training, last {protocol["tail"]:.0%}" and "auc"'
+    if protocol["score"] in scoring.TRAINING_SCORES:
+        columns += " (and so the score)"
+    return (f"no training episode ended in {who} within the budget of {env['budget']:,} steps: there {columns} "
+            "are the initial policy's evaluation, not a return of training (the learning curve holds it until an "
+            "episode ends); the final policy's evaluation is unaffected.")
