@@ -196,6 +196,30 @@ def test_difference_column_draws_the_difference_of_the_weights(lpo):
     assert np.abs(gd).max() > 0.1  # the two differ: a panel of zeros would not pass
 
 
+def test_difference_column_has_colour_bars_and_scales_of_its_own(lpo):
+    """The difference is signed and of another size than the drifts: in both rows the difference
+    column has its own symmetric scale and a colour bar labelled as a difference; the drifts'
+    scales are set by the drifts alone."""
+    from analysis.figures.drift import DIFF_GRAD_LABEL, DIFF_LABEL, GRAD_LABEL, DriftDifference
+
+    obj, params = lpo
+    ppo = mo.PPOClip()
+    fig = drift_surface_figure({"a": (obj, params), "b": (ppo, {}),
+                                "a − b": (DriftDifference(obj, params, ppo, {}), {})}, num=21)
+    assert sorted(cb.get_ylabel() for cb in colorbars(fig)) == sorted([D_LABEL, GRAD_LABEL, DIFF_LABEL, DIFF_GRAD_LABEL])
+    for prefix in ("surface/", "gradient/"):
+        (ma,), (mb,), (md,) = (meshes(ax) for ax in panels(fig, prefix))
+        assert ma.get_clim() == mb.get_clim() != md.get_clim()
+        low, high = md.get_clim()
+        assert low == pytest.approx(-high) and high > 0
+        values = np.asarray(md.get_array())
+        assert values.min() < 0 < values.max()  # the difference takes both signs (a drift never does) ...
+        assert high == pytest.approx(np.percentile(np.abs(values), 99.0))  # ... and sets its own scale
+    surface_a, surface_b = (np.asarray(meshes(ax)[0].get_array()) for ax in panels(fig, "surface/")[:2])
+    assert panels(fig, "surface/")[0].collections[0].get_clim() == (0.0, pytest.approx(
+        np.percentile(np.concatenate([surface_a.ravel(), surface_b.ravel()]), 99.5)))
+
+
 def test_closed_form_drift_surface_matches_its_objective():
     """A closed-form drift (the exported representation) draws the same surface as the objective."""
     from meta_objectives.formulas import dpo_expression

@@ -2,7 +2,8 @@
 progress-dependent drift (TA-LPO) over training progress.
 
 `drifts` is a dict {column title: (drift objective, params)} (params None: `objective.init`);
-a `DriftDifference` as one of them draws a - b, and the difference of the two policy-gradient weights.
+a `DriftDifference` as one of them draws a - b, and the difference of the two policy-gradient weights,
+on colour scales and colour bars of its own.
 Panel axes carry labels ("surface/<title>", "gradient/<title>", "slice/A=<a>", "progress/<p>",
 "progress_change/<p>") so callers and tests find panels without relying on their order.
 """
@@ -35,11 +36,15 @@ from analysis.figures.style import (
 from meta_objectives import DPO, PPOClip
 
 __all__ = [
-    "DriftDifference", "GRAD_LABEL", "SLICE_ADVANTAGES", "default_drift_comparison", "drift_surface_figure",
-    "drift_slices_figure", "progress_surfaces_figure",
+    "DriftDifference", "GRAD_LABEL", "DIFF_LABEL", "DIFF_GRAD_LABEL", "SLICE_ADVANTAGES", "default_drift_comparison",
+    "drift_surface_figure", "drift_slices_figure", "progress_surfaces_figure",
 ]
 
 GRAD_LABEL = "policy-gradient weight\n∂(rA − D)/∂r"
+# A DriftDifference column (its title names the two drifts, "a − b"): ΔD = D_a − D_b, and the
+# difference of the two policy-gradient weights, ∂(rA − D_a)/∂r − ∂(rA − D_b)/∂r = −∂ΔD/∂r.
+DIFF_LABEL = "drift difference ΔD(r, A)"
+DIFF_GRAD_LABEL = "weight difference\n−∂ΔD/∂r"
 SLICE_ADVANTAGES = (-2.0, -1.0, -0.5, 0.5, 1.0, 2.0)
 
 
@@ -118,12 +123,14 @@ def drift_surface_figure(
 ):
     """Heatmaps of D(r, A), one column per drift, over r in r_range and A in a_range.
 
-    Row 1: D with contours and the r = 1 line, on ONE colour scale shared by the row
-    (0 .. the 99.5th percentile of all panels; the colour bar extends if some cells are above).
+    Row 1: D with contours and the r = 1 line, on ONE colour scale shared by the row's drifts
+    (0 .. the 99.5th percentile of their panels; the colour bar extends if some cells are above).
     Row 2 (`gradient`): d(rA - D)/dr, the weight the policy gradient puts on grad log pi
     (PPO-clip: A inside the trust region, 0 where clipped), via jax.grad and jax.vmap, on one
-    symmetric diverging scale (white = 0); for a DriftDifference column, the difference of the two
-    weights. Returns the Figure.
+    symmetric diverging scale (white = 0).
+    DriftDifference columns are signed and of another size: they get scales and colour bars of their
+    own in both rows (symmetric, diverging), labelled DIFF_LABEL and DIFF_GRAD_LABEL (the
+    difference of the two weights). Returns the Figure.
     """
     if not drifts:
         raise ValueError("drift_surface_figure needs at least one drift")
@@ -133,31 +140,42 @@ def drift_surface_figure(
     values = {t: _drift_values(o, params_or_init(o, p), R, A, progress) for t, (o, p) in drifts.items()}
     grads = ({t: _surrogate_grad(o, params_or_init(o, p), R, A, progress) for t, (o, p) in drifts.items()}
              if gradient else {})
+    is_difference = {t: isinstance(o, DriftDifference) for t, (o, _) in drifts.items()}
     nrows, ncols = (2 if gradient else 1), len(titles)
     with theme():
         fig, axes = plt.subplots(nrows, ncols, figsize=(1.2 + 2.35 * ncols, 0.4 + 2.3 * nrows),
                                  sharex=True, sharey=True, squeeze=False, layout="constrained")
         fig.get_layout_engine().set(wspace=0.06)  # keep edge tick labels of neighbours apart
-        vmax = robust_max(values.values())
-        levels = np.linspace(0.0, vmax, 7)[1:]
-        for col, title in enumerate(titles):
-            ax = axes[0, col]
-            mesh = heatmap(ax, r, a, values[title], cmap(SEQUENTIAL), 0.0, vmax)
-            contours(ax, r, a, values[title], levels, "white")
-            mark_r1(ax, "white")
-            ax.set_title(title)
-            ax.set_label(f"surface/{title}")
-        fig.colorbar(mesh, ax=axes[0, :], label=D_LABEL, extend=colorbar_extend(0.0, vmax, values.values()),
-                     shrink=0.95, pad=0.02)
-        if gradient:
-            gmax = robust_max([np.abs(g) for g in grads.values()], 99.0)
-            for col, title in enumerate(titles):
-                ax = axes[1, col]
-                mesh = heatmap(ax, r, a, grads[title], cmap(DIVERGING), -gmax, gmax)
-                mark_r1(ax, "black")
-                ax.set_label(f"gradient/{title}")
-            fig.colorbar(mesh, ax=axes[1, :], label=GRAD_LABEL,
-                         extend=colorbar_extend(-gmax, gmax, grads.values()), shrink=0.95, pad=0.02)
+        for difference in (False, True):
+            cols = [c for c, t in enumerate(titles) if is_difference[t] == difference]
+            if not cols:
+                continue
+            row = [values[titles[c]] for c in cols]
+            if difference:
+                vmin = -(vmax := robust_max([np.abs(v) for v in row], 99.0))
+            else:
+                vmin, vmax = 0.0, robust_max(row)
+            levels = np.linspace(0.0, vmax, 7)[1:]
+            for col in cols:
+                ax, title = axes[0, col], titles[col]
+                mesh = heatmap(ax, r, a, values[title], cmap(DIVERGING if difference else SEQUENTIAL), vmin, vmax)
+                if not difference:
+                    contours(ax, r, a, values[title], levels, "white")
+                mark_r1(ax, "black" if difference else "white")
+                ax.set_title(title)
+                ax.set_label(f"surface/{title}")
+            fig.colorbar(mesh, ax=axes[0, cols], label=DIFF_LABEL if difference else D_LABEL,
+                         extend=colorbar_extend(vmin, vmax, row), shrink=0.95, pad=0.02)
+            if gradient:
+                row = [grads[titles[c]] for c in cols]
+                gmax = robust_max([np.abs(g) for g in row], 99.0)
+                for col in cols:
+                    ax = axes[1, col]
+                    mesh = heatmap(ax, r, a, grads[titles[col]], cmap(DIVERGING), -gmax, gmax)
+                    mark_r1(ax, "black")
+                    ax.set_label(f"gradient/{titles[col]}")
+                fig.colorbar(mesh, ax=axes[1, cols], label=DIFF_GRAD_LABEL if difference else GRAD_LABEL,
+                             extend=colorbar_extend(-gmax, gmax, row), shrink=0.95, pad=0.02)
         for ax in axes[-1, :]:
             ax.set_xlabel(R_LABEL)
         for ax in axes[:, 0]:
