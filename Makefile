@@ -18,7 +18,7 @@ PYTEST_WORKERS ?= auto
 PYTEST_DIST := $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile --no-loadscope-reorder)
 # The suite compiles with XLA's optimisations off (tests/conftest.py); the tests marked `optimised`
 # (resume bit for bit, PPO solves CartPole) run a second time in the optimised build that users run
-# (about 1.5-2 min more on 2 cores, most of it compiling the engine's two programs optimised).
+# (61 s more on 2 idle cores, 2 min on busy ones; most of it compiles the engine's two programs optimised).
 # Exit status 5 is pytest's "no tests collected": PYTEST_ARGS chose files without such tests.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
