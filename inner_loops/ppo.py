@@ -359,14 +359,26 @@ def make_optimizer(config: PPOConfig, hp: PPOHyperparams) -> optax.GradientTrans
     return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(lr_schedule, eps=1e-5))
 
 
-def init_runner(ppo: PPO, key: jax.Array, inputs: TrainInputs) -> Runner:
-    """Initial network and optimiser state, and `num_envs` freshly reset environments."""
+def init_runner(ppo: PPO, key: jax.Array, inputs: TrainInputs, network_params=None) -> Runner:
+    """Initial network and optimiser state, and `num_envs` freshly reset environments.
+    network_params: `initial_network(ppo, key)` computed elsewhere (None: here)."""
     env, num_envs = ppo.env, ppo.config.num_envs
     key, k_net, k_env = jax.random.split(key, 3)
     obs, env_state = jax.vmap(lambda k: env.reset(k, inputs.env_params))(jax.random.split(k_env, num_envs))
-    params = ppo.network.init(k_net, obs)
+    params = ppo.network.init(k_net, obs) if network_params is None else network_params
     opt_state = make_optimizer(ppo.config, inputs.hp).init(params)
     return Runner(params, opt_state, env_state, obs, ObsNorm.create(env.obs_shape), RewardNorm.create(num_envs), key)
+
+
+def initial_network(ppo: PPO, key: jax.Array) -> dict:
+    """The network parameters `train(ppo, key, ...)` starts from, computed on their own: a small
+    program of their own, shared by every objective and learning rate with this network, so that
+    the training programs that take them (`train(..., network_params=)`) compile without the
+    initialisers (orthogonal init is about a fifth of a small PPO program's kernels). Bit for bit
+    what `init_runner` computes: only the observations' shape reaches the initialisers."""
+    _, k_net, _ = jax.random.split(key, 3)
+    obs = jnp.zeros((ppo.config.num_envs, *ppo.env.obs_shape), jnp.float32)
+    return ppo.network.init(k_net, obs)
 
 
 def normaliser(ppo: PPO, obs_norm: ObsNorm):
@@ -652,12 +664,13 @@ EVAL_STREAM = 0x6576616C
 
 
 def train(ppo: PPO, key: jax.Array, meta_params: dict, hparams: PPOHyperparams | None = None,
-          env_params=None) -> TrainResult:
+          env_params=None, network_params=None) -> TrainResult:
     """Train PPO from scratch: `num_updates` updates, scanned; pure, jit-able, vmap-able.
 
     meta_params: {plug: params} of the evolved plugs (the others take their initial parameters).
     hparams: traced numbers (None: `ppo.config.hparams`). env_params: the environment's parameter
-    pytree (None: `ppo.env.default_params`).
+    pytree (None: `ppo.env.default_params`). network_params: `initial_network(ppo, key)`, computed
+    by the caller in a program of its own (None: initialised here).
 
     The initial and the final policy are evaluated (`evaluate`), and with eval_points = K the
     policy after each of `config.eval_updates` (K scans of updates, each followed by an evaluation).
@@ -673,7 +686,7 @@ def train(ppo: PPO, key: jax.Array, meta_params: dict, hparams: PPOHyperparams |
         env_params=ppo.env.default_params if env_params is None else env_params,
     )
     k_eval = jax.random.fold_in(key, EVAL_STREAM)
-    runner = init_runner(ppo, key, inputs)
+    runner = init_runner(ppo, key, inputs, network_params)
 
     def updates(runner, first, length):
         return jax.lax.scan(lambda runner, i: update(ppo, runner, i, inputs), runner, first + jnp.arange(length))

@@ -136,7 +136,7 @@ def test_tune_lr_scores_every_method_at_its_own_best_rate_of_the_grid(programs):
     assert env["ppo_return"] == pytest.approx(env["methods"]["ppo"]["mean"])  # the normaliser is the tuned PPO
     # the learning rate is a traced argument: every rate of a method shares one compiled program
     config = preset_for("CartPole-v1").replace(total_timesteps=4096)
-    assert programs.get(programs.env("CartPole-v1"), config, Objectives(), 2)._cache_size() == 1
+    assert programs.get(programs.env("CartPole-v1"), config, Objectives(), 2).train._cache_size() == 1
 
 
 # --------------------------------------------------------------------------------------------

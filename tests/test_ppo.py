@@ -31,7 +31,18 @@ from inner_loops import (
 from inner_loops import envs as envs_module
 from inner_loops.catalog import DEFAULT_BRAX_BACKEND
 from inner_loops.envs import from_brax, from_gymnax
-from inner_loops.ppo import PPO, Batch, CriticPlan, ObsNorm, RewardNorm, carry_forward, evaluate, ppo_loss
+from inner_loops.ppo import (
+    PPO,
+    Batch,
+    CriticPlan,
+    ObsNorm,
+    RewardNorm,
+    carry_forward,
+    evaluate,
+    initial_network,
+    ppo_loss,
+)
+from inner_loops.ppo import train as ppo_train
 from meta_objectives import LPO, Objectives
 from meta_objectives.value_loss import ClippedL2
 
@@ -864,3 +875,17 @@ def test_reward_noise_corrupts_what_ppo_learns_from_and_not_the_scores(cartpole)
     np.testing.assert_array_equal(run(config.replace(reward_noise_df=3.0)).returns, clean.returns)
     with pytest.raises(ValueError, match="reward_noise"):
         config.replace(reward_noise=-1.0).validate()
+
+
+@pytest.mark.parametrize("env_name", ["CartPole-v1", "Breakout-MinAtar"])
+def test_initial_networks_computed_apart_start_the_same_run_bit_for_bit(env_name):
+    """`initial_network` in a program of its own gives the parameters `train` initialises itself
+    (only the observations' shape reaches the initialisers), so a run that takes them is the same
+    run, bit for bit: what lets evaluate's programs compile without the initialisers."""
+    ppo = PPO.create(make_env(env_name), TINY.replace(total_timesteps=TINY.batch_size * 2, eval_episodes=1))
+    keys = jax.random.split(jax.random.key(4), 2)
+    networks = jax.jit(jax.vmap(lambda k: initial_network(ppo, k)))(keys)
+    train = jax.jit(jax.vmap(lambda k, n: ppo_train(ppo, k, {}, network_params=n)))
+    own = jax.jit(jax.vmap(lambda k: ppo_train(ppo, k, {})))
+    jax.tree.map(np.testing.assert_array_equal, train(keys, networks), own(keys))
+    assert any(not np.array_equal(x[0], x[1]) for x in jax.tree.leaves(networks))  # one network per seed

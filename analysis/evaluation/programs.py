@@ -3,7 +3,9 @@
 One program per environment x PPO config x objectives structure x number of seeds x grid size x
 device layout: jit(train vmapped over seeds [and over a grid of hyperparameter settings]), the
 seeds split over the local devices. Hyperparameters are traced arguments, so PPO at any learning
-rate reuses one compile. A `Programs` belongs to the evaluation that made it (pass one to
+rate reuses one compile. The networks' initial parameters come from one small program per
+environment and PPO config (`inner_loops.ppo.initial_network`), shared by every method and grid,
+so that the training programs compile without the initialisers. A `Programs` belongs to the evaluation that made it (pass one to
 `evaluate` to share compiles between evaluations in one process).
 """
 
@@ -17,7 +19,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from inner_loops import Env, PPOConfig, make_env
-from inner_loops.ppo import make_train
+from inner_loops.ppo import PPO, initial_network, make_train
 from meta_objectives import Objectives
 
 __all__ = ["Programs", "mesh", "hparams"]
@@ -36,12 +38,30 @@ def hparams(config: PPOConfig, **changes):
     return jax.tree.map(lambda x: np.asarray(x, np.float32), hp)
 
 
+class Program:
+    """program(keys [S], params, hparams) -> TrainResult: the networks' initial parameters from the
+    shared init program, then the training program that takes them."""
+
+    def __init__(self, train, init):
+        self.train, self.init = train, init
+
+    def __call__(self, keys, params, hp):
+        return self.train(keys, params, hp, self.init(keys))
+
+    def eval_shape(self, keys, params, hp):
+        return self.train.eval_shape(keys, params, hp, self.init.eval_shape(keys))
+
+    def clear_cache(self) -> None:
+        self.train.clear_cache()
+
+
 class Programs:
     """Environments and compiled programs, built on first use and kept for this object's life."""
 
     def __init__(self):
         self._envs: dict[str, Env] = {}
         self._programs: dict = {}
+        self._inits: dict = {}
 
     def __len__(self) -> int:
         """The number of compiled programs this cache holds now."""
@@ -61,6 +81,8 @@ class Programs:
         dropped = [key for key in self._programs if key[0] != keep]
         for key in dropped:
             self._programs.pop(key).clear_cache()
+        for key in [key for key in self._inits if key[0] != keep]:
+            self._inits.pop(key).clear_cache()
         if dropped:
             gc.collect()  # executables in reference cycles go now, not at some later collection
         return len(dropped)
@@ -81,11 +103,25 @@ class Programs:
         except TypeError:  # unhashable objectives: no caching
             key = None
         train = make_train(env, config, objectives)
-        over_seeds = jax.vmap(train, in_axes=(0, None, None))
-        fn = jax.vmap(over_seeds, in_axes=(None, None, 0)) if grid else over_seeds
+
+        def from_networks(k, meta_params, hp, networks):
+            return train(k, meta_params, hp, network_params=networks)
+
+        over_seeds = jax.vmap(from_networks, in_axes=(0, None, None, 0))
+        fn = jax.vmap(over_seeds, in_axes=(None, None, 0, None)) if grid else over_seeds
         out_spec = P(None, "seed") if grid else P("seed")
-        program = jax.jit(jax.shard_map(fn, mesh=layout, in_specs=(P("seed"), P(), P()), out_specs=out_spec,
-                                        check_vma=False))
+        program = Program(jax.jit(jax.shard_map(fn, mesh=layout, in_specs=(P("seed"), P(), P(), P("seed")),
+                                                out_specs=out_spec, check_vma=False)),
+                          self._init(env, config, layout))
         if key is not None:
             self._programs[key] = program
         return program
+
+    def _init(self, env: Env, config: PPOConfig, layout: Mesh):
+        """jit(initial_network vmapped over seeds), one per environment, PPO config and layout."""
+        key = (env.name, config, tuple(d.id for d in layout.devices.flat))
+        if key not in self._inits:
+            ppo = PPO.create(env, config)
+            self._inits[key] = jax.jit(jax.shard_map(jax.vmap(lambda k: initial_network(ppo, k)), mesh=layout,
+                                                     in_specs=P("seed"), out_specs=P("seed"), check_vma=False))
+        return self._inits[key]
