@@ -37,16 +37,17 @@ gc.set_threshold(100_000, 50, 100)
 # loop; `make test` and CI run everything.
 
 
-# The files that take longest, longest first (summed test time in a whole-suite run at 32bdc3d):
+# The files that take longest, longest first (summed test time in a whole-suite run at 32bdc3d;
+# test_gpu_queue.py and test_learning_probes.py, newer, by their own times: about 60 s and 20 s):
 # `make test` hands whole files to its workers (--dist loadfile) in collection order, each file to
 # the first worker that is nearly done (--no-loadscope-reorder: otherwise pytest-xdist orders files
 # by their number of tests), so the long ones start first and no worker is left alone with a long
 # file at the end. Files not named go last.
 LONGEST_FIRST = ("test_ppo.py", "test_evaluate.py", "test_engine.py", "test_cli.py", "test_search_health.py",
-                 "test_plots.py", "test_search_spaces.py", "test_distributions.py", "test_objectives.py",
-                 "test_library.py", "test_distil_search.py", "test_distil.py", "test_install.py", "test_multihost.py",
-                 "test_rundir.py", "test_closed_form.py", "test_zoo.py", "test_export_discogen.py",
-                 "test_compile_cache.py", "test_layout.py")
+                 "test_gpu_queue.py", "test_plots.py", "test_learning_probes.py", "test_search_spaces.py",
+                 "test_distributions.py", "test_objectives.py", "test_library.py", "test_distil_search.py",
+                 "test_distil.py", "test_install.py", "test_multihost.py", "test_rundir.py", "test_closed_form.py",
+                 "test_zoo.py", "test_export_discogen.py", "test_compile_cache.py", "test_layout.py")
 
 
 def pytest_report_header(config):
