@@ -1,8 +1,9 @@
 """Figures that make a discovered objective legible, and a self-contained HTML report of a run.
 
-Figure builders take objects (an objective and its params, metrics rows) and return a matplotlib
-`Figure`; `plot_run` reads a run directory, draws every figure that applies, saves them and
-writes `report.html`:
+This module defines `plot_run`, which reads a run directory, draws every figure that applies,
+saves them and writes `report.html`. The figure builders it draws with are defined in
+`analysis.figures` (each takes objects, an objective and its params or metrics rows, and returns a
+matplotlib `Figure`):
 
     drift_surface_figure(drifts)          D(r, A) heatmaps side by side (one colour scale per row)
                                           and d(rA - D)/dr, the policy-gradient weight (row 2)
@@ -11,7 +12,6 @@ writes `report.html`:
     value_loss_figure(obj, p)             a value loss and its gradient vs the error e = v - t
     shaping_figure(obj, p, low, high)     a learned potential Phi(s) over 2-D observation slices
     training_curves_figure(rows)          fitness and ES step size over generations
-    plot_run(run_dir)                     all of the above that apply -> files + report.html
 
 Each builder lives in `analysis.figures.<what it draws>` (drift, value_loss, shaping, training;
 the shared theme in `analysis.figures.style`), the page in `analysis.report`; import them from

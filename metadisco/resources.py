@@ -1,5 +1,6 @@
-"""Data that ships with metadisco (named experiments, later the zoo of discovered objectives),
-read through importlib.resources: the same names from a checkout, an editable install or a wheel.
+"""The named experiments that ship with metadisco (experiments/*.toml), read through
+importlib.resources: the same names from a checkout, an editable install or a wheel. (The zoo of
+discovered objectives is read by meta_objectives.discovered.)
 
 jax-free. Each data folder keeps its place at the top of the repository (experiments/) and is
 installed as a subpackage of metadisco (pyproject.toml maps `metadisco.experiments` onto
