@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from analysis.runs import Run  # noqa: E402  (jax-free)
 from analysis.verdicts import es_mean_vs_ppo, verdict  # noqa: E402
 from metadisco.time_limit import format_duration, parse_duration  # noqa: E402
-from metadisco_common.errors import EXIT_TIME_LIMIT  # noqa: E402
+from metadisco_common.errors import EXIT_TIME_LIMIT, ConfigError  # noqa: E402
 
 QUEUE = ROOT / "benchmarks" / "gpu_queue.toml"
 STATE = ROOT / "docs" / "results" / "gpu_runs"
@@ -285,7 +285,10 @@ def main(argv=None) -> int:
     p.add_argument("--max-runs", type=int, default=None, help="stop after this many entries were advanced")
     p.add_argument("--smoke", action="store_true", help="the same path on the CPU at a tiny size (`smoke` overrides)")
     args = p.parse_args(argv)
-    call = Call(parse_duration(args.budget))
+    try:
+        call = Call(parse_duration(args.budget))
+    except ConfigError as e:
+        p.error(str(e).replace("--time-limit", "--budget"))
     queue = load_queue(args.queue)
     args.out.mkdir(parents=True, exist_ok=True)
     args.state.mkdir(parents=True, exist_ok=True)

@@ -113,3 +113,10 @@ def test_an_evaluation_that_does_not_fit_waits_and_the_queue_goes_on_to_train_th
     assert summary["stopped"].endswith(f"too little for a training leg of {second.name}")
     assert [e["stage"] for e in summary["entries"][:2]] == ["evaluate", "new"]
     assert "Deferred: " in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_a_bad_budget_is_a_usage_error_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        gpu_queue.main(["--budget", "soon", "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out")])
+    assert stopped.value.code == 2 and "--budget 'soon': give a positive duration" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "state").exists()
