@@ -159,14 +159,14 @@ def distil(run_dir: str | Path, which: str = "mean", plugs: Sequence[str] | None
     The fit runs on the points PPO visits when it trains with the run's objectives on each of its
     meta-training environments, equally many per environment, plus points from a prior.
     """
-    from analysis.distillation.run import check_options, distil_run, distillable
+    from analysis.distillation.run import check_distil_options, distil_run, distillable
     from analysis.runs import Run
 
     run = Run(run_dir)
     cfg = run.config()
     plugs = distillable(cfg) if plugs is None else tuple(plugs)
     objectives, params, _ = run.objectives(which)
-    check_options(options.get("progress"), options.get("prior_fraction", 0.5), options.get("fit", "value"))
+    check_distil_options(options.get("progress"), options.get("prior_fraction", 0.5), options.get("fit", "value"))
     rows = _visited(cfg, objectives, params, options.get("seed", 0))
     return distil_run(run, rows, objectives, params, which, plugs=plugs, **options)
 

@@ -73,7 +73,7 @@ def balanced(row_sets, seed: int = 0):
     return np.concatenate([rows[rng.choice(len(rows), n, replace=False)] for rows in row_sets])
 
 
-def check_options(progress: float | None = None, prior_fraction: float = 0.5, fit: str = "value") -> None:
+def check_distil_options(progress: float | None = None, prior_fraction: float = 0.5, fit: str = "value") -> None:
     """Refuse out-of-range options before any compute (MetadiscoError)."""
     from analysis.distillation.data import FITS
 
@@ -98,7 +98,7 @@ def distil_run(run: Run, rows, objectives, params, which: str = "mean", symbolic
     """
     import jax
 
-    check_options(progress, prior_fraction, fit)
+    check_distil_options(progress, prior_fraction, fit)
     for plug in plugs:
         if not jax.tree.leaves(params.get(plug, {})):
             objective = getattr(objectives, plug)

@@ -180,7 +180,9 @@ def constants_of(tree) -> list[float]:
     return [c for t in tree[1:] for c in constants_of(t)]
 
 
-def with_constants(tree, values):
+def with_tree_constants(tree, values):
+    """`tree` (a candidate of the symbolic search) with its constant leaves replaced, in order, by
+    `values` (meta_objectives.formulas.with_constants fills a formula's named constants instead)."""
     it = iter(values)
 
     def rebuild(t):
@@ -404,7 +406,7 @@ def search(problem: Problem, generations: int = 20, population_size: int = 200, 
             consts = constants_of(a)
             if not consts:
                 return replace(a, pick(a)[0], random_tree(1))
-            child = with_constants(a, np.round(np.asarray(consts) * np.exp(rng.normal(0, 0.3, len(consts)))
+            child = with_tree_constants(a, np.round(np.asarray(consts) * np.exp(rng.normal(0, 0.3, len(consts)))
                                                + rng.normal(0, 0.1, len(consts)), 4))
         else:  # hoist: a subtree alone
             child = pick(a)[1]
@@ -475,7 +477,7 @@ def _polish(problem: Problem, member: dict, max_nfev: int = 60) -> dict | None:
     y = problem.target
 
     def residual(theta):
-        X, lower = problem.columns(with_constants(tree, theta))
+        X, lower = problem.columns(with_tree_constants(tree, theta))
         if not np.isfinite(X).all():
             return np.full(y.shape, 1e6)
         w, _ = fit_coefficients(X, lower, y)
@@ -485,7 +487,7 @@ def _polish(problem: Problem, member: dict, max_nfev: int = 60) -> dict | None:
         res = least_squares(residual, theta0, max_nfev=max_nfev, x_scale=np.maximum(np.abs(theta0), 0.1))
     except ValueError:
         return None
-    polished = with_constants(tree, [float(f"{v:.6g}") for v in res.x])
+    polished = with_tree_constants(tree, [float(f"{v:.6g}") for v in res.x])
     if not problem.valid(polished):
         return None
     X, lower = problem.columns(polished)
