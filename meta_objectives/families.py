@@ -254,6 +254,14 @@ class ValueLossMix(MetaObjective):
     def init(self, key):
         return {"weights": jnp.zeros(len(self.terms), jnp.float32).at[0].set(1.0)}
 
+    def express(self, other):
+        """PPO's clipped value loss at this clip range: the initial weights [1, 0, ..., 0]."""
+        from meta_objectives.value_loss import ClippedL2
+
+        if isinstance(other, ClippedL2) and other.clip_eps == self.clip_eps:
+            return self.default_params()
+        return super().express(other)
+
     def value_loss(self, params, value, target, old_value):
         from meta_objectives.value_loss import clipped_l2
 

@@ -761,7 +761,8 @@ def test_a_potential_sized_for_other_observations_fails_before_compute():
 # --------------------------------------------------------------------------------------------
 
 
-EXPRESSING_PPO = {("drift", "lpo"), ("drift", "talpo"), ("drift", "drift_mix"), ("value_loss", "learned_clipped")}
+EXPRESSING_PPO = {("drift", "lpo"), ("drift", "talpo"), ("drift", "drift_mix"), ("value_loss", "learned_clipped"),
+                  ("value_loss", "value_loss_mix")}
 
 
 @pytest.mark.parametrize("plug", ["drift", "value_loss"])
