@@ -1,8 +1,9 @@
 """Inner loops: environments behind one interface, and PPO as one pure train function.
 
 The package imports lazily (PEP 562): `inner_loops.catalog` (environment names, preset families)
-is jax-free, so the command line validates a config before jax starts; `from inner_loops import
-make_train` imports the module that defines it on first use.
+and `inner_loops.ppo_config` (PPO's settings and presets) are jax-free, so the command line
+validates a config before jax starts; `from inner_loops import make_train` imports the module
+that defines it on first use.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import importlib
 _EXPORTS = {
     "available_envs": "catalog", "check_env_name": "catalog", "preset_name": "catalog",
     "Env": "envs", "Step": "envs", "from_brax": "envs", "from_gymnax": "envs", "make_env": "envs",
-    "PRESETS": "ppo", "PPOConfig": "ppo", "PPOHyperparams": "ppo", "TrainResult": "ppo", "gae": "ppo",
-    "make_train": "ppo", "preset_for": "ppo",
+    "PRESETS": "ppo_config", "PPOConfig": "ppo_config", "PPOHyperparams": "ppo_config", "preset_for": "ppo_config",
+    "TrainResult": "ppo", "gae": "ppo", "make_train": "ppo",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,15 +17,14 @@ value loss (PureJaxRL), to the number.
 parameters of the plugs being evolved; the others use their objective's initial parameters.
 The numbers in `PPOHyperparams` and the environment's parameters are traced (vmap over learning
 rates or episode lengths works); everything in `PPOConfig` outside `hparams` fixes shapes and
-is static.
+is static. Both, and the presets, are `inner_loops.ppo_config`'s (jax-free), re-exported here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
@@ -34,137 +33,9 @@ import optax
 from flax import struct
 
 from inner_loops import networks
-from inner_loops.catalog import preset_name
 from inner_loops.envs import Env, EnvState, Step
+from inner_loops.ppo_config import PRESETS, PPOConfig, PPOHyperparams, preset_for  # noqa: F401  (re-exported)
 from meta_objectives import Objectives
-
-
-@struct.dataclass
-class PPOHyperparams:
-    """Traced numbers (leaves): vmappable, and evolution could propose them."""
-
-    lr: float = 2.5e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-
-
-@dataclass(frozen=True)
-class PPOConfig:
-    """Static structure of a PPO run (changing any of these recompiles)."""
-
-    num_envs: int = 4
-    num_steps: int = 128
-    total_timesteps: int = 500_000
-    update_epochs: int = 4
-    num_minibatches: int = 4
-    hidden: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
-    anneal_lr: bool = True
-    normalize_obs: bool = False
-    normalize_reward: bool = False  # divide rewards by the running std of the discounted return
-    record_samples: int = 0  # (ratio, advantage, value, target) rows kept per minibatch step, for distillation
-    eval_episodes: int = 16  # final-policy evaluation episodes per mode (sampled, greedy); 0: none
-    # Also play the greedy episodes (False: their scores are NaN, the sampled ones unchanged bit for
-    # bit). A meta-training run plays them only when its fitness scores them (metadisco.config.ppo_config).
-    eval_greedy: bool = True
-    eval_points: int = 0  # evaluations during training (the evaluation curve); the last is the final one
-    eval_max_steps: int | None = None  # step cap of an evaluation episode (None: the env's time limit)
-    # Heavy-tailed reward corruption of the training signal (a rediscovery problem): every reward
-    # PPO learns from gets scale * t(df) noise added; episode returns and evaluations stay clean.
-    reward_noise: float = 0.0  # scale of the Student-t noise (0: none)
-    reward_noise_df: float = 1.5  # its degrees of freedom (<= 2: infinite variance)
-    hparams: PPOHyperparams = field(default_factory=PPOHyperparams)
-
-    @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def minibatch_size(self) -> int:
-        return self.batch_size // self.num_minibatches
-
-    @property
-    def num_updates(self) -> int:
-        return self.total_timesteps // self.batch_size
-
-    @property
-    def steps_per_run(self) -> int:
-        """Environment steps actually taken (total_timesteps rounded down to whole updates)."""
-        return self.num_updates * self.batch_size
-
-    @property
-    def eval_updates(self) -> tuple[int, ...]:
-        """After how many updates each point of the evaluation curve is taken: `eval_points` evenly
-        spaced counts ending at num_updates (the first segment takes the remainder)."""
-        if not self.eval_points:
-            return ()
-        chunk = self.num_updates // self.eval_points
-        first = self.num_updates - chunk * (self.eval_points - 1)
-        return tuple(first + chunk * j for j in range(self.eval_points))
-
-    def replace(self, **changes) -> PPOConfig:
-        hp = {k: changes.pop(k) for k in list(changes) if k in PPOHyperparams.__dataclass_fields__}
-        cfg = dataclasses.replace(self, **changes)
-        return dataclasses.replace(cfg, hparams=cfg.hparams.replace(**hp)) if hp else cfg
-
-    def validate(self) -> PPOConfig:
-        """Raise ValueError (before anything compiles) for a config that cannot run."""
-        for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches"):
-            if int(getattr(self, name)) <= 0:
-                raise ValueError(f"PPO config: {name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("eval_episodes", "eval_points"):
-            if int(getattr(self, name)) < 0:
-                raise ValueError(f"PPO config: {name} must be >= 0, got {getattr(self, name)}")
-        if self.reward_noise < 0 or self.reward_noise_df <= 0:
-            raise ValueError(f"PPO config: reward_noise must be >= 0 and reward_noise_df > 0, got "
-                             f"{self.reward_noise} and {self.reward_noise_df}")
-        if self.eval_max_steps is not None and self.eval_max_steps <= 0:
-            raise ValueError(f"PPO config: eval_max_steps must be positive (or None), got {self.eval_max_steps}")
-        if self.batch_size % self.num_minibatches:
-            raise ValueError(
-                f"PPO config: the batch (num_envs * num_steps = {self.num_envs} * {self.num_steps} = "
-                f"{self.batch_size}) does not split into num_minibatches = {self.num_minibatches}; "
-                "choose num_minibatches dividing it."
-            )
-        if self.num_updates < 1:
-            raise ValueError(
-                f"PPO config: total_timesteps = {self.total_timesteps} is less than one rollout "
-                f"(num_envs * num_steps = {self.batch_size}); raise total_timesteps."
-            )
-        if self.eval_points > self.num_updates:
-            raise ValueError(f"PPO config: eval_points = {self.eval_points} exceeds the {self.num_updates} updates")
-        if self.activation not in networks.ACTIVATIONS:
-            raise ValueError(f"PPO config: activation must be one of {sorted(networks.ACTIVATIONS)}")
-        if not self.hidden or min(self.hidden) <= 0:
-            raise ValueError("PPO config: hidden must be a non-empty tuple of positive widths")
-        hp = self.hparams
-        if not (hp.lr > 0 and 0 < hp.gamma <= 1 and 0 <= hp.gae_lambda <= 1 and hp.max_grad_norm > 0):
-            raise ValueError(f"PPO config: need lr > 0, 0 < gamma <= 1, 0 <= gae_lambda <= 1, max_grad_norm > 0; got {hp}")
-        return self
-
-
-# Published settings (PureJaxRL: purejaxrl/ppo.py for classic control, examples/brax_minatar.ipynb for
-# MinAtar, purejaxrl/ppo_continuous_action.py for brax). CPU experiments shrink total_timesteps.
-PRESETS: dict[str, PPOConfig] = {
-    "classic": PPOConfig(),
-    "minatar": PPOConfig(
-        num_envs=64, num_steps=128, total_timesteps=10_000_000, num_minibatches=8, activation="relu",
-        hparams=PPOHyperparams(lr=5e-3),
-    ),
-    # NORMALIZE_ENV: observations and rewards (on brax's positional backend, the catalog's default).
-    "brax": PPOConfig(
-        num_envs=2048, num_steps=10, total_timesteps=50_000_000, num_minibatches=32, hidden=(256, 256),
-        anneal_lr=False, normalize_obs=True, normalize_reward=True, hparams=PPOHyperparams(lr=3e-4, ent_coef=0.0),
-    ),
-}
-
-
-def preset_for(env_name: str) -> PPOConfig:
-    """The published PPO settings for an environment's family."""
-    return PRESETS[preset_name(env_name)]
 
 
 class Transition(NamedTuple):

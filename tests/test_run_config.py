@@ -23,7 +23,7 @@ def _ppo_fields() -> dict:
     """{name: type} of PPOConfig's fields and its hyperparameters' (hparams unfolded)."""
     hints = typing.get_type_hints(PPOConfig) | typing.get_type_hints(PPOHyperparams)
     names = [f.name for f in dataclasses.fields(PPOConfig) if f.name != "hparams"]
-    return {n: hints[n] for n in names + [f.name for f in dataclasses.fields(PPOHyperparams)]}
+    return {n: hints[n] for n in names + list(PPOHyperparams._fields)}
 
 
 def _without_none(tp):
@@ -55,7 +55,7 @@ def test_every_inner_field_reaches_the_ppo_config(env):
     preset = preset_for(env)
 
     def changed(name, tp):
-        old = getattr(preset.hparams if name in PPOHyperparams.__dataclass_fields__ else preset, name)
+        old = getattr(preset.hparams if name in PPOHyperparams._fields else preset, name)
         tp = _without_none(tp)
         if tp is bool:
             return not old
@@ -65,7 +65,7 @@ def test_every_inner_field_reaches_the_ppo_config(env):
 
     given = {n: changed(n, tp) for n, tp in typing.get_type_hints(InnerConfig).items()}
     config = ppo_config(RunConfig(envs=(env,), inner=InnerConfig(**given)), env)
-    got = {n: getattr(config.hparams if n in PPOHyperparams.__dataclass_fields__ else config, n) for n in given}
+    got = {n: getattr(config.hparams if n in PPOHyperparams._fields else config, n) for n in given}
     assert got == given
 
 

@@ -218,6 +218,6 @@ def _tune(programs: Programs, job: EnvJob, method: Method, protocol: Protocol, k
 def _config_dict(config: PPOConfig) -> dict:
     d = {k: getattr(config, k) for k in config.__dataclass_fields__ if k != "hparams"}
     d["hidden"] = list(config.hidden)
-    d.update({k: float(getattr(config.hparams, k)) for k in config.hparams.__dataclass_fields__})
+    d.update({k: float(getattr(config.hparams, k)) for k in config.hparams._fields})
     d.update({"num_updates": config.num_updates, "batch_size": config.batch_size})
     return d
