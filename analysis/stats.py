@@ -13,7 +13,6 @@ import functools
 from collections.abc import Callable
 
 import numpy as np
-from scipy import stats as _st
 
 __all__ = [
     "iqm",
@@ -85,7 +84,9 @@ def _check_taus(taus) -> np.ndarray:
 
 
 def _iqm(x: np.ndarray) -> np.ndarray:
-    return _st.trim_mean(x.reshape(*x.shape[:-2], -1), proportiontocut=0.25, axis=-1)
+    from scipy import stats  # imported on first use: scipy.stats costs a second at start-up
+
+    return stats.trim_mean(x.reshape(*x.shape[:-2], -1), proportiontocut=0.25, axis=-1)
 
 
 def _mean(x: np.ndarray) -> np.ndarray:
@@ -104,7 +105,9 @@ def _optimality_gap(x: np.ndarray, gamma: float = 1.0) -> np.ndarray:
 def _poi(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     # Mann-Whitney U of x over y per task from average ranks (ties count 0.5), / (n*m).
     n, m = x.shape[-2], y.shape[-2]
-    ranks = _st.rankdata(np.concatenate([x, y], axis=-2), axis=-2)
+    from scipy import stats
+
+    ranks = stats.rankdata(np.concatenate([x, y], axis=-2), axis=-2)
     u = ranks[..., :n, :].sum(axis=-2) - n * (n + 1) / 2
     return (u / (n * m)).mean(axis=-1)
 
@@ -229,7 +232,9 @@ def t_interval(x, confidence: float = 0.95, axis: int = 0) -> tuple[np.ndarray, 
     if n < 2:
         nan = np.full_like(m, np.nan)
         return m, nan, nan
-    half = _st.t.ppf(0.5 + confidence / 2, df=n - 1) * a.std(axis=axis, ddof=1) / np.sqrt(n)
+    from scipy import stats
+
+    half = stats.t.ppf(0.5 + confidence / 2, df=n - 1) * a.std(axis=axis, ddof=1) / np.sqrt(n)
     return m, m - half, m + half
 
 
