@@ -5,6 +5,7 @@ one from the defaults, an experiment file and FIELD=VALUE overrides and checks i
 directory stores it resolved (RUN_DIR/config.json, `RunConfig.to_dict`); `analysis.runs.Run.config()`
 reads it back with `RunConfig.from_dict`, so every reader of a run's config (train --resume,
 plot, the report, evaluate, distil, export) sees the same fields with the same defaults.
+`InnerConfig` is derived from PPO's own settings (inner_loops.ppo_config).
 
 It lives here, below `metadisco`, because the analysis side reads run directories without
 importing the engine (the layering of the README's "Design in one screen").
@@ -19,6 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from inner_loops.ppo_config import PPOConfig, PPOHyperparams
 from meta_objectives.plugs import PLUGS, upgrade_section
 from metadisco_common.errors import ConfigError
 
@@ -40,32 +42,33 @@ class ESConfig:
     fitness_shaping: str = "auto"  # centered ranks, or the strategy's own weights (CMA-ES, NES); see strategy.py
 
 
-@dataclass(frozen=True)
-class InnerConfig:
-    """Overrides of the environment's PPO preset (None keeps the preset's value): fields of
-    inner_loops' PPOConfig and PPOHyperparams by name and type, written out here so that a config
-    is checked without jax; tests/test_run_config.py holds them to PPO's."""
+# PPOConfig's fields a run does not set: fixed by the inner loop's caller (record_samples: distil;
+# eval_points, eval_max_steps: evaluate; eval_greedy: the fitness, metadisco.config.ppo_config) or
+# by the preset alone (activation, anneal_lr).
+FIXED_PPO_FIELDS = ("activation", "anneal_lr", "record_samples", "eval_points", "eval_max_steps", "eval_greedy")
 
-    total_timesteps: int | None = None
-    num_envs: int | None = None
-    num_steps: int | None = None
-    update_epochs: int | None = None
-    num_minibatches: int | None = None
-    hidden: tuple[int, ...] | None = None
-    normalize_obs: bool | None = None
-    normalize_reward: bool | None = None
-    eval_episodes: int | None = None  # final-policy evaluation episodes per mode (final_eval fitness)
-    reward_noise: float | None = None  # scale of Student-t noise on the rewards PPO learns from (returns stay clean)
-    reward_noise_df: float | None = None  # its degrees of freedom
-    lr: float | None = None
-    gamma: float | None = None
-    gae_lambda: float | None = None
-    ent_coef: float | None = None
-    vf_coef: float | None = None
-    max_grad_norm: float | None = None
 
-    def overrides(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+def inner_config_class(ppo: type = PPOConfig) -> type:
+    """The InnerConfig dataclass of `ppo` (PPOConfig, or a subclass with more settings): a field,
+    None by default, of each of its settings but FIXED_PPO_FIELDS (and hparams), then of each of
+    PPOHyperparams', of the setting's type or None."""
+    hints = typing.get_type_hints(ppo) | typing.get_type_hints(PPOHyperparams)
+    static = [f.name for f in dataclasses.fields(ppo) if f.name not in (*FIXED_PPO_FIELDS, "hparams")]
+    fields = [(name, hints[name] | None, field(default=None)) for name in static + list(PPOHyperparams._fields)]
+    doc = ("Overrides of the environment's PPO preset (None keeps the preset's value): the settings of "
+           "inner_loops' PPOConfig (but FIXED_PPO_FIELDS) and PPOHyperparams, each of its type.")
+    return dataclasses.make_dataclass("InnerConfig", fields, frozen=True, module=__name__,
+                                      namespace={"__doc__": doc, "overrides": _overrides})
+
+
+def _overrides(self) -> dict:
+    """{field: value} of the settings this section sets (PPOConfig.replace takes them)."""
+    return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+# So a PPO setting added to PPOConfig or PPOHyperparams (with its default) is a field here: an
+# override inner.NAME=VALUE, stored in config.json and read back.
+InnerConfig = inner_config_class()
 
 
 @dataclass(frozen=True)

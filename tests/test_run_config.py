@@ -1,8 +1,8 @@
-"""analysis.run_config: the one schema of a run's config (jax-free), and InnerConfig, which mirrors
-PPO's own fields and is held to them here (deriving it from PPOConfig would import jax before the
-config checks, which run first)."""
+"""analysis.run_config: the one schema of a run's config (jax-free); InnerConfig is PPO's own settings."""
 
 import dataclasses
+import json
+import pathlib
 import subprocess
 import sys
 import types
@@ -10,20 +10,11 @@ import typing
 
 import pytest
 
-from analysis.run_config import InnerConfig, RunConfig
-from inner_loops import PPOConfig, PPOHyperparams, preset_for
-from metadisco.config import ppo_config
-
-# PPO's fields a run does not override: fixed by the inner loop's caller (record_samples: distil;
-# eval_points, eval_max_steps: evaluate) or by the preset alone (activation, anneal_lr).
-NOT_OVERRIDDEN = {"activation", "anneal_lr", "record_samples", "eval_points", "eval_max_steps", "eval_greedy"}
-
-
-def _ppo_fields() -> dict:
-    """{name: type} of PPOConfig's fields and its hyperparameters' (hparams unfolded)."""
-    hints = typing.get_type_hints(PPOConfig) | typing.get_type_hints(PPOHyperparams)
-    names = [f.name for f in dataclasses.fields(PPOConfig) if f.name != "hparams"]
-    return {n: hints[n] for n in names + list(PPOHyperparams._fields)}
+from analysis.run_config import FIXED_PPO_FIELDS, InnerConfig, RunConfig
+from analysis.runs import Run, RunDirError
+from inner_loops import PRESETS, PPOConfig, PPOHyperparams, preset_for
+from metadisco.config import ppo_config, resolve
+from metadisco_common.errors import ConfigError
 
 
 def _without_none(tp):
@@ -33,21 +24,15 @@ def _without_none(tp):
 
 
 def test_the_schema_and_the_config_checks_import_no_jax():
-    code = ("import sys, analysis.run_config, metadisco.config as c; c.check_static(c.RunConfig()); "
+    code = ("import sys, analysis.run_config as r, metadisco.config as c; c.check_static(c.RunConfig()); "
+            "r.RunConfig.from_stored(r.RunConfig().to_dict()); "
             "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
 
 
-def test_inner_config_is_ppo_fields_of_the_same_types():
-    ppo, inner = _ppo_fields(), typing.get_type_hints(InnerConfig)
-    strays = [n for n in inner if n not in ppo]
-    assert not strays, f"InnerConfig fields PPO does not have: {strays}"
-    for name, tp in inner.items():
-        assert _without_none(tp) == _without_none(ppo[name]), name
-        assert InnerConfig.__dataclass_fields__[name].default is None, f"{name}: None keeps the preset's value"
-    # a new PPO field is a decision: overridable by a run (add it to InnerConfig) or not (list it)
-    assert set(ppo) - set(inner) == NOT_OVERRIDDEN
+def test_the_fixed_ppo_fields_are_ppo_fields():
+    assert set(FIXED_PPO_FIELDS) <= {f.name for f in dataclasses.fields(PPOConfig)}
 
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "brax/hopper"])
@@ -64,6 +49,7 @@ def test_every_inner_field_reaches_the_ppo_config(env):
         return old + (1 if tp is int else 0.125)
 
     given = {n: changed(n, tp) for n, tp in typing.get_type_hints(InnerConfig).items()}
+    assert set(given) >= set(PPOHyperparams._fields) | {"total_timesteps", "num_envs", "hidden", "eval_episodes"}
     config = ppo_config(RunConfig(envs=(env,), inner=InnerConfig(**given)), env)
     got = {n: getattr(config.hparams if n in PPOHyperparams._fields else config, n) for n in given}
     assert got == given
@@ -71,8 +57,6 @@ def test_every_inner_field_reaches_the_ppo_config(env):
 
 def _stored_run(tmp_path, **inner):
     """A run directory whose config.json is today's default config with `inner` added."""
-    import json
-
     config = RunConfig().to_dict()
     config["inner"] = {**config["inner"], **inner}
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -81,29 +65,39 @@ def _stored_run(tmp_path, **inner):
 
 @pytest.mark.parametrize("removed", [dict(reset_ratio=None, scan_unroll=None), dict(reset_ratio=1, scan_unroll=1)])
 def test_a_stored_config_with_removed_fields_at_values_that_change_nothing_still_reads(tmp_path, removed):
-    from analysis.runs import Run
-
     assert Run(_stored_run(tmp_path, **removed)).config() == RunConfig()
 
 
 def test_the_committed_gpu_runs_configs_with_removed_fields_still_read():
-    import json
-    import pathlib
-
-    from analysis.runs import Run
-
     path = pathlib.Path(__file__).parents[1] / "docs/results/gpu_runs/drift_mix_minatar_gpu_seed0"
     assert "reset_ratio" in json.loads((path / "config.json").read_text())["inner"]  # written before issue 39
     assert Run(path).config().envs == ("Breakout-MinAtar", "SpaceInvaders-MinAtar", "Asterix-MinAtar")
 
 
 def test_a_removed_field_that_changed_the_run_or_is_set_anew_is_refused(tmp_path):
-    from analysis.runs import Run, RunDirError
-    from metadisco.config import resolve
-    from metadisco_common.errors import ConfigError
-
     with pytest.raises(RunDirError, match=r"inner.reset_ratio = 4: this run used optimistic resets, removed in issue 39"):
         Run(_stored_run(tmp_path, reset_ratio=4)).config()
     for item in ("inner.reset_ratio=0.5", "inner.scan_unroll=1"):  # on the command line: a field like any unknown one
         with pytest.raises(ConfigError, match=rf"unknown config field '{item.split('=')[0]}'"):
             resolve(None, [item])
+
+
+def test_a_setting_added_to_ppo_config_is_an_override_stored_and_read_back(tmp_path, monkeypatch):
+    """A new PPO setting is one edit: a field, with its default, on PPOConfig (here a subclass that
+    stands for that edit) is inner.NAME=VALUE, stored in config.json, read back and given to PPO."""
+    import inner_loops.ppo_config
+    from analysis import run_config
+
+    @dataclasses.dataclass(frozen=True)
+    class WithKnob(PPOConfig):
+        knob: float = 0.5
+
+    monkeypatch.setattr(run_config, "InnerConfig", run_config.inner_config_class(WithKnob))
+    monkeypatch.setattr(inner_loops.ppo_config, "PRESETS", {
+        family: WithKnob(**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)}) for family, p in PRESETS.items()})
+    cfg = resolve(None, ["inner.knob=0.25"])
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    stored = Run(tmp_path).config()
+    assert stored == cfg and stored.inner.knob == 0.25
+    assert ppo_config(stored, "CartPole-v1").knob == 0.25
+    assert ppo_config(resolve(None, []), "CartPole-v1").knob == 0.5  # not set: the preset's
