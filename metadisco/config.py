@@ -1,10 +1,11 @@
-"""Run configuration: experiment files (TOML), command-line overrides and the checks of a config.
+"""Run configuration: experiment files (TOML), command-line overrides, and `validate`.
 
 A run is fully described by a `RunConfig` (its schema, frozen dataclasses, is
-`analysis.run_config`'s: the run directory's reader parses config.json with it too, and this
-module exports it as the place a config is built from); the run directory stores it resolved
-(config.json), so any run can be re-created and resumed. Validation happens here, before anything
-compiles: the jax-free checks first.
+`analysis.run_config`'s, and the checks of its values `analysis.run_config_checks`': the run
+directory's reader parses and checks config.json with them too; this module exports the schema as
+the place a config is built from); the run directory stores it resolved (config.json), so any run
+can be re-created and resumed. `validate` checks a config before anything compiles: the jax-free
+checks first (environment names, then the schema's), then those that need jax (objectives, shapes).
 """
 
 from __future__ import annotations
@@ -26,32 +27,20 @@ from analysis.run_config import (
     RunConfig,
     read_section,
 )
+from analysis.run_config_checks import check_run_config
 from meta_objectives.plugs import PLUGS
 from metadisco import resources
 from metadisco_common.errors import ConfigError
 
 # The schema's classes are part of this module's interface: a config is built here.
 __all__ = [
-    "DEMO_EXPERIMENT", "ENV_FITNESS", "EXPECT_BEATS", "EXPERIMENTS", "FITNESS_KINDS", "LR_DRAWS",
-    "DistributionConfig", "ESConfig", "ExpectConfig", "HeldoutConfig", "InnerConfig", "ObjectivesConfig",
-    "PlugChoice", "RunConfig", "check_static", "diff", "inner_config", "list_experiments", "load_experiment",
-    "override", "parse_overrides", "ppo_config", "resolve", "validate",
+    "DEMO_EXPERIMENT", "EXPERIMENTS", "DistributionConfig", "ESConfig", "ExpectConfig", "HeldoutConfig",
+    "InnerConfig", "ObjectivesConfig", "PlugChoice", "RunConfig", "check_static", "diff", "inner_config",
+    "list_experiments", "load_experiment", "override", "parse_overrides", "ppo_config", "resolve", "validate",
 ]
 
 EXPERIMENTS = "experiments"  # the data folder of named experiments (metadisco.resources)
 DEMO_EXPERIMENT = "rediscover_value_loss"  # what `metadisco train` runs with no experiment and no override
-# metadisco.engine.SCORES defines them (final_eval: the final policy's evaluation, sampled; its
-# greedy twin; auc: the learning curve's mean; final: its last 10%); *_norm: normalised by PPO.
-# Kept here because the engine imports jax and these checks run before it; tests/test_engine.py
-# holds the two equal.
-FITNESS_KINDS = tuple(k + n for k in ("final_eval", "greedy_eval", "auc", "final") for n in ("", "_norm"))
-
-# How DistributionConfig's draws are shared and how per-environment fitness is combined.
-LR_DRAWS = ("pair", "generation")
-ENV_FITNESS = ("mean", "rank")
-
-# Which comparison on fresh seeds a run's pass criterion reads (ExpectConfig.beats).
-EXPECT_BEATS = ("", "start", "ppo")
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -140,114 +129,14 @@ def validate(cfg: RunConfig) -> RunConfig:
 
 
 def check_static(cfg: RunConfig) -> None:
-    """The checks that need neither jax nor an environment library: names, ranges, sizes."""
+    """The checks that need neither jax nor an environment library: the environment names (a
+    plug-in is imported: inner_loops.catalog), then what the config says (`check_run_config`, the
+    check every reader of a run directory makes too)."""
     from inner_loops.catalog import check_env_name
-    from metadisco.strategy import (
-        ANTITHETIC_STRATEGIES,
-        FITNESS_SHAPING,
-        STRATEGIES,
-        UNSUPPORTED_STRATEGIES,
-        WEIGHTED_STRATEGIES,
-    )
 
-    if not cfg.envs:
-        raise ConfigError("envs is empty: name at least one environment, e.g. envs=CartPole-v1")
-    for env in cfg.envs:
+    for env in (*cfg.envs, *cfg.heldout.envs):
         check_env_name(env)
-    for env in cfg.heldout.envs:
-        check_env_name(env)
-    trained_on = [e for e in cfg.heldout.envs if e in cfg.envs]
-    if trained_on:
-        raise ConfigError(
-            f"heldout.envs lists {', '.join(trained_on)}, which the run meta-trains on: a held-out "
-            "environment must be one the run never sees; drop it from heldout.envs or from envs"
-        )
-    if cfg.heldout.seeds < 1 or (cfg.heldout.timesteps is not None and cfg.heldout.timesteps < 1):
-        raise ConfigError("heldout.seeds and heldout.timesteps must be >= 1")
-    if cfg.es.strategy not in STRATEGIES:
-        close = difflib.get_close_matches(cfg.es.strategy, STRATEGIES, n=3, cutoff=0.4)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"unknown ES strategy {cfg.es.strategy!r}.{hint} Available: {', '.join(sorted(STRATEGIES))}")
-    if cfg.es.strategy in UNSUPPORTED_STRATEGIES:
-        raise ConfigError(f"es.strategy={cfg.es.strategy} cannot be used here: "
-                          f"{UNSUPPORTED_STRATEGIES[cfg.es.strategy]}; choose another (e.g. Open_ES, SNES, CMA_ES)")
-    es = cfg.es
-    if es.population_size < 2:
-        raise ConfigError(f"es.population_size must be >= 2, got {es.population_size}")
-    if es.antithetic and es.population_size % 2 and es.strategy in ANTITHETIC_STRATEGIES:
-        raise ConfigError(
-            f"es.population_size = {es.population_size} is odd but antithetic sampling pairs members (+z, -z): "
-            "use an even population, or es.antithetic=false"
-        )
-    if es.sigma_init <= 0 or es.lr <= 0:
-        raise ConfigError("es.sigma_init and es.lr must be > 0")
-    if not (0 < es.sigma_decay <= 1 and 0 < es.lr_decay <= 1):
-        raise ConfigError("es.sigma_decay and es.lr_decay must be in (0, 1]")
-    if es.optimizer not in ("adam", "sgd"):
-        raise ConfigError(f"es.optimizer must be adam or sgd, got {es.optimizer!r}")
-    if es.fitness_shaping not in FITNESS_SHAPING:
-        raise ConfigError(f"es.fitness_shaping must be one of {', '.join(FITNESS_SHAPING)}")
-    if es.fitness_shaping not in ("auto", "default") and es.strategy in WEIGHTED_STRATEGIES:
-        raise ConfigError(
-            f"es.fitness_shaping={es.fitness_shaping} does not apply to {es.strategy}: its update takes "
-            "recombination weights, which it computes from the ranks itself; leave es.fitness_shaping=auto"
-        )
-    if cfg.fitness not in FITNESS_KINDS:
-        raise ConfigError(f"fitness must be one of {', '.join(FITNESS_KINDS)}, got {cfg.fitness!r}")
-    if len(cfg.envs) > 1 and not cfg.fitness.endswith("_norm"):
-        raise ConfigError(
-            f"{len(cfg.envs)} meta-training environments need a normalised fitness so that their returns "
-            f"can be averaged: use fitness={cfg.fitness}_norm"
-        )
-    if cfg.inner.eval_episodes == 0 and "eval" in cfg.fitness:
-        raise ConfigError(f"fitness={cfg.fitness} scores evaluation episodes: inner.eval_episodes must be >= 1")
-    if cfg.fitness.endswith("_norm") and cfg.baseline_seeds < 2:
-        raise ConfigError(
-            f"fitness={cfg.fitness} checks that PPO beats its initial policy beyond noise, which takes "
-            f"baseline_seeds >= 2 (got {cfg.baseline_seeds})"
-        )
-    _check_distribution(cfg)
-    _check_expect(cfg)
-    for name in ("seeds_per_member", "generations", "checkpoint_every", "eval_seeds", "baseline_seeds"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"{name} must be >= 1, got {getattr(cfg, name)}")
-    if cfg.eval_every < 0 or cfg.devices < 0:
-        raise ConfigError("eval_every and devices must be >= 0")
-
-
-def _check_distribution(cfg: RunConfig) -> None:
-    d = cfg.distribution
-    if not 0 <= d.envs_per_generation <= len(cfg.envs):
-        raise ConfigError(
-            f"distribution.envs_per_generation = {d.envs_per_generation} must be between 1 and the {len(cfg.envs)} "
-            "environment(s) in envs (0: all of them every generation)"
-        )
-    if d.lr_range and not (len(d.lr_range) == 2 and 0 < d.lr_range[0] <= d.lr_range[1]):
-        raise ConfigError(
-            f"distribution.lr_range = {list(d.lr_range)} must be [low, high] with 0 < low <= high: factors on "
-            "each environment's preset lr, e.g. distribution.lr_range=0.5,2 (empty: the preset's lr)"
-        )
-    if d.lr_draw not in LR_DRAWS:
-        raise ConfigError(f"distribution.lr_draw must be one of {', '.join(LR_DRAWS)}, got {d.lr_draw!r}")
-    if any(not 0 < h <= 1 for h in d.horizons) or len(set(d.horizons)) != len(d.horizons):
-        raise ConfigError(
-            f"distribution.horizons = {list(d.horizons)} must be distinct fractions in (0, 1] of "
-            "inner.total_timesteps, e.g. distribution.horizons=0.5,1"
-        )
-    if d.env_fitness not in ENV_FITNESS:
-        raise ConfigError(f"distribution.env_fitness must be one of {', '.join(ENV_FITNESS)}, got {d.env_fitness!r}")
-
-
-def _check_expect(cfg: RunConfig) -> None:
-    e = cfg.expect
-    if e.beats not in EXPECT_BEATS:
-        raise ConfigError(f"expect.beats must be start or ppo (or empty: no verdict), got {e.beats!r}")
-    if not 0 <= e.gap_closed <= 1:
-        raise ConfigError(f"expect.gap_closed = {e.gap_closed} must be a share in [0, 1] of the gap from the start to PPO")
-    if (e.beats or e.gap_closed) and not cfg.eval_every:
-        raise ConfigError("expect needs the checks on fresh seeds that eval_every runs: set eval_every >= 1")
-    if e.gap_closed and not e.beats:
-        raise ConfigError("expect.gap_closed needs expect.beats (start or ppo): the comparison that must exclude 0")
+    check_run_config(cfg)
 
 
 def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:

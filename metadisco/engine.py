@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from analysis import search_health as health
+from analysis.run_config_checks import FITNESS_SCORES
 from analysis.stats import gap_closed_ci, mean_ci, normalize_score
 from inner_loops import make_env, make_train
 from meta_objectives import Objectives
@@ -82,19 +83,6 @@ def centered_ranks(fitness, worst):
     return jax.vmap(health.centred_rank_weights, in_axes=1, out_axes=1)(jnp.where(worst[:, None], jnp.nan, fitness))
 
 
-# What a fitness kind scores (its `_norm` variant divides by PPO's gain on the same score):
-# kind -> (the score of a TrainResult, the Baseline field of PPO's score, the Baseline field of
-# the initial policy's). The default, final_eval, is the field's (LPO scores the final policy over
-# complete evaluation episodes): sampled actions, because that stochastic policy is the one PPO
-# optimises and the one whose episodes make the learning curve, so the initial policy's sampled
-# evaluation is a consistent zero; a greedy policy can loop until the time limit in deterministic
-# games, a different agent from the one trained. greedy_eval scores it for those who want it.
-SCORES = {
-    "final_eval": (lambda r: r.eval_return, "final_eval", "init_eval"),
-    "greedy_eval": (lambda r: r.eval_return_greedy, "greedy_eval", "init_eval_greedy"),
-    "auc": (lambda r: r.returns.mean(-1), "auc", "init_eval"),
-    "final": (lambda r: r.final_return, "final", "init_eval"),
-}
 GUARD_SE = 2.0  # PPO's gain over its initial policy must exceed this many standard errors
 
 
@@ -120,7 +108,7 @@ class Baseline:
     @classmethod
     def of(cls, result) -> Baseline:
         """The fields of a TrainResult (any leading axes)."""
-        scores = {field: score(result) for score, field, _ in SCORES.values()}
+        scores = {field: score(result) for score, field, _ in FITNESS_SCORES.values()}
         return cls(init_eval=result.init_eval_return, init_eval_greedy=result.init_eval_return_greedy, **scores)
 
     def mean(self) -> Baseline:
@@ -133,10 +121,10 @@ class Baseline:
 
 def fitness_from(result, kind: str, baseline: Baseline | None, index):
     """TrainResult (any leading axes) -> fitness of the same leading shape: the score of `kind`
-    (SCORES), normalised for `*_norm` kinds so that the initial policy scores 0 and PPO 1 on the
+    (FITNESS_SCORES), normalised for `*_norm` kinds so that the initial policy scores 0 and PPO 1 on the
     training problem `index` (an env, or an (env, horizon) pair: MetaTrainer.problems; may be traced)."""
     name = kind.removesuffix("_norm")
-    score, ppo_field, init_field = SCORES[name]
+    score, ppo_field, init_field = FITNESS_SCORES[name]
     raw = score(result)
     if kind != name:
         ppo, init = getattr(baseline, ppo_field), getattr(baseline, init_field)
@@ -152,7 +140,7 @@ def check_normaliser(per_seed: Baseline, kind: str, envs) -> None:
     normaliser's denominator is mostly noise and that env's fitness with it (one such env
     dominates the mean over envs). Raises NormaliserError naming every such env, with advice.
     """
-    _, ppo_field, init_field = SCORES[kind.removesuffix("_norm")]
+    _, ppo_field, init_field = FITNESS_SCORES[kind.removesuffix("_norm")]
     gain = np.asarray(getattr(per_seed, ppo_field), np.float64) - np.asarray(getattr(per_seed, init_field), np.float64)
     mean, se = gain.mean(-1), gain.std(-1, ddof=1) / np.sqrt(gain.shape[-1])
     bad = [

@@ -8,32 +8,16 @@ from __future__ import annotations
 
 import inspect
 
-# evosax 0.3.2 `evosax.algorithms.algorithms`, kept as a table so that a config is validated
-# before jax starts; tests/test_engine.py checks both tables against evosax.
-STRATEGIES = (
-    "ARS", "ASEBO", "CMAAnchoredLES", "CMA_ES", "CR_FM_NES", "DES", "DifferentialEvolution", "DiffusionEvolution",
-    "ESMC", "EvoTF_ES", "GESMR_GA", "GradientlessDescent", "GuidedES", "HillClimbing", "LES", "LGA", "LM_MA_ES",
-    "MA_ES", "MR15_GA", "NoiseReuseES", "Open_ES", "PGPE", "PSO", "PersistentES", "RandomSearch", "Rm_ES",
-    "SAMR_GA", "SNES", "SV_CMA_ES", "SV_Open_ES", "Sep_CMA_ES", "SimpleES", "SimpleGA", "SimulatedAnnealing",
-    "iAMaLGaM_Full", "iAMaLGaM_Univariate", "xNES",
+# The tables of strategy names (which exist, which pair members, which keep their own weights, which
+# cannot run here) and of fitness shapings are the run config's allowed values, checked before jax
+# starts: analysis.run_config_checks'.
+from analysis.run_config_checks import (  # noqa: F401  (re-exported)
+    ANTITHETIC_STRATEGIES,
+    FITNESS_SHAPING,
+    STRATEGIES,
+    UNSUPPORTED_STRATEGIES,
+    WEIGHTED_STRATEGIES,
 )
-# The strategies that take `use_antithetic_sampling` (they pair members +z, -z).
-ANTITHETIC_STRATEGIES = ("EvoTF_ES", "Open_ES", "SV_Open_ES")
-# The strategies whose update takes recombination weights (evosax's weights_fitness_shaping_fn):
-# their fitness shaping is part of the algorithm and cannot be replaced.
-WEIGHTED_STRATEGIES = ("CMA_ES", "CR_FM_NES", "DES", "LM_MA_ES", "MA_ES", "Rm_ES", "SNES", "SV_CMA_ES",
-                       "Sep_CMA_ES", "SimpleES", "xNES")
-# Strategies that need more than a population size and a solution to be built.
-UNSUPPORTED_STRATEGIES = {
-    "RandomSearch": "it needs a sampling function, which a config cannot name",
-    "SV_CMA_ES": "Stein variational strategies evolve several populations at once",
-    "SV_Open_ES": "Stein variational strategies evolve several populations at once",
-}
-# "auto": centered ranks (the published LPO/OPEN/EvIL setting), except for the weighted strategies,
-# which keep their own recombination weights; "default": always the strategy's own evosax default
-# (centered ranks for Open_ES and PGPE, raw fitness for ARS and the
-# genetic algorithms, recombination weights for CMA-ES and the NES family).
-FITNESS_SHAPING = ("auto", "default", "centered_rank", "z_score", "normalize", "raw")
 
 
 def _shaping_fn(name: str):

@@ -8,9 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from analysis.run_config_checks import FITNESS_KINDS
 from inner_loops.ppo import TrainResult
-from metadisco.config import FITNESS_KINDS, ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
-from metadisco.engine import SCORES, MetaTrainer, NormaliserError, fetch
+from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.engine import Baseline, MetaTrainer, NormaliserError, fetch, fitness_from
 from metadisco.rundir import RunDir, RunDirError
 from metadisco.strategy import (
     ANTITHETIC_STRATEGIES,
@@ -282,8 +283,14 @@ def constant_train(init_return, final_return, noise=0.0):
     return train
 
 
-def test_every_fitness_kind_is_scored():
-    assert set(FITNESS_KINDS) == {kind + norm for kind in SCORES for norm in ("", "_norm")}
+@pytest.mark.parametrize("kind", FITNESS_KINDS)
+def test_every_fitness_kind_the_config_accepts_is_scored(kind):
+    """Raw kinds score the result; a *_norm kind scores the initial policy 0 and PPO 1."""
+    ppo = stand_in_result(jnp.linspace(10.0, 50.0, 8), jnp.float32(45.0), jnp.float32(10.0))
+    baseline = Baseline.of(jax.tree.map(lambda x: x[None], ppo))  # one training problem
+    score = float(fitness_from(ppo, kind, baseline, 0))
+    want = {"final_eval": 45.0, "greedy_eval": 45.0, "auc": 30.0, "final": 50.0}
+    assert score == pytest.approx(1.0 if kind.endswith("_norm") else want[kind])
     assert RunConfig().fitness == "final_eval"  # the field's: the final policy's evaluation
 
 

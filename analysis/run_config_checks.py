@@ -1,0 +1,172 @@
+"""The values a run's config may hold, and the checks of them that need no compute (jax-free).
+
+`check_run_config` is the one check of what a `RunConfig` (analysis.run_config) says: names from
+the tables below, ranges and sizes, and how fields combine. `metadisco train` runs it before jax
+starts (metadisco.config.validate). What depends on the installation (environment names and
+plug-ins: inner_loops.catalog) or needs jax (objectives, shapes) is metadisco.config's.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from metadisco_common.errors import ConfigError
+
+# What a fitness kind scores (its `_norm` twin divides by PPO's gain on the same score, so that the
+# initial policy scores 0 and PPO 1): kind -> (the score of a TrainResult, the field of
+# metadisco.engine.Baseline holding PPO's score, the field holding the initial policy's). The
+# default, final_eval, is the field's (LPO scores the final policy over complete evaluation
+# episodes): sampled actions, because that stochastic policy is the one PPO optimises and the one
+# whose episodes make the learning curve, so the initial policy's sampled evaluation is a consistent
+# zero; a greedy policy can loop until the time limit in deterministic games, a different agent from
+# the one trained. greedy_eval scores it for those who want it; auc is the learning curve's mean,
+# final its last 10%.
+FITNESS_SCORES = {
+    "final_eval": (lambda r: r.eval_return, "final_eval", "init_eval"),
+    "greedy_eval": (lambda r: r.eval_return_greedy, "greedy_eval", "init_eval_greedy"),
+    "auc": (lambda r: r.returns.mean(-1), "auc", "init_eval"),
+    "final": (lambda r: r.final_return, "final", "init_eval"),
+}
+FITNESS_KINDS = tuple(score + norm for score in FITNESS_SCORES for norm in ("", "_norm"))
+
+# evosax 0.3.2 `evosax.algorithms.algorithms` (metadisco.strategy builds them); tests/test_engine.py
+# checks these tables against evosax.
+STRATEGIES = (
+    "ARS", "ASEBO", "CMAAnchoredLES", "CMA_ES", "CR_FM_NES", "DES", "DifferentialEvolution", "DiffusionEvolution",
+    "ESMC", "EvoTF_ES", "GESMR_GA", "GradientlessDescent", "GuidedES", "HillClimbing", "LES", "LGA", "LM_MA_ES",
+    "MA_ES", "MR15_GA", "NoiseReuseES", "Open_ES", "PGPE", "PSO", "PersistentES", "RandomSearch", "Rm_ES",
+    "SAMR_GA", "SNES", "SV_CMA_ES", "SV_Open_ES", "Sep_CMA_ES", "SimpleES", "SimpleGA", "SimulatedAnnealing",
+    "iAMaLGaM_Full", "iAMaLGaM_Univariate", "xNES",
+)
+# The strategies that take `use_antithetic_sampling` (they pair members +z, -z).
+ANTITHETIC_STRATEGIES = ("EvoTF_ES", "Open_ES", "SV_Open_ES")
+# The strategies whose update takes recombination weights (evosax's weights_fitness_shaping_fn):
+# their fitness shaping is part of the algorithm and cannot be replaced.
+WEIGHTED_STRATEGIES = ("CMA_ES", "CR_FM_NES", "DES", "LM_MA_ES", "MA_ES", "Rm_ES", "SNES", "SV_CMA_ES",
+                       "Sep_CMA_ES", "SimpleES", "xNES")
+# Strategies that need more than a population size and a solution to be built.
+UNSUPPORTED_STRATEGIES = {
+    "RandomSearch": "it needs a sampling function, which a config cannot name",
+    "SV_CMA_ES": "Stein variational strategies evolve several populations at once",
+    "SV_Open_ES": "Stein variational strategies evolve several populations at once",
+}
+# "auto": centered ranks (the published LPO/OPEN/EvIL setting), except for the weighted strategies,
+# which keep their own recombination weights; "default": always the strategy's own evosax default
+# (centered ranks for Open_ES and PGPE, raw fitness for ARS and the
+# genetic algorithms, recombination weights for CMA-ES and the NES family).
+FITNESS_SHAPING = ("auto", "default", "centered_rank", "z_score", "normalize", "raw")
+ES_OPTIMIZERS = ("adam", "sgd")
+
+# How DistributionConfig's draws are shared and how per-environment fitness is combined.
+LR_DRAWS = ("pair", "generation")
+ENV_FITNESS = ("mean", "rank")
+
+# Which comparison on fresh seeds a run's pass criterion reads (ExpectConfig.beats).
+EXPECT_BEATS = ("", "start", "ppo")
+
+
+def check_run_config(cfg) -> None:
+    """Raise ConfigError, saying what to do, for a value no run can have in `cfg`, a RunConfig
+    (analysis.run_config imports this module, so it is not named here): names, ranges, sizes and
+    how fields combine. Environment names are not checked here (metadisco.config.check_static)."""
+    if not cfg.envs:
+        raise ConfigError("envs is empty: name at least one environment, e.g. envs=CartPole-v1")
+    trained_on = [e for e in cfg.heldout.envs if e in cfg.envs]
+    if trained_on:
+        raise ConfigError(
+            f"heldout.envs lists {', '.join(trained_on)}, which the run meta-trains on: a held-out "
+            "environment must be one the run never sees; drop it from heldout.envs or from envs"
+        )
+    if cfg.heldout.seeds < 1 or (cfg.heldout.timesteps is not None and cfg.heldout.timesteps < 1):
+        raise ConfigError("heldout.seeds and heldout.timesteps must be >= 1")
+    _check_es(cfg.es)
+    _check_fitness(cfg)
+    _check_distribution(cfg)
+    _check_expect(cfg)
+    for name in ("seeds_per_member", "generations", "checkpoint_every", "eval_seeds", "baseline_seeds"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.eval_every < 0 or cfg.devices < 0:
+        raise ConfigError("eval_every and devices must be >= 0")
+
+
+def _check_es(es) -> None:
+    if es.strategy not in STRATEGIES:
+        close = difflib.get_close_matches(es.strategy, STRATEGIES, n=3, cutoff=0.4)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"unknown ES strategy {es.strategy!r}.{hint} Available: {', '.join(sorted(STRATEGIES))}")
+    if es.strategy in UNSUPPORTED_STRATEGIES:
+        raise ConfigError(f"es.strategy={es.strategy} cannot be used here: "
+                          f"{UNSUPPORTED_STRATEGIES[es.strategy]}; choose another (e.g. Open_ES, SNES, CMA_ES)")
+    if es.population_size < 2:
+        raise ConfigError(f"es.population_size must be >= 2, got {es.population_size}")
+    if es.antithetic and es.population_size % 2 and es.strategy in ANTITHETIC_STRATEGIES:
+        raise ConfigError(
+            f"es.population_size = {es.population_size} is odd but antithetic sampling pairs members (+z, -z): "
+            "use an even population, or es.antithetic=false"
+        )
+    if es.sigma_init <= 0 or es.lr <= 0:
+        raise ConfigError("es.sigma_init and es.lr must be > 0")
+    if not (0 < es.sigma_decay <= 1 and 0 < es.lr_decay <= 1):
+        raise ConfigError("es.sigma_decay and es.lr_decay must be in (0, 1]")
+    if es.optimizer not in ES_OPTIMIZERS:
+        raise ConfigError(f"es.optimizer must be adam or sgd, got {es.optimizer!r}")
+    if es.fitness_shaping not in FITNESS_SHAPING:
+        raise ConfigError(f"es.fitness_shaping must be one of {', '.join(FITNESS_SHAPING)}")
+    if es.fitness_shaping not in ("auto", "default") and es.strategy in WEIGHTED_STRATEGIES:
+        raise ConfigError(
+            f"es.fitness_shaping={es.fitness_shaping} does not apply to {es.strategy}: its update takes "
+            "recombination weights, which it computes from the ranks itself; leave es.fitness_shaping=auto"
+        )
+
+
+def _check_fitness(cfg) -> None:
+    if cfg.fitness not in FITNESS_KINDS:
+        raise ConfigError(f"fitness must be one of {', '.join(FITNESS_KINDS)}, got {cfg.fitness!r}")
+    if len(cfg.envs) > 1 and not cfg.fitness.endswith("_norm"):
+        raise ConfigError(
+            f"{len(cfg.envs)} meta-training environments need a normalised fitness so that their returns "
+            f"can be averaged: use fitness={cfg.fitness}_norm"
+        )
+    if cfg.inner.eval_episodes == 0 and "eval" in cfg.fitness:
+        raise ConfigError(f"fitness={cfg.fitness} scores evaluation episodes: inner.eval_episodes must be >= 1")
+    if cfg.fitness.endswith("_norm") and cfg.baseline_seeds < 2:
+        raise ConfigError(
+            f"fitness={cfg.fitness} checks that PPO beats its initial policy beyond noise, which takes "
+            f"baseline_seeds >= 2 (got {cfg.baseline_seeds})"
+        )
+
+
+def _check_distribution(cfg) -> None:
+    d = cfg.distribution
+    if not 0 <= d.envs_per_generation <= len(cfg.envs):
+        raise ConfigError(
+            f"distribution.envs_per_generation = {d.envs_per_generation} must be between 1 and the {len(cfg.envs)} "
+            "environment(s) in envs (0: all of them every generation)"
+        )
+    if d.lr_range and not (len(d.lr_range) == 2 and 0 < d.lr_range[0] <= d.lr_range[1]):
+        raise ConfigError(
+            f"distribution.lr_range = {list(d.lr_range)} must be [low, high] with 0 < low <= high: factors on "
+            "each environment's preset lr, e.g. distribution.lr_range=0.5,2 (empty: the preset's lr)"
+        )
+    if d.lr_draw not in LR_DRAWS:
+        raise ConfigError(f"distribution.lr_draw must be one of {', '.join(LR_DRAWS)}, got {d.lr_draw!r}")
+    if any(not 0 < h <= 1 for h in d.horizons) or len(set(d.horizons)) != len(d.horizons):
+        raise ConfigError(
+            f"distribution.horizons = {list(d.horizons)} must be distinct fractions in (0, 1] of "
+            "inner.total_timesteps, e.g. distribution.horizons=0.5,1"
+        )
+    if d.env_fitness not in ENV_FITNESS:
+        raise ConfigError(f"distribution.env_fitness must be one of {', '.join(ENV_FITNESS)}, got {d.env_fitness!r}")
+
+
+def _check_expect(cfg) -> None:
+    e = cfg.expect
+    if e.beats not in EXPECT_BEATS:
+        raise ConfigError(f"expect.beats must be start or ppo (or empty: no verdict), got {e.beats!r}")
+    if not 0 <= e.gap_closed <= 1:
+        raise ConfigError(f"expect.gap_closed = {e.gap_closed} must be a share in [0, 1] of the gap from the start to PPO")
+    if (e.beats or e.gap_closed) and not cfg.eval_every:
+        raise ConfigError("expect needs the checks on fresh seeds that eval_every runs: set eval_every >= 1")
+    if e.gap_closed and not e.beats:
+        raise ConfigError("expect.gap_closed needs expect.beats (start or ppo): the comparison that must exclude 0")
