@@ -481,7 +481,7 @@ def update(ppo: PPO, runner: Runner, update_idx, inputs: TrainInputs) -> tuple[R
     return runner, UpdateInfo(mean_return, finite, samples.reshape(-1, samples.shape[-1]))
 
 
-def evaluate(ppo: PPO, key: jax.Array, params, obs_norm: ObsNorm, env_params) -> tuple[jax.Array, jax.Array]:
+def evaluate_policy(ppo: PPO, key: jax.Array, params, obs_norm: ObsNorm, env_params) -> tuple[jax.Array, jax.Array]:
     """The policy's mean undiscounted return over `eval_episodes` complete episodes, per mode.
 
     Separate evaluation environments, reset from `key`, play one episode each: `eval_episodes`
@@ -563,7 +563,7 @@ def train(ppo: PPO, key: jax.Array, meta_params: dict, hparams: PPOHyperparams |
         return jax.lax.scan(lambda runner, i: update(ppo, runner, i, inputs), runner, first + jnp.arange(length))
 
     def evaluation(runner):
-        return jnp.stack(evaluate(ppo, k_eval, runner.params, runner.obs_norm, inputs.env_params))
+        return jnp.stack(evaluate_policy(ppo, k_eval, runner.params, runner.obs_norm, inputs.env_params))
 
     init_eval = evaluation(runner)
     if config.eval_points:

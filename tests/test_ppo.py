@@ -38,7 +38,7 @@ from inner_loops.ppo import (
     ObsNorm,
     RewardNorm,
     carry_forward,
-    evaluate,
+    evaluate_policy,
     initial_network,
     ppo_loss,
 )
@@ -712,7 +712,8 @@ def test_evaluation_scores_complete_episodes_of_the_policy():
     length, n = 50, 16
     ppo = PPO.create(_long_env(length), TINY.replace(eval_episodes=n))
     assert ppo.eval_cap == length  # the env's own time limit
-    evaluation = jax.jit(lambda params: evaluate(ppo, jax.random.key(0), params, ObsNorm.create((1,)), ppo.env.default_params))
+    evaluation = jax.jit(lambda params: evaluate_policy(ppo, jax.random.key(0), params, ObsNorm.create((1,)),
+                                                        ppo.env.default_params))
     sampled, greedy = evaluation(_policy_with(ppo, 0.75))
     assert float(greedy) == length  # argmax: action 1 at every step of a whole episode
     # sampled: Binomial(L, 0.75) per episode; mean of 16 episodes, standard error 0.77
@@ -721,7 +722,8 @@ def test_evaluation_scores_complete_episodes_of_the_policy():
     assert float(greedy) == 0.0 and abs(float(sampled) - 0.25 * length) < 4.0
     # An episode still running at the cap counts with its partial return.
     capped = PPO.create(_long_env(length), TINY.replace(eval_episodes=n, eval_max_steps=20))
-    _, greedy = evaluate(capped, jax.random.key(0), _policy_with(capped, 0.75), ObsNorm.create((1,)), capped.env.default_params)
+    _, greedy = evaluate_policy(capped, jax.random.key(0), _policy_with(capped, 0.75), ObsNorm.create((1,)),
+                                capped.env.default_params)
     assert float(greedy) == 20.0
 
 
@@ -734,7 +736,7 @@ def test_without_the_greedy_episodes_the_sampled_score_is_the_same_bit_for_bit(e
     params = ppo.network.init(jax.random.key(1), jnp.zeros((1,) + ppo.env.obs_shape))
 
     def scores(p):
-        return jax.jit(lambda k: evaluate(p, k, params, ObsNorm.create(p.env.obs_shape), p.env.default_params))
+        return jax.jit(lambda k: evaluate_policy(p, k, params, ObsNorm.create(p.env.obs_shape), p.env.default_params))
 
     both = scores(ppo)
     alone = scores(dataclasses.replace(ppo, config=ppo.config.replace(eval_greedy=False)))

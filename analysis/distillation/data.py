@@ -174,7 +174,8 @@ class FitData:
         if self.grid_progress is None:
             self.grid_progress = self.progress
 
-    def evaluate(self, expression: str, grid: bool = False, shift: float = 0.0, **constants) -> np.ndarray:
+    def values(self, expression: str, grid: bool = False, shift: float = 0.0, **constants) -> np.ndarray:
+        """The expression on the fit points (grid: on the plot grid), r (or e) shifted by `shift`."""
         x, y = (self.grid_r, self.grid_a) if grid else (self.r, self.a)
         if self.kind == "drift":
             return evaluate_numpy(expression, x + shift, y, self.grid_progress if grid else self.progress, **constants)
@@ -182,13 +183,13 @@ class FitData:
 
     def slope(self, expression: str, grid: bool = False, **constants) -> np.ndarray:
         """d expression / d r (or d e) by central differences in float64."""
-        up = self.evaluate(expression, grid, SLOPE_STEP, **constants)
-        down = self.evaluate(expression, grid, -SLOPE_STEP, **constants)
+        up = self.values(expression, grid, SLOPE_STEP, **constants)
+        down = self.values(expression, grid, -SLOPE_STEP, **constants)
         return (up - down) / (2 * SLOPE_STEP)
 
     def column(self, expression: str, **constants) -> np.ndarray:
         """The expression on the fit points in the fit mode (values or slopes)."""
-        return (self.evaluate if self.fit == "value" else self.slope)(expression, **constants)
+        return (self.values if self.fit == "value" else self.slope)(expression, **constants)
 
     @property
     def target(self) -> np.ndarray:
@@ -263,8 +264,8 @@ def candidate(expression: str, data: FitData, method: str, n_terms: int, **extra
     at the top level and under "grid", slope errors under "slope" (and "slope"/"grid"); "error"
     is the rmse of what the fit matches (values or slopes) on the fit points."""
     expr = parse_expression(expression, data.variables)
-    fit = fit_metrics(data.evaluate(expression), data.d)
-    grid = fit_metrics(data.evaluate(expression, grid=True), data.grid_d, data.grid_w)
+    fit = fit_metrics(data.values(expression), data.d)
+    grid = fit_metrics(data.values(expression, grid=True), data.grid_d, data.grid_w)
     slope = {}
     if data.s is not None:
         slope = fit_metrics(data.slope(expression), data.s)

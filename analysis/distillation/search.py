@@ -19,7 +19,7 @@ What the transform cannot guarantee is checked: finiteness (exp can overflow) an
 loss, that the gradient step moves v toward its target (e dL/de >= 0 for |e| > 1) on the check
 grid of meta_objectives.constraints. Those candidates count as considered and invalid.
 
-One set of rules (`evaluate` over `_unary` / `_binary`) evaluates a tree both ways: numerically
+One set of rules (`tree_values` over `_unary` / `_binary`) evaluates a tree both ways: numerically
 with directional derivatives (numpy backend; the search) and symbolically (sympy backend; the
 expression strings handed back, `transform_expression`).
 
@@ -134,7 +134,7 @@ def _binary(op, a, da, b, db):
     raise ValueError(f"unknown operation {op!r}")
 
 
-def evaluate(tree, env: dict, B=_Numeric):
+def tree_values(tree, env: dict, B=_Numeric):
     """(g, dg) of `tree`: env maps each terminal to (value, directional derivative)."""
     head = tree[0]
     if head == "x":
@@ -142,8 +142,8 @@ def evaluate(tree, env: dict, B=_Numeric):
     if head == "c":
         return tree[1], 0.0
     if head in BINARY:
-        return _binary(head, *evaluate(tree[1], env, B), *evaluate(tree[2], env, B))
-    return _unary(head, B, *evaluate(tree[1], env, B))
+        return _binary(head, *tree_values(tree[1], env, B), *tree_values(tree[2], env, B))
+    return _unary(head, B, *tree_values(tree[1], env, B))
 
 
 def fold(tree):
@@ -154,7 +154,7 @@ def fold(tree):
     node = (tree[0], *children)
     if all(c[0] == "c" for c in children):
         with np.errstate(all="ignore"):
-            value = float(evaluate(node, {})[0])
+            value = float(tree_values(node, {})[0])
         if math.isfinite(value) and abs(value) < 1e6:
             return ("c", float(f"{value:.6g}"))
     return node
@@ -245,9 +245,9 @@ class Plug:
 def transform(plug: Plug, tree, x, y):
     """(value, slope along x) of relu(g - T[g] - DELTA) at points (x, y) (float64 arrays)."""
     with np.errstate(all="ignore"):  # overflow is caught as non-finite by Problem.valid
-        g, dg = evaluate(tree, plug.env(x, y))
-        g0, d_plus = evaluate(tree, plug.env(np.full_like(x, plug.pivot), y, 1.0))
-        _, d_minus = evaluate(tree, plug.env(np.full_like(x, plug.pivot), y, -1.0))
+        g, dg = tree_values(tree, plug.env(x, y))
+        g0, d_plus = tree_values(tree, plug.env(np.full_like(x, plug.pivot), y, 1.0))
+        _, d_minus = tree_values(tree, plug.env(np.full_like(x, plug.pivot), y, -1.0))
         slope0 = np.where(x >= plug.pivot, d_plus, -np.asarray(d_minus))  # one-sided slopes at the pivot
         inner = g - g0 - slope0 * (x - plug.pivot) - DELTA
         value = np.maximum(inner, 0.0)
@@ -257,9 +257,9 @@ def transform(plug: Plug, tree, x, y):
 
 def transform_expression(plug: Plug, tree) -> sp.Expr:
     """The sympy expression of relu(g - T[g] - DELTA) (what `transform` evaluates)."""
-    g, _ = evaluate(tree, plug.symbolic_env(False), _Symbolic)
-    g0, d_plus = evaluate(tree, plug.symbolic_env(True, 1.0), _Symbolic)
-    _, d_minus = evaluate(tree, plug.symbolic_env(True, -1.0), _Symbolic)
+    g, _ = tree_values(tree, plug.symbolic_env(False), _Symbolic)
+    g0, d_plus = tree_values(tree, plug.symbolic_env(True, 1.0), _Symbolic)
+    _, d_minus = tree_values(tree, plug.symbolic_env(True, -1.0), _Symbolic)
     x = plug.pivot_symbol - plug.pivot
     d_plus, d_minus = sp.sympify(d_plus), -sp.sympify(d_minus)
     linear = d_plus * x if d_plus == d_minus else sp.Piecewise((d_plus * x, plug.pivot_symbol >= plug.pivot),
