@@ -3,8 +3,9 @@
 `RunConfig` and its sections are the one typed form of a run's config. `metadisco.config` builds
 one from the defaults, an experiment file and FIELD=VALUE overrides and checks it; the run
 directory stores it resolved (RUN_DIR/config.json, `RunConfig.to_dict`); `analysis.runs.Run.config()`
-reads it back with `RunConfig.from_dict`, so every reader of a run's config (train --resume,
-plot, the report, evaluate, distil, export) sees the same fields with the same defaults.
+reads it back with `RunConfig.from_stored`, which checks it as `metadisco train` does
+(`analysis.run_config_checks`), so every reader of a run's config (train --resume, plot, the
+report, evaluate, distil, export) sees the same fields with the same defaults, or the same error.
 `InnerConfig` is derived from PPO's own settings (inner_loops.ppo_config).
 
 It lives here, below `metadisco`, because the analysis side reads run directories without
@@ -20,6 +21,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from analysis.run_config_checks import check_run_config
 from inner_loops.ppo_config import PPOConfig, PPOHyperparams
 from meta_objectives.plugs import PLUGS, upgrade_section
 from metadisco_common.errors import ConfigError
@@ -277,7 +279,9 @@ class RunConfig:
         """From a run directory's config.json (`analysis.runs.Run.config`): `from_dict`, after
         dropping the removed fields (`REMOVED`) that hold a value that ran as today's code runs,
         so a run written before their removal still reads. Any other value of one is a ConfigError
-        saying what was removed; in an experiment file or an override one is an unknown field."""
+        saying what was removed; in an experiment file or an override one is an unknown field.
+        Checked by `check_run_config`: a value `metadisco train` refuses is refused here with the
+        same ConfigError."""
         for (section, name), (inert, what) in REMOVED.items():
             stored = d.get(section)
             if not isinstance(stored, dict) or name not in stored:
@@ -287,7 +291,9 @@ class RunConfig:
                 raise ConfigError(f"{section}.{name} = {stored[name]!r}: this run used {what}; this metadisco "
                                   f"reads the field only at {allowed}, where it changed nothing")
             d = {**d, section: {k: v for k, v in stored.items() if k != name}}
-        return cls.from_dict(d)
+        cfg = cls.from_dict(d)
+        check_run_config(cfg)
+        return cfg
 
 
 # Fields that run configs once had and that were removed, with the values that ran as the code

@@ -1,9 +1,12 @@
 """The values a run's config may hold, and the checks of them that need no compute (jax-free).
 
 `check_run_config` is the one check of what a `RunConfig` (analysis.run_config) says: names from
-the tables below, ranges and sizes, and how fields combine. `metadisco train` runs it before jax
-starts (metadisco.config.validate). What depends on the installation (environment names and
-plug-ins: inner_loops.catalog) or needs jax (objectives, shapes) is metadisco.config's.
+the tables below, ranges and sizes, and how fields combine. It runs wherever a config is read:
+`metadisco train` (metadisco.config.validate, before jax starts) and every reader of a run
+directory (`RunConfig.from_stored`, so `analysis.runs.Run.config()`), so a hand-edited config.json
+fails with the message an override of the same value gets. What depends on the installation
+(environment names and plug-ins: inner_loops.catalog) or needs jax (objectives, shapes) is
+metadisco.config's.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@
 
     run = Run(path)
     run.config()               RunConfig, the one typed reading of config.json; RunDirError when
-                               missing, corrupt or not a run config
+                               missing, corrupt, not a run config, or holding a value that the
+                               schema's checks refuse (`metadisco train`'s message, after the file)
     run.metrics()              [row, ...]: complete lines only (a run may be writing the next one)
     run.baseline()             dict, or None when the run has none
     run.checkpoints()          [Path, ...] oldest first; temporary files ignored
@@ -152,7 +153,9 @@ class Run:
     def config(self) -> RunConfig:
         """The resolved config the run was started with, read by `RunConfig.from_stored` (a field
         the file lacks takes RunConfig's default; a removed field at a value that changes nothing is
-        dropped), as `metadisco train --resume` reads it."""
+        dropped), as `metadisco train --resume` reads it. RunDirError, before any compute, for a value
+        `check_run_config` refuses, as train does: the file's name, then the same ConfigError message
+        (environment names and what needs jax are checked where a run is built, not here)."""
         if not self.path.is_dir():
             raise RunDirError(f"no run directory at {self.path}; `metadisco train --run-dir {self.path}` creates one")
         config = self.read_json("config.json")

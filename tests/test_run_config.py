@@ -1,4 +1,5 @@
-"""analysis.run_config: the one schema of a run's config (jax-free); InnerConfig is PPO's own settings."""
+"""analysis.run_config: the one schema of a run's config (jax-free), checked by
+analysis.run_config_checks wherever a config is read; InnerConfig is PPO's own settings."""
 
 import dataclasses
 import json
@@ -15,6 +16,7 @@ from analysis.runs import Run, RunDirError
 from inner_loops import PRESETS, PPOConfig, PPOHyperparams, preset_for
 from metadisco.config import ppo_config, resolve
 from metadisco_common.errors import ConfigError
+from tests.helpers import metadisco_in_process
 
 
 def _without_none(tp):
@@ -101,3 +103,29 @@ def test_a_setting_added_to_ppo_config_is_an_override_stored_and_read_back(tmp_p
     assert stored == cfg and stored.inner.knob == 0.25
     assert ppo_config(stored, "CartPole-v1").knob == 0.25
     assert ppo_config(resolve(None, []), "CartPole-v1").knob == 0.5  # not set: the preset's
+
+
+@pytest.mark.parametrize(("override", "section", "value"), [
+    ("fitness=bogus", None, "bogus"), ("es.population_size=-4", "es", -4), ("distribution.lr_draw=each", "distribution", "each"),
+])
+def test_a_hand_edited_config_json_is_refused_with_trains_message(tmp_path, capsys, monkeypatch, override, section, value):
+    """Run.config(), and so `metadisco plot RUN` / `evaluate RUN`, refuse a value `metadisco train`
+    refuses, with its ConfigError's text (after the file's name), exit code 2, before any compute."""
+    monkeypatch.chdir(tmp_path)  # where a train that was not refused would write
+    code, _, err = metadisco_in_process(["train", override], capsys)
+    assert code == 2 and err.startswith("metadisco: error: ") and len(err.strip().splitlines()) == 1
+    trains = err.removeprefix("metadisco: error: ").strip()
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config, name = RunConfig().to_dict(), override.split("=")[0].split(".")[-1]
+    (config[section] if section else config)[name] = value
+    (run_dir / "config.json").write_text(json.dumps(config))
+    expected = f"{run_dir / 'config.json'} is not a run config this metadisco reads: {trains}"
+    with pytest.raises(RunDirError) as refused:
+        Run(run_dir).config()
+    assert str(refused.value) == expected
+    for verb in ("plot", "evaluate"):
+        code, _, err = metadisco_in_process([verb, str(run_dir)], capsys)
+        assert code == 2 and "Traceback" not in err, err[-2000:]
+        assert err.startswith("metadisco: error: ") and err.strip().endswith(expected) and len(err.strip().splitlines()) == 1
