@@ -219,7 +219,7 @@ class MetaTrainer:
         # exactly the layout that the next call takes (otherwise generation 2 would recompile).
         replicated = NamedSharding(self.mesh, P())
         self._generation = jax.jit(self._generation_impl, in_shardings=replicated, out_shardings=replicated)
-        self._evaluate = jax.jit(self._evaluate_impl, in_shardings=replicated, out_shardings=replicated)
+        self._compare = jax.jit(self._compare_impl, in_shardings=replicated, out_shardings=replicated)
         self._baseline = jax.jit(self._baseline_impl, in_shardings=replicated, out_shardings=replicated)
 
     # ---------------------------------------------------------------- state
@@ -390,7 +390,7 @@ class MetaTrainer:
             out["draw/lr_factor"] = jnp.exp(jnp.log(draw.lr_factor).mean())  # geometric mean over members
         return out
 
-    def _evaluate_impl(self, solution, key_data, baseline: Baseline):
+    def _compare_impl(self, solution, key_data, baseline: Baseline):
         """Fitness of one solution, of the run's start point (the initial solution) and of PPO on
         the same `eval_seeds` seeds, per training problem (every env and horizon), at the
         preset's learning rate: [(ours, start, ppo), ...], each [eval_seeds]."""
@@ -441,7 +441,7 @@ class MetaTrainer:
         """What generation `index` trained on (its Draw): a function of (seed, generation) only."""
         return self.draw(jax.random.fold_in(self.generation_key(index), DRAW_STREAM))
 
-    def evaluate(self, state: RunState, baseline: Baseline, completed: int) -> dict:
+    def compare(self, state: RunState, baseline: Baseline, completed: int) -> dict:
         """The ES mean against PPO and against the run's start point (its initial solution), all on
         the same fresh seeds, mean over seeds, per training problem (`problem_names`) and overall;
         paired differences with 95% t-intervals, and the share of the gap from the start to PPO
@@ -450,7 +450,7 @@ class MetaTrainer:
         key = jax.random.fold_in(jax.random.key(self.cfg.seed + 1), completed)
         mean = self.replicate(fetch(self.mean_params(fetch(state))))  # host-side: same in every process
         out = [tuple(np.asarray(x, np.float64) for x in problem)
-               for problem in fetch(self._evaluate(mean, self.replicate(jax.random.key_data(key)), baseline))]
+               for problem in fetch(self._compare(mean, self.replicate(jax.random.key_data(key)), baseline))]
         row = {}
         for name, (ours, start, theirs) in zip(self.problem_names, out):
             row[f"eval/{name}/mean"] = float(np.mean(ours))

@@ -222,7 +222,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
                 time_limit.record_generation(wall)
             if evaluates:
                 t = time.perf_counter()
-                row |= trainer.evaluate(state, baseline_dev, gen + 1)
+                row |= trainer.compare(state, baseline_dev, gen + 1)
                 if time_limit is not None:
                     time_limit.record_evaluation(time.perf_counter() - t)
             if is_main:

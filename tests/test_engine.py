@@ -213,7 +213,7 @@ def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted, trainer):
     # Before any generation the ES mean is the initial LPO, which is PPO exactly: on the same
     # fresh seeds the two columns must then be equal (different seeds or a drifted start would not be).
     state, baseline = trainer.replicate(fetch(trainer.init())), trainer.replicate(fetch(trainer.baseline()))
-    row = trainer.evaluate(state, baseline, 0)
+    row = trainer.compare(state, baseline, 0)
     assert row["eval_mean_fitness"] == row["eval_ppo_fitness"]
     assert row["eval/CartPole-v1/mean"] == row["eval/CartPole-v1/ppo"]
     assert row["eval_diff"] == row["eval_diff_low"] == row["eval_diff_high"] == 0.0  # paired by seed
@@ -374,6 +374,6 @@ def test_a_start_point_that_is_ppo_exactly_is_trained_once_in_the_comparisons_on
     separate.start_is_ppo = False
     assert shared.start_is_ppo and not MetaTrainer(tiny_config()).start_is_ppo  # LPO's start is not PPO's own params
     state, baseline = shared.replicate(fetch(shared.init())), shared.replicate(shared.baseline_template())
-    rows = [t.evaluate(state, baseline, 1) for t in (shared, separate)]
+    rows = [t.compare(state, baseline, 1) for t in (shared, separate)]
     np.testing.assert_equal(rows[0], rows[1])  # NaN where both are NaN (no gap from the start to PPO)
     assert rows[0]["eval_start_fitness"] == rows[0]["eval_ppo_fitness"]
