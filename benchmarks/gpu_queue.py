@@ -18,7 +18,7 @@ limit stops with a checkpoint (exit status 75) and the queue ends there; the nex
 OUT receives: summary.md and summary.json (device, minutes, verdicts with their intervals, search
 health, held-out results), queue.log (every command's output), metrics.jsonl (the last entry's),
 results.md (its held-out evaluation, when run) and state.tar.gz (the run directories this call
-touched, relative to STATE: `tar xzf state.tar.gz -C STATE` puts them back). This process imports no
+touched, relative to STATE: `gpu_queue.py --unpack OUT/state.tar.gz` puts them back). This process imports no
 jax: each command runs in its own process, which holds the accelerator alone.
 """
 
@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -276,6 +277,23 @@ def pack(state: Path, names: list[str], target: Path) -> None:
                 tar.add(state / name, arcname=name, filter=lambda t: None if t.name.endswith(".lock") else t)
 
 
+def unpack(archive: Path, state: Path) -> list[str]:
+    """Put back the run directories of a call's state.tar.gz under `state`, each replacing its old
+    copy whole (a plain `tar x` would leave the old copy's pruned checkpoints beside the new ones).
+    Returns their names."""
+    with tarfile.open(archive, "r:gz") as tar:
+        names = sorted({Path(m.name).parts[0] for m in tar.getmembers()})
+        bad = [n for n in names if n in ("..", ".") or Path(n).is_absolute()]
+        if bad:
+            raise SystemExit(f"{archive}: not a queue state archive (paths {bad}); nothing unpacked")
+        with tempfile.TemporaryDirectory(dir=state) as staging:
+            tar.extractall(staging, filter="data")
+            for name in names:
+                shutil.rmtree(state / name, ignore_errors=True)
+                shutil.move(Path(staging) / name, state / name)
+    return names
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--budget", default="9m", help="wall time for this call (600, 9m, 1h30m; default 9m)")
@@ -284,7 +302,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
     p.add_argument("--max-runs", type=int, default=None, help="stop after this many entries were advanced")
     p.add_argument("--smoke", action="store_true", help="the same path on the CPU at a tiny size (`smoke` overrides)")
+    p.add_argument("--unpack", type=Path, metavar="STATE_TAR_GZ",
+                   help="only put back a call's state.tar.gz under --state, each run directory replaced whole")
     args = p.parse_args(argv)
+    if args.unpack:
+        args.state.mkdir(parents=True, exist_ok=True)
+        print("unpacked:", ", ".join(unpack(args.unpack, args.state)), "into", args.state)
+        return 0
     try:
         call = Call(parse_duration(args.budget))
     except ConfigError as e:

@@ -120,3 +120,18 @@ def test_a_bad_budget_is_a_usage_error_before_anything_runs(tmp_path, capsys):
         gpu_queue.main(["--budget", "soon", "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out")])
     assert stopped.value.code == 2 and "--budget 'soon': give a positive duration" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (tmp_path / "state").exists()
+
+
+def test_unpack_replaces_each_run_directory_whole_and_leaves_the_others(tmp_path):
+    # a call's state: run "a" pruned its checkpoints to the newest; a plain `tar x` over the old copy
+    # would leave gen_1 beside gen_3
+    state, call = tmp_path / "state", tmp_path / "call"
+    for root, run, files in ((state, "a", ("gen_1", "gen_2")), (state, "b", ("gen_9",)), (call, "a", ("gen_3",))):
+        (root / run / "checkpoints").mkdir(parents=True)
+        for name in files:
+            (root / run / "checkpoints" / f"{name}.msgpack").write_text(name)
+    gpu_queue.pack(call, ["a"], tmp_path / "state.tar.gz")
+    assert gpu_queue.main(["--unpack", str(tmp_path / "state.tar.gz"), "--state", str(state)]) == 0
+    assert sorted(p.name for p in (state / "a" / "checkpoints").iterdir()) == ["gen_3.msgpack"]
+    assert sorted(p.name for p in (state / "b" / "checkpoints").iterdir()) == ["gen_9.msgpack"]
+    assert sorted(p.name for p in state.iterdir()) == ["a", "b"]  # no staging folder left behind
