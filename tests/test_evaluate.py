@@ -120,6 +120,16 @@ def test_ppo_trains_through_a_target_family_that_contains_it_bit_for_bit(tmp_pat
 
 
 @pytest.mark.slow
+def test_a_grid_that_cannot_tell_the_rates_apart_tunes_to_the_base_rate():
+    """Where no training episode ends, a training score is the initial policy's at every rate: the
+    tuned rate is then the preset's (x1), not the grid's first (x0.25); ties go to the nearest x1."""
+    factors = LR_FACTORS  # 0.25, 0.5, 1, 2, 4
+    assert evaluation.best_rate([5.0] * 5, factors) == factors.index(1.0)
+    assert evaluation.best_rate([-np.inf] * 5, factors) == factors.index(1.0)  # every rate diverged
+    assert evaluation.best_rate([1, 3, 2, 3, 0], factors) == factors.index(0.5)  # x0.5 and x2 tie: the lower
+    assert evaluation.best_rate([1, 2, 3, 2, 5], factors) == factors.index(4.0)  # no tie: the best
+
+
 def test_tune_lr_scores_every_method_at_its_own_best_rate_of_the_grid(programs):
     results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=2, budget=4096, tune_lr=True, progress=False,
                           programs=programs, bootstrap_reps=200)

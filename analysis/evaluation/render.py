@@ -84,8 +84,11 @@ def _training_cell(value, e: dict) -> str:
 def _tuning_line(tuning: dict) -> str:
     first = next(iter(tuning.values()))
     best = ", ".join(f"{m} {_fmt(t['best_lr'], 3)}" for m, t in tuning.items())
+    tied = [m for m, t in tuning.items() if t.get("tied")]
     return (f"Learning rates tuned over {', '.join(_fmt(x, 3) for x in first['lrs'])} on separate tuning seeds "
-            f"(by {first['select']}); each method is scored at its best: {best}.")
+            f"(by {first['select']}); each method is scored at its best: {best}."
+            + (f" Every rate scored the same for {', '.join(tied)} (the tuning could not tell them apart): "
+               "scored at the base rate." if tied else ""))
 
 
 def to_markdown(results: dict) -> str:

@@ -207,12 +207,23 @@ def _tune(programs: Programs, job: EnvJob, method: Method, protocol: Protocol, k
     program = programs.get(job.env, job.config, objectives, len(keys), grid=len(lrs))
     values = scoring.score(_run(program, keys, params, grid_hp), protocol.select, protocol.tail)  # [G, S]
     means = np.where(np.isfinite(values), values, -np.inf).mean(1)
-    best = int(np.argmax(means))
+    best = best_rate(means, protocol.lr_factors)
     return {
         "lrs": lrs, "factors": list(protocol.lr_factors), "select": protocol.select,
         "mean_scores": [float(x) if np.isfinite(x) else None for x in means],
         "best_lr": lrs[best], "best_factor": float(protocol.lr_factors[best]),
+        "tied": bool(np.all(means == means[best])) and len(means) > 1,
     }
+
+
+def best_rate(means, factors) -> int:
+    """The index of the best mean score [G] over the grid `factors` [G]; among equal best scores the
+    factor nearest the base rate (x1) in log scale, the lower one first. A grid that ties everywhere
+    (a training score where no episode ended, so every rate scores the initial policy) gives the base
+    rate, not the grid's first."""
+    means = np.asarray(means, float)
+    tied = np.flatnonzero(means == means.max())
+    return int(min(tied, key=lambda i: (abs(np.log(factors[i])), factors[i])))
 
 
 def _config_dict(config: PPOConfig) -> dict:
