@@ -15,7 +15,7 @@ class ConstraintsViolated(MetadiscoError):
     """An objective that breaks a constraint of its plug point (exit code 2)."""
 
 
-def resolve(name: str, plug: str | None = None):
+def objective_class_named(name: str, plug: str | None = None):
     """The objective class NAME names, at `plug` or at the one plug point where it is found."""
     from meta_objectives import objective_class
     from metadisco_common.plugins import PluginError, is_import_path, load
@@ -44,7 +44,7 @@ def resolve(name: str, plug: str | None = None):
 def run(args) -> None:
     from meta_objectives import check_objective
 
-    cls = resolve(args.name, args.plug)
+    cls = objective_class_named(args.name, args.plug)
     try:
         objective = cls()
     except Exception as e:
