@@ -13,6 +13,7 @@ import _common  # noqa: E402
 import inner_loop  # noqa: E402
 import profiling  # noqa: E402
 import suite_time  # noqa: E402
+import xla_compile_flags  # noqa: E402
 
 
 def record(impl, rate, rep, env="CartPole-v1", pop=8, devices=2, **extra):
@@ -166,3 +167,12 @@ def test_the_suite_time_floor_counts_each_program_once():
                                          abs=0.05)
     assert s["idle_at_end_s"] == {"gw0": 30.5, "gw1": 0.0}  # gw0 finished first and waited
     assert "floor on 2 cores" in suite_time.to_text(s) and "gw0 30.5 s" in suite_time.to_text(s)
+
+
+def test_the_flag_sweep_says_how_far_a_flag_moved_the_numbers():
+    """benchmarks/xla_compile_flags.py: 0 only when every shared number is the same bit for bit."""
+    reference = [{"generation": 0, "fitness_mean": 10.0, "sigma": 0.1}, {"generation": 1, "fitness_mean": 20.0}]
+    assert xla_compile_flags.largest_relative_difference(reference, reference) == 0.0
+    moved = [{"generation": 0, "fitness_mean": 10.0, "sigma": 0.1}, {"generation": 1, "fitness_mean": 25.0}]
+    assert xla_compile_flags.largest_relative_difference(moved, reference) == pytest.approx(0.25)
+    assert xla_compile_flags.largest_relative_difference([{"fitness_mean": 0.0}], [{"fitness_mean": 1e-6}]) == 1.0

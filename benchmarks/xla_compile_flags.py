@@ -1,0 +1,126 @@
+"""XLA CPU flags against the demo's compile time, its run time and its numbers.
+
+    python benchmarks/xla_compile_flags.py --reps 2 --out docs/benchmark_results/xla_compile_flags.json
+    JAX_DISABLE_MOST_OPTIMIZATIONS=1 python benchmarks/xla_compile_flags.py ...   # the test suite's build
+
+Each flag set runs `metadisco train rediscover_value_loss` (the demo) in a fresh process (XLA reads
+its flags at start-up) with METADISCO_CACHE_DIR=off, until its fourth generation's line, then stops
+it. Per run: the seconds to the first generation's line (start-up, tracing and compiling the
+demo's programs, one generation), the seconds a later generation takes (the mean gap between
+later lines: compute, with nothing left to compile), the programs compiled (JAX_LOG_COMPILES
+lines), and whether the four generations' metrics (metrics.jsonl, every float) are bit for bit
+those of the run without flags. The flag sets alternate within each repetition, so slow drift on
+the machine hits them alike. Only the children compile anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, machine_info, median, write_json  # noqa: E402
+
+FLAG_SETS = (
+    "",
+    "--xla_backend_optimization_level=1",
+    "--xla_backend_optimization_level=2",
+    "--xla_cpu_parallel_codegen_split_count=2",
+    "--xla_cpu_use_thunk_runtime=false",
+    "--xla_llvm_disable_expensive_passes=true",
+)  # jax 0.11.2's XLA knows no --xla_cpu_use_fusion_emitters nor --xla_cpu_disable_loop_unrolling
+COMPILED = re.compile(r"Compiling (\S+)")
+GENERATIONS = 4  # --generations
+
+
+def timed_demo(flags: str, generations: int = GENERATIONS) -> dict:
+    """One demo run to its `generations`-th generation under XLA_FLAGS=flags."""
+    env = os.environ | {"METADISCO_CACHE_DIR": "off", "JAX_LOG_COMPILES": "1", "PYTHONUNBUFFERED": "1",
+                        "XLA_FLAGS": flags}
+    with tempfile.TemporaryDirectory() as out:
+        run_dir = Path(out) / "r"
+        t = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "metadisco.cli", "train", "rediscover_value_loss",
+                                 "--run-dir", str(run_dir), "--no-progress"], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = {}
+        for line in proc.stdout:
+            for gen in range(1, generations + 1):
+                if line.startswith(f"gen {gen}/"):
+                    lines[gen] = time.perf_counter() - t
+            if generations in lines:
+                break
+        proc.terminate()
+        _, err = proc.communicate()
+        if generations not in lines:
+            return {"flags": flags, "error": err[-3000:]}
+        metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    numbers = [{k: v for k, v in row.items() if "time" not in k and not k.endswith("_per_s")}  # not the clock's
+               for row in metrics[:generations]]
+    return {"flags": flags, "first_generation_s": round(lines[1], 2),
+            "later_generation_s": round((lines[generations] - lines[1]) / (generations - 1), 3),
+            "programs_compiled": len(COMPILED.findall(err)), "metrics": numbers}
+
+
+def largest_relative_difference(metrics: list[dict], reference: list[dict]) -> float:
+    """The largest |a - b| / |b| over the numbers two runs' metrics share (0 when bit for bit)."""
+    worst = 0.0
+    for row, ref in zip(metrics, reference):
+        for key, b in ref.items():
+            a = row.get(key)
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a != b:
+                worst = max(worst, abs(a - b) / max(abs(b), 1e-12))
+    return worst
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--flags", action="append", help="one flag set, repeatable: --flags= (none) "
+                   "--flags=--xla_backend_optimization_level=1 (default: FLAG_SETS)")
+    p.add_argument("--generations", type=int, default=GENERATIONS, help="how far each run goes (at least 2)")
+    p.add_argument("--out", help="write the records here as JSON")
+    args = p.parse_args()
+    args.flags = args.flags or list(FLAG_SETS)
+    info = machine_info()
+    records = []
+    for rep in range(args.reps):
+        for flags in args.flags:
+            record = timed_demo(flags, args.generations) | {"rep": rep}
+            records.append(record)
+            print(json.dumps({k: v for k, v in record.items() if k != "metrics"}), flush=True)
+    reference = next((r["metrics"] for r in records if r["flags"] == "" and "metrics" in r), None)
+    rows = {}
+    for flags in args.flags:
+        mine = [r for r in records if r["flags"] == flags and "metrics" in r]
+        if not mine:
+            continue
+        rows[flags or "(none)"] = {
+            "first_generation_s": [r["first_generation_s"] for r in mine],
+            "later_generation_s": [r["later_generation_s"] for r in mine],
+            "programs_compiled": [r["programs_compiled"] for r in mine],
+            "bit_for_bit": None if reference is None else all(r["metrics"] == reference for r in mine),
+            "largest_relative_difference": None if reference is None else max(
+                largest_relative_difference(r["metrics"], reference) for r in mine),
+        }
+    for name, row in rows.items():
+        print(f"{name:48s} first generation {median(row['first_generation_s']):6.1f} s "
+              f"[{min(row['first_generation_s']):.1f}-{max(row['first_generation_s']):.1f}]  later "
+              f"{median(row['later_generation_s']):5.2f} s  programs {row['programs_compiled']}  "
+              f"bit for bit: {row['bit_for_bit']} (largest relative difference {row['largest_relative_difference']:.2g})")
+    if args.out:
+        write_json(args.out, {"machine": info, "reps": args.reps, "rows": rows,
+                              "generations": args.generations,
+                              "JAX_DISABLE_MOST_OPTIMIZATIONS": os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS", "0"),
+                              "errors": [r for r in records if "error" in r]})
+
+
+if __name__ == "__main__":
+    main()
