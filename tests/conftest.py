@@ -1,5 +1,5 @@
 """Test-wide set-up: two CPU host devices (so sharding over devices is exercised), set before
-jax is imported anywhere; a compilation cache of the session's own."""
+jax is imported anywhere; the suite's compilation cache, kept between sessions."""
 
 import gc
 import os
@@ -12,18 +12,27 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # (jax's own switch: backend optimisation level 0, no expensive LLVM passes). Subprocesses inherit
 # it; JAX_DISABLE_MOST_OPTIMIZATIONS=0 restores the optimised build.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
-# One compilation cache per test session, not the user's own, shared by the tests (set before jax
-# starts, as the CLI does) and their `metadisco` subprocesses: tests that build the same program
-# compile it once.
-if "METADISCO_CACHE_DIR" not in os.environ:
-    import atexit
-    import shutil
-    import tempfile
-
-    os.environ["METADISCO_CACHE_DIR"] = tempfile.mkdtemp(prefix="metadisco-test-cache-")
-    atexit.register(shutil.rmtree, os.environ["METADISCO_CACHE_DIR"], True)
 from metadisco import compile_cache  # noqa: E402  (jax-free)
 
+# The suite's compilation cache, beside the user's and kept between sessions: shared by the tests
+# (set before jax starts, as the CLI does), their workers and their `metadisco` subprocesses, so a
+# program is compiled once in a session and, while the code that builds it is unchanged, never
+# again (a second `make test`: README, "Developing"). Entries are keyed on the program, jax and
+# XLA_FLAGS, so clones and branches share it safely; it is cleared whole when it outgrows
+# TEST_CACHE_LIMIT_BYTES (the suite stores about 45 MB per version of the code). METADISCO_CACHE_DIR,
+# if set, wins: "off" for none, an empty directory for a cold session.
+TEST_CACHE_LIMIT_BYTES = 1 << 30
+if "METADISCO_CACHE_DIR" not in os.environ:
+    import shutil
+
+    test_cache = compile_cache.default_dir().with_name("jax-tests")
+    try:
+        too_big = sum(f.stat().st_size for f in test_cache.iterdir()) > TEST_CACHE_LIMIT_BYTES
+    except OSError:  # not there yet (or unreadable: jax then compiles as without a cache)
+        too_big = False
+    if too_big:
+        shutil.rmtree(test_cache, ignore_errors=True)
+    os.environ["METADISCO_CACHE_DIR"] = str(test_cache)
 compile_cache.configure()  # also stores programs from 0.1 s of compile time: tests build many small ones
 
 # Tracing makes many short-lived Python objects, and Python's default first-generation threshold is

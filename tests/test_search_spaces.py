@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import meta_objectives
-from inner_loops import PPOConfig, make_env, make_train
+from inner_loops import make_env, make_train
 from meta_objectives import (
     DPO,
     ClippedL2,
@@ -31,6 +31,7 @@ from meta_objectives import (
     PPOClip,
 )
 from meta_objectives.constraints import check_drift_constraints, check_objective
+from tests.test_objectives import TINY
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -270,7 +271,8 @@ def test_the_reward_transform_is_labelled_for_what_it_is():
 # A full PPO run: the families start at PPO bit for bit
 # --------------------------------------------------------------------------------------------
 
-TINY = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), num_minibatches=2).replace(lr=2.5e-3)
+# TINY is tests/test_objectives.py's: its PPO program (key 3 too) is this test's reference as well,
+# compiled once in the suite (the workers share one compile cache).
 
 
 @pytest.mark.timeout(300)
