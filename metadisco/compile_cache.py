@@ -44,3 +44,19 @@ def configure(environ: MutableMapping[str, str] = os.environ) -> Path | None:
     environ["JAX_COMPILATION_CACHE_DIR"] = str(path)
     environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", MIN_COMPILE_TIME_S)
     return path
+
+
+def clear_if_over(path: Path, limit_bytes: int) -> bool:
+    """Delete the cache at `path` whole when its entries hold more than `limit_bytes` (jax bounds a
+    cache itself only with the `filelock` package, which metadisco does not install); True when it
+    did. A cache that is not there, or cannot be read, is left alone."""
+    import shutil
+
+    try:
+        size = sum(entry.stat().st_size for entry in path.iterdir())
+    except OSError:
+        return False
+    if size <= limit_bytes:
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True

@@ -23,15 +23,8 @@ from metadisco import compile_cache  # noqa: E402  (jax-free)
 # if set, wins: "off" for none, an empty directory for a cold session.
 TEST_CACHE_LIMIT_BYTES = 1 << 30
 if "METADISCO_CACHE_DIR" not in os.environ:
-    import shutil
-
     test_cache = compile_cache.default_dir().with_name("jax-tests")
-    try:
-        too_big = sum(f.stat().st_size for f in test_cache.iterdir()) > TEST_CACHE_LIMIT_BYTES
-    except OSError:  # not there yet (or unreadable: jax then compiles as without a cache)
-        too_big = False
-    if too_big:
-        shutil.rmtree(test_cache, ignore_errors=True)
+    compile_cache.clear_if_over(test_cache, TEST_CACHE_LIMIT_BYTES)
     os.environ["METADISCO_CACHE_DIR"] = str(test_cache)
 compile_cache.configure()  # also stores programs from 0.1 s of compile time: tests build many small ones
 

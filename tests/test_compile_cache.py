@@ -71,3 +71,15 @@ def test_a_corrupt_or_foreign_cache_is_ignored_not_fatal(tmp_path):
     not_a_dir = tmp_path / "a-file"
     not_a_dir.write_text("x")
     assert run_program(not_a_dir)[0] == value
+
+
+def test_a_cache_past_its_limit_is_cleared_whole_and_one_within_it_kept(tmp_path):
+    """The suite's cache is kept between sessions (tests/conftest.py) and bounded this way."""
+    cache = tmp_path / "cache"
+    assert not compile_cache.clear_if_over(cache, 10)  # not there yet: nothing to do
+    cache.mkdir()
+    (cache / "a-cache").write_bytes(b"x" * 6)
+    (cache / "b-cache").write_bytes(b"x" * 4)
+    assert not compile_cache.clear_if_over(cache, 10) and len(list(cache.iterdir())) == 2  # 10 bytes: kept
+    (cache / "c-cache").write_bytes(b"x")
+    assert compile_cache.clear_if_over(cache, 10) and not cache.exists()  # 11 bytes: cleared whole
