@@ -1,16 +1,21 @@
-"""XLA CPU flags against the demo's compile time, its run time and its numbers.
+"""XLA's flags against a meta-training run's compile time, its run time and its numbers.
 
     python benchmarks/xla_compile_flags.py --reps 2 --out docs/benchmark_results/xla_compile_flags.json
     JAX_DISABLE_MOST_OPTIMIZATIONS=1 python benchmarks/xla_compile_flags.py ...   # the test suite's build
+    # the GPU-only levers of issue 38, on a GPU (jax config switches go in as NAME=VALUE):
+    python benchmarks/xla_compile_flags.py --experiment drift_mix_minatar_gpu --generations 3 --reps 2 \
+        --flags= --flags=--xla_gpu_autotune_level=0 --flags=JAX_THREEFRY_GPU_KERNEL_LOWERING=1
 
-Each flag set runs `metadisco train rediscover_value_loss` (the demo) in a fresh process (XLA reads
-its flags at start-up) with METADISCO_CACHE_DIR=off, until its fourth generation's line, then stops
-it. Per run: the seconds to the first generation's line (start-up, tracing and compiling the
-demo's programs, one generation), the seconds a later generation takes (the mean gap between
-later lines: compute, with nothing left to compile), the programs compiled (JAX_LOG_COMPILES
-lines), and whether the four generations' metrics (metrics.jsonl, every float) are bit for bit
-those of the run without flags. The flag sets alternate within each repetition, so slow drift on
-the machine hits them alike. Only the children compile anything.
+Each flag set runs `metadisco train EXPERIMENT [--set overrides]` (the demo by default) in a fresh
+process (XLA reads its flags at start-up) with METADISCO_CACHE_DIR=off, until its `--generations`-th
+generation's line, then stops it. A flag set is space-separated: `--xla_...` words go to
+XLA_FLAGS, `NAME=VALUE` words into the process's environment. Per run: the seconds to the first
+generation's line (start-up, tracing and compiling, one generation), the seconds a later
+generation takes (the mean gap between later lines: compute, with nothing left to compile), the
+programs compiled (JAX_LOG_COMPILES lines), and whether the generations' metrics (metrics.jsonl,
+every number but the clock's) are bit for bit those of the run without flags. The flag sets
+alternate within each repetition, so slow drift on the machine hits them alike. Only the children
+compile anything.
 """
 
 from __future__ import annotations
@@ -38,16 +43,31 @@ FLAG_SETS = (
 )  # jax 0.11.2's XLA knows no --xla_cpu_use_fusion_emitters nor --xla_cpu_disable_loop_unrolling
 COMPILED = re.compile(r"Compiling (\S+)")
 GENERATIONS = 4  # --generations
+EXPERIMENT = "rediscover_value_loss"  # the demo
 
 
-def timed_demo(flags: str, generations: int = GENERATIONS) -> dict:
-    """One demo run to its `generations`-th generation under XLA_FLAGS=flags."""
+def flag_environment(flags: str) -> dict[str, str]:
+    """A flag set -> the environment it adds: `--xla_...` words as XLA_FLAGS, NAME=VALUE as is."""
+    words = flags.split()
+    env = {"XLA_FLAGS": " ".join(w for w in words if w.startswith("--"))}
+    for word in words:
+        if not word.startswith("--"):
+            name, sep, value = word.partition("=")
+            if not sep or not name:
+                raise SystemExit(f"flag set {flags!r}: {word!r} is neither --xla_FLAG[=V] nor NAME=VALUE")
+            env[name] = value
+    return env
+
+
+def timed_run(flags: str, generations: int = GENERATIONS, experiment: str = EXPERIMENT,
+              overrides: tuple[str, ...] = ()) -> dict:
+    """One run of `experiment` to its `generations`-th generation under the flag set `flags`."""
     env = os.environ | {"METADISCO_CACHE_DIR": "off", "JAX_LOG_COMPILES": "1", "PYTHONUNBUFFERED": "1",
-                        "XLA_FLAGS": flags}
+                        **flag_environment(flags)}
     with tempfile.TemporaryDirectory() as out:
         run_dir = Path(out) / "r"
         t = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "metadisco.cli", "train", "rediscover_value_loss",
+        proc = subprocess.Popen([sys.executable, "-m", "metadisco.cli", "train", experiment, *overrides,
                                  "--run-dir", str(run_dir), "--no-progress"], cwd=REPO, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines = {}
@@ -86,14 +106,20 @@ def main() -> None:
     p.add_argument("--flags", action="append", help="one flag set, repeatable: --flags= (none) "
                    "--flags=--xla_backend_optimization_level=1 (default: FLAG_SETS)")
     p.add_argument("--generations", type=int, default=GENERATIONS, help="how far each run goes (at least 2)")
+    p.add_argument("--experiment", default=EXPERIMENT, help="the named experiment to train (default: the demo)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="an override, repeatable")
     p.add_argument("--out", help="write the records here as JSON")
     args = p.parse_args()
     args.flags = args.flags or list(FLAG_SETS)
+    if args.generations < 2:
+        p.error("--generations must be at least 2 (a later generation is timed)")
+    for flags in args.flags:
+        flag_environment(flags)  # a malformed set fails before any run
     info = machine_info()
     records = []
     for rep in range(args.reps):
         for flags in args.flags:
-            record = timed_demo(flags, args.generations) | {"rep": rep}
+            record = timed_run(flags, args.generations, args.experiment, tuple(args.set)) | {"rep": rep}
             records.append(record)
             print(json.dumps({k: v for k, v in record.items() if k != "metrics"}), flush=True)
     reference = next((r["metrics"] for r in records if r["flags"] == "" and "metrics" in r), None)
@@ -117,9 +143,11 @@ def main() -> None:
               f"bit for bit: {row['bit_for_bit']} (largest relative difference {row['largest_relative_difference']:.2g})")
     if args.out:
         write_json(args.out, {"machine": info, "reps": args.reps, "rows": rows,
-                              "generations": args.generations,
+                              "generations": args.generations, "experiment": args.experiment, "overrides": args.set,
                               "JAX_DISABLE_MOST_OPTIMIZATIONS": os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS", "0"),
                               "errors": [r for r in records if "error" in r]})
+    if any("error" in r for r in records):
+        raise SystemExit("some runs failed: their stderr is in the records above")
 
 
 if __name__ == "__main__":
