@@ -25,6 +25,18 @@ TEST_CACHE_LIMIT_BYTES = 1 << 30
 if "METADISCO_CACHE_DIR" not in os.environ:
     test_cache = compile_cache.default_dir().with_name("jax-tests")
     compile_cache.clear_if_over(test_cache, TEST_CACHE_LIMIT_BYTES)
+    try:
+        test_cache.mkdir(parents=True, exist_ok=True)
+        writable = os.access(test_cache, os.W_OK)
+    except OSError:
+        writable = False
+    if not writable:  # a read-only home: a cache of this session's own, as jax would warn on every write
+        import atexit
+        import shutil
+        import tempfile
+
+        test_cache = tempfile.mkdtemp(prefix="metadisco-test-cache-")
+        atexit.register(shutil.rmtree, test_cache, True)
     os.environ["METADISCO_CACHE_DIR"] = str(test_cache)
 compile_cache.configure()  # also stores programs from 0.1 s of compile time: tests build many small ones
 
