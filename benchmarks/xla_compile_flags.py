@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, machine_info, median, write_json  # noqa: E402
+from compile_time import COMPILED  # noqa: E402  (the JAX_LOG_COMPILES line of one compiled program)
 
 FLAG_SETS = (
     "",
@@ -41,7 +41,6 @@ FLAG_SETS = (
     "--xla_cpu_use_thunk_runtime=false",
     "--xla_llvm_disable_expensive_passes=true",
 )  # jax 0.11.2's XLA knows no --xla_cpu_use_fusion_emitters nor --xla_cpu_disable_loop_unrolling
-COMPILED = re.compile(r"Compiling (\S+)")
 GENERATIONS = 4  # --generations
 EXPERIMENT = "rediscover_value_loss"  # the demo
 

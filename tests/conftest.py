@@ -19,7 +19,7 @@ from metadisco import compile_cache  # noqa: E402  (jax-free)
 # program is compiled once in a session and, while the code that builds it is unchanged, never
 # again (a second `make test`: README, "Developing"). Entries are keyed on the program, jax and
 # XLA_FLAGS, so clones and branches share it safely; it is cleared whole when it outgrows
-# TEST_CACHE_LIMIT_BYTES (the suite stores about 45 MB per version of the code). METADISCO_CACHE_DIR,
+# TEST_CACHE_LIMIT_BYTES (the suite stores about 44 MB per version of the code). METADISCO_CACHE_DIR,
 # if set, wins: "off" for none, an empty directory for a cold session.
 TEST_CACHE_LIMIT_BYTES = 1 << 30
 if "METADISCO_CACHE_DIR" not in os.environ:
