@@ -136,10 +136,12 @@ def main() -> None:
                 largest_relative_difference(r["metrics"], reference) for r in mine),
         }
     for name, row in rows.items():
+        moved = row["largest_relative_difference"]  # None without the no-flags run to compare against
         print(f"{name:48s} first generation {median(row['first_generation_s']):6.1f} s "
               f"[{min(row['first_generation_s']):.1f}-{max(row['first_generation_s']):.1f}]  later "
               f"{median(row['later_generation_s']):5.2f} s  programs {row['programs_compiled']}  "
-              f"bit for bit: {row['bit_for_bit']} (largest relative difference {row['largest_relative_difference']:.2g})")
+              f"bit for bit: {row['bit_for_bit']} (largest relative difference "
+              f"{'n/a: no run without flags' if moved is None else format(moved, '.2g')})")
     if args.out:
         write_json(args.out, {"machine": info, "reps": args.reps, "rows": rows,
                               "generations": args.generations, "experiment": args.experiment, "overrides": args.set,
