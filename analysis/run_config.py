@@ -23,7 +23,7 @@ from typing import Any
 
 from analysis.run_config_checks import check_run_config
 from inner_loops.ppo_config import PPOConfig, PPOHyperparams
-from meta_objectives.plugs import PLUGS, upgrade_section
+from meta_objectives.plugs import PLUGS, upgrade_section, version_option
 from metadisco_common.errors import ConfigError
 
 
@@ -129,6 +129,9 @@ class PlugChoice:
                     check_options(plug, self.name, {key: value}, settable=True)  # raises: says what there is
             options = tuple((k, _coerce(v, declared[k][0], f"{path}.{k}")) for k, v in self.options)
             check_options(plug, self.name, dict(options), settable=True)
+            version = version_option(plug, self.name)
+            if version is not None and version not in dict(options):  # a new choice records the version it runs
+                options = tuple(sorted((*options, (version, declared[version][1]))))
         except ConfigError:
             raise
         except ValueError as e:
@@ -225,7 +228,9 @@ class ExpectConfig:
     The end of the run prints a verdict line from the last check on fresh seeds (`eval_every`):
     found when the ES mean beats `beats` (its start point or PPO) with a 95% interval above 0
     and, with `gap_closed` > 0, closes at least that share of the gap from its start to PPO
-    (the point estimate; its interval is printed beside it).
+    (the point estimate; its interval is printed beside it). An expectation belongs to the
+    objectives it was written for: a run that swaps them (an override of an experiment's
+    objectives) keeps none, and `not_applied` says why; the run ends with the plain comparison.
 
         [expect]
         answer = "a drift that penalises moving r away from 1 (PPO's trust region)"
@@ -236,6 +241,7 @@ class ExpectConfig:
     answer: str = ""  # the expected answer, in words
     beats: str = ""  # start | ppo: the comparison whose interval must lie above 0; "": no verdict
     gap_closed: float = 0.0  # in [0, 1]: the share of the start -> PPO gap to close (0: not required)
+    not_applied: str = ""  # why an experiment's expectation does not apply to this run (set by metadisco.config)
 
 
 @dataclass(frozen=True)
@@ -280,8 +286,9 @@ class RunConfig:
         dropping the removed fields (`REMOVED`) that hold a value that ran as today's code runs,
         so a run written before their removal still reads. Any other value of one is a ConfigError
         saying what was removed; in an experiment file or an override one is an unknown field.
-        Checked by `check_run_config`: a value `metadisco train` refuses is refused here with the
-        same ConfigError."""
+        A versioned family that the file does not pin ran its first version
+        (meta_objectives.plugs.VERSIONED). Checked by `check_run_config`: a value `metadisco train`
+        refuses is refused here with the same ConfigError."""
         for (section, name), (inert, what) in REMOVED.items():
             stored = d.get(section)
             if not isinstance(stored, dict) or name not in stored:
@@ -291,6 +298,8 @@ class RunConfig:
                 raise ConfigError(f"{section}.{name} = {stored[name]!r}: this run used {what}; this metadisco "
                                   f"reads the field only at {allowed}, where it changed nothing")
             d = {**d, section: {k: v for k, v in stored.items() if k != name}}
+        if isinstance(d.get("objectives"), dict):
+            d = {**d, "objectives": upgrade_section(d["objectives"], stored=True)}
         cfg = cls.from_dict(d)
         check_run_config(cfg)
         return cfg

@@ -254,7 +254,8 @@ def gap_closed_ci(ours, start, target, reps: int = 10_000, seed: int = 0,
     """The share of the gap from `start` to `target` that `ours` closed, mean(ours - start) /
     mean(target - start), with a paired percentile-bootstrap interval over seeds (the three arrays
     are [seeds], paired: the same seeds for all three). 1: level with the target; 0: no better
-    than the start. NaN where the gap is 0. Returns (point, low, high) as floats."""
+    than the start. Defined only where the start is below the target (a positive gap): NaN where
+    it is not, and bootstrap replicates without a gap are left out. Returns (point, low, high)."""
     o, s, t = (np.asarray(x, dtype=float) for x in (ours, start, target))
     if not (o.ndim == 1 and o.shape == s.shape == t.shape and o.size >= 2):
         raise ValueError(f"ours, start and target must be 1-D of one length >= 2, got {o.shape}, {s.shape}, {t.shape}")
@@ -262,8 +263,10 @@ def gap_closed_ci(ours, start, target, reps: int = 10_000, seed: int = 0,
 
     def ratio(gain, gap):
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(gap != 0, gain / np.where(gap != 0, gap, 1.0), np.nan)
+            return np.where(gap > 0, gain / np.where(gap > 0, gap, 1.0), np.nan)
 
+    if not (t - s).mean() > 0:
+        return np.nan, np.nan, np.nan
     idx = np.random.default_rng(seed).integers(0, o.size, size=(reps, o.size))
     boot = ratio((o - s)[idx].mean(1), (t - s)[idx].mean(1))
     alpha = (1 - confidence) / 2

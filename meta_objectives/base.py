@@ -17,6 +17,7 @@ The three plug points of the inner PPO (see inner_loops.ppo), their methods and 
 
 Everything else asks the objective about itself through the contract, never by its name:
 `title` (figures, reports), `depends_on_progress`, `plotted` (drawn even when not evolved),
+`valid_for_every_member` (a search space that holds only valid objectives),
 `closed_form(params)` (the objective as one expression, where it has one),
 `reads_observations` / `for_env(obs_shape)` / `incompatibility(obs_shape, env_name)`,
 `default_params()` and `options()`.
@@ -40,7 +41,7 @@ from typing import Any, ClassVar
 
 import jax
 
-from meta_objectives.plugs import PLUG_METHODS, PLUGS
+from meta_objectives.plugs import PLUG_METHODS, PLUGS, pin_stored_version
 from metadisco_common import jaxlib_guard  # noqa: F401  (refuses a deadlocking jaxlib)
 from metadisco_common.plugins import (
     OBJECTIVES_GROUP,
@@ -127,6 +128,13 @@ class MetaObjective:
         """Whether analysis draws this objective even when the run did not evolve it: a learned
         network or a discovered closed form (not a hand-designed baseline)."""
         return self.learned
+
+    @property
+    def valid_for_every_member(self) -> bool:
+        """Whether every parameter value is a valid objective of this plug point (a search space
+        that evolution cannot leave: meta_objectives.constraints.check_objective passes at any
+        parameters; the property test draws them far from the start too)."""
+        return False
 
     def closed_form(self, params: Params) -> str | None:
         """This objective at `params` as one expression string (a drift over r, A, p; a value loss
@@ -346,5 +354,7 @@ def make_objective(plug: str, name: str, **options) -> MetaObjective:
 
 
 def from_spec(spec: dict) -> MetaObjective:
-    """Inverse of `MetaObjective.spec()`."""
-    return make_objective(spec["plug"], spec["name"], **spec.get("config", {}))
+    """Inverse of `MetaObjective.spec()`; a versioned family that the spec does not pin was
+    written by its first version (plugs.VERSIONED)."""
+    config = pin_stored_version(spec["plug"], {"name": spec["name"], **spec.get("config", {})})
+    return make_objective(spec["plug"], spec["name"], **{k: v for k, v in config.items() if k != "name"})

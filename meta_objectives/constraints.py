@@ -202,6 +202,7 @@ def check_value_loss_constraints(
     bias_band: float = 1.0,
     value_tol: float = 1e-6,
     slope_tol: float = 1e-6,
+    min_pull: float = 1e-3,
 ) -> list[str]:
     """Conditions for a value loss L(e, t), e = v - target -> list of violations ([] = passes).
     `expression`: an expression string, a value-loss objective (+ `params`) or a callable (e, t).
@@ -210,7 +211,9 @@ def check_value_loss_constraints(
     costs nothing, as in every LearnedValueLoss); and e * dL/de >= 0 wherever |e| > bias_band
     (jax.grad): outside the band a gradient step always moves the prediction toward its target.
     Inside the band a loss may prefer a small bias, as a learned one can (L2 + c tanh(e), say);
-    bias_band=0 demands the minimum exactly at e = 0.
+    bias_band=0 demands the minimum exactly at e = 0. And it pulls somewhere: the largest
+    |dL/de| on the grid is at least `min_pull` (L2's is 10 there): a loss that is 0 or flat
+    everywhere never trains the critic (trains_the_critic).
     """
     fn = as_value_loss_fn(expression, params)
     es = np.union1d(np.linspace(*e_range, num, dtype=np.float32), np.float32([0.0]))
@@ -233,6 +236,14 @@ def check_value_loss_constraints(
         i = tuple(np.argwhere(~np.isfinite(slope) & ~bad)[0])
         problems.append(Violation("finite_gradient", f"dL/de is not finite where L is, e.g. at e={float(E[i]):.3g}, "
                                                      f"t={float(T[i]):.3g}"))
+    pull = np.where(np.isfinite(slope), np.abs(slope), 0.0).max()
+    if pull < min_pull:
+        flat = "0 everywhere" if np.where(np.isfinite(loss), np.abs(loss), 0.0).max() <= value_tol else "flat everywhere"
+        problems.append(Violation(
+            "trains_the_critic",
+            f"the value loss is {flat} (|dL/de| <= {pull:.3g} on the whole grid, |e| <= {max(map(abs, e_range)):g}): "
+            "no gradient step moves v toward its target, so the critic is never trained"))
+        return problems
     with np.errstate(invalid="ignore"):
         wrong = np.where(np.isfinite(slope), np.asarray(E) * slope, -np.inf)
     wrong = np.where(np.abs(np.asarray(E)) > bias_band, wrong, 0.0)
@@ -315,19 +326,22 @@ def perturbed_params(objective: MetaObjective, key: jax.Array, scale: float) -> 
 AT_INITIAL_ONLY = ("no_kink_at_one", "pulls_toward_target")
 
 
-def check_objective(objective: MetaObjective, params: Params = None, *, samples: int = 3, seed: int = 0) -> list[str]:
+def check_objective(objective: MetaObjective, params: Params = None, *, samples: int = 3, seed: int = 0,
+                    evolved: bool = False) -> list[str]:
     """Every constraint of `objective`'s plug point -> list of `Violation`s ([] = all hold), each
     naming its constraint with a counterexample; a constraint is reported once (its first
     counterexample). Checked at `params` when given, else at the initial parameters and at
     `samples` perturbed ones (`perturbed_params`; AT_INITIAL_ONLY are not demanded there).
+    evolved: `params` are what evolution proposed or found, where AT_INITIAL_ONLY are not demanded
+    either (the checks a verdict makes of an ES mean).
     Drift: finite, nonnegative, finite_gradient, zero_at_one, flat_at_one, no_kink_at_one.
-    Value loss: finite, zero_at_target, finite_gradient, pulls_toward_target.
+    Value loss: finite, zero_at_target, finite_gradient, trains_the_critic, pulls_toward_target.
     Shaping: finite, identity_at_init, potential_based."""
     if objective.plug == "shaping":
         # a potential reads observations: size it for the check's states
         objective = objective.for_env(objective.observation_shape() or (3,))
     initial = params is None
-    points = [("initial parameters", objective.default_params() if initial else params)]
+    points = [("initial parameters", objective.default_params()) if initial else ("given parameters", params)]
     if initial:
         keys = jax.random.split(jax.random.key(seed), samples)
         points += [(f"perturbed parameters #{i + 1}", perturbed_params(objective, k, scale))
@@ -341,6 +355,19 @@ def check_objective(objective: MetaObjective, params: Params = None, *, samples:
         else:
             problems = check_shaping_constraints(objective, p, initial=initial and j == 0)
         for v in problems:
-            if j == 0 or v.constraint not in AT_INITIAL_ONLY:
+            if (j == 0 and not evolved) or v.constraint not in AT_INITIAL_ONLY:
                 found.setdefault(v.constraint, Violation(v.constraint, f"{v} [{where}]"))
     return list(found.values())
+
+
+def check_evolved(objectives, params: dict, plugs) -> list[Violation]:
+    """What evolution found, through its plugs' checks: `objectives` (meta_objectives.Objectives)
+    at `params` ({plug: params}, every plug), for each plug in `plugs` (the evolved ones), as
+    check_objective runs them at evolved parameters. Returns Violations whose message reads
+    "plug/constraint: message" ([] = every evolved objective is valid)."""
+    out = []
+    for plug in plugs:
+        for v in check_objective(getattr(objectives, plug), params[plug], evolved=True):
+            message = str(v).removesuffix(" [given parameters]")
+            out.append(Violation(v.constraint, f"{plug}/{v.constraint}: {message}"))
+    return out

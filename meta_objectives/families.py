@@ -1,15 +1,18 @@
-"""Parametric closed-form drift families: search spaces made for small budgets (issue 14).
+"""Parametric closed-form families: search spaces made for small budgets.
 
 A network drift (LPO: 1,152 parameters) needs about a thousand generations; these families have
-a few to a few tens of traced constants, every member evolution proposes is a valid drift by
-construction (>= 0, 0 and flat at r = 1, for any parameters), and `closed_form(params)` writes
-the member as one expression: what evolved *is* the formula, no distillation loss.
+a few to a few tens of traced constants, every member evolution proposes is a valid objective by
+construction (`valid_for_every_member`: a drift >= 0, 0 and flat at r = 1; a value loss that
+pulls toward its target and is nowhere all zero), and `closed_form(params)` writes the member as
+one expression: what evolved *is* the formula, no distillation loss.
 
-    DPOSchedule ("dpo_schedule", 4 parameters)  DPO whose alpha and beta follow training progress;
-                                                starts at DPO exactly
-    DriftMix    ("drift_mix", 40 parameters)    a non-negative, progress-dependent combination of
-                                                the valid terms of drift_terms.mix_terms, per sign
-                                                of A; starts at PPO-clip exactly
+    DPOSchedule  ("dpo_schedule", 4 parameters)   DPO whose alpha and beta follow training
+                                                  progress; starts at DPO exactly
+    DriftMix     ("drift_mix", 40 parameters)     a non-negative, progress-dependent combination
+                                                  of the valid terms of drift_terms.mix_terms, per
+                                                  sign of A; starts at PPO-clip exactly
+    ValueLossMix ("value_loss_mix", 2 parameters) a convex combination of PPO's clipped value
+                                                  loss and robust losses; starts at PPO's exactly
 
 Progress dependence is linear between the start (p = 0) and the end (p = 1) of training, so a
 member is read as "this at the start, that at the end".
@@ -22,6 +25,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+from optax.projections import projection_simplex
 
 from meta_objectives.base import MetaObjective, register
 from meta_objectives.drift import PPOClip
@@ -70,6 +74,10 @@ class DPOSchedule(MetaObjective):
     plug = "drift"
     name = "dpo_schedule"
     title = "DPO schedule"
+
+    @property
+    def valid_for_every_member(self) -> bool:
+        return True
 
     @property
     def depends_on_progress(self) -> bool:
@@ -155,6 +163,10 @@ class DriftMix(MetaObjective):
         return [t for t in every if not self.terms or t[0] in self.terms]
 
     @property
+    def valid_for_every_member(self) -> bool:
+        return True
+
+    @property
     def depends_on_progress(self) -> bool:
         return self.schedule
 
@@ -224,23 +236,43 @@ ROBUST_VALUE_TERMS = (
 )
 
 
+VALUE_LOSS_MIX_VERSIONS = (1, 2)
+
+
 @register
 class ValueLossMix(MetaObjective):
-    """A non-negative combination of PPO's clipped value loss and bounded-slope robust losses:
+    """A convex combination of PPO's clipped value loss and bounded-slope robust losses:
 
-        L(v, t, v_old) = relu(w_0) clipped_l2(v, t, v_old) + sum_k relu(w_k) T_k(v - t)
+        L(v, t, v_old) = w_0 clipped_l2(v, t, v_old) + sum_k w_k T_k(v - t),
+        w = sparsemax([1, s_1, ..., s_K])
 
-    T_k = ROBUST_VALUE_TERMS (Huber with delta 1, and log(1 + e^2)). Params {"weights": [1 + K]}.
-    Starts at PPO's clipped value loss exactly (weights [1, 0, ..., 0]): "evolved vs its start" is
-    "evolved vs PPO". The answer for rewards with heavy-tailed noise is known: a loss whose
-    gradient in e is bounded (Huber 1964), i.e. weight moving from w_0 to the robust terms. Every
-    member is a valid value loss (>= 0, 0 at e = 0, pulls toward the target).
+    T_k = ROBUST_VALUE_TERMS (Huber with delta 1, and log(1 + e^2)). Params {"scores": [K]}: each
+    robust term's score against the squared loss's, which is fixed at 1; sparsemax (Martins &
+    Astudillo 2016, the Euclidean projection onto the simplex: optax.projections) turns the scores
+    into weights that are >= 0 and sum to 1 for every parameter value, so every member is a value
+    loss that trains the critic (>= 0, 0 at e = 0, pulls toward the target); none is 0 everywhere.
+
+    Starts at PPO's clipped value loss exactly (scores 0: weights [1, 0, ..., 0]), so "evolved vs
+    its start" is "evolved vs PPO". A score above 0 moves weight onto its term, one at 1 more than
+    the others takes it all. Of an antithetic pair at the start, one member adds a term and the
+    other does not, which gives the ES a signal. The answer for rewards with heavy-tailed noise is
+    known: a loss whose gradient in e is bounded (Huber 1964), i.e. weight moving from w_0 to the
+    robust terms.
+
+    version = 1 is the earlier parameterisation, kept so that runs made with it resume with it:
+    {"weights": [1 + K]}, w = relu(weights), which is 0 everywhere once every weight is <= 0.
     """
 
     clip_eps: float = 0.2
+    version: int = 2
     plug = "value_loss"
     name = "value_loss_mix"
     title = "value-loss mix"
+
+    def __post_init__(self):
+        if self.version not in VALUE_LOSS_MIX_VERSIONS:
+            raise ValueError(f"value_loss_mix version {self.version} does not exist; the versions are "
+                             f"{', '.join(map(str, VALUE_LOSS_MIX_VERSIONS))} (2, the default, is valid for every parameter)")
 
     @property
     def terms(self) -> list[tuple[str, str]]:
@@ -251,11 +283,23 @@ class ValueLossMix(MetaObjective):
     def plotted(self) -> bool:
         return True
 
+    @property
+    def valid_for_every_member(self) -> bool:
+        return self.version >= 2
+
     def init(self, key):
-        return {"weights": jnp.zeros(len(self.terms), jnp.float32).at[0].set(1.0)}
+        if self.version == 1:
+            return {"weights": jnp.zeros(len(self.terms), jnp.float32).at[0].set(1.0)}
+        return {"scores": jnp.zeros(len(ROBUST_VALUE_TERMS), jnp.float32)}
+
+    def weights(self, params) -> jax.Array:
+        """[1 + K] weights of the terms (PPO's clipped loss first), each >= 0."""
+        if self.version == 1:
+            return jax.nn.relu(params["weights"])
+        return projection_simplex(jnp.concatenate([jnp.ones(1, jnp.float32), params["scores"]]))
 
     def express(self, other):
-        """PPO's clipped value loss at this clip range: the initial weights [1, 0, ..., 0]."""
+        """PPO's clipped value loss at this clip range: the initial parameters."""
         from meta_objectives.value_loss import ClippedL2
 
         if isinstance(other, ClippedL2) and other.clip_eps == self.clip_eps:
@@ -265,7 +309,7 @@ class ValueLossMix(MetaObjective):
     def value_loss(self, params, value, target, old_value):
         from meta_objectives.value_loss import clipped_l2
 
-        w = jax.nn.relu(params["weights"])
+        w = self.weights(params)
         loss = w[0] * clipped_l2(value, target, old_value, self.clip_eps)
         for k, (_, term) in enumerate(ROBUST_VALUE_TERMS, start=1):
             loss = loss + w[k] * compile_function(term, "value_loss")(value, target)
@@ -274,7 +318,7 @@ class ValueLossMix(MetaObjective):
     def closed_form(self, params) -> str | None:
         """The member as one expression of e (and t); None while PPO's clipped loss has weight
         (it reads the old value, which an expression of e and t cannot)."""
-        w = np.maximum(np.asarray(params["weights"], np.float32), 0.0)
+        w = np.asarray(self.weights(params), np.float32)
         if w[0] > 0:
             return None
         parts = [f"{number(float(wk))}*({term})" for wk, (_, term) in zip(w[1:], ROBUST_VALUE_TERMS) if wk > 0]
@@ -282,5 +326,5 @@ class ValueLossMix(MetaObjective):
 
     def describe(self, params) -> str:
         """The member in one line, PPO's clipped loss included."""
-        w = np.maximum(np.asarray(params["weights"], np.float32), 0.0)
+        w = np.asarray(self.weights(params), np.float32)
         return " + ".join(f"{float(wk):.3g}*{name}" for wk, (name, _) in zip(w, self.terms) if wk > 0) or "0"

@@ -31,12 +31,37 @@ LEGACY_OPTIONS = {
 }
 
 
-def upgrade_section(section: dict) -> dict:
+# Families whose parameterisation changed: (plug, name) -> (the option that selects the
+# parameterisation, the value that every choice written before the option existed ran with). A new
+# config records the current version (its default: analysis.run_config.PlugChoice.typed); a stored
+# config or objectives file that does not name it ran the old one (`pin_stored_version`), so that
+# a run resumes, and is evaluated, with the parameterisation it evolved.
+VERSIONED = {("value_loss", "value_loss_mix"): ("version", 1)}
+
+
+def pin_stored_version(plug: str, choice: dict) -> dict:
+    """A stored objective choice ({"name": ..., OPTION: VALUE}) with its family's version named:
+    the old one where the choice predates the version option."""
+    versioned = VERSIONED.get((plug, choice.get("name")))
+    if versioned is None or versioned[0] in choice:
+        return choice
+    option, old = versioned
+    return {**choice, option: old}
+
+
+def version_option(plug: str, name: str) -> str | None:
+    """The option that selects the parameterisation of objective (plug, name), if it has versions."""
+    versioned = VERSIONED.get((plug, name))
+    return versioned[0] if versioned else None
+
+
+def upgrade_section(section: dict, stored: bool = False) -> dict:
     """An objectives section in any form it has had -> the nested form (a new dict).
 
     A plug given as a string is its name ({"name": s}); legacy flat options move into the section
     of the plug they configured, where that objective takes them. Other keys are left as they
-    are (the config reader reports unknown ones).
+    are (the config reader reports unknown ones). stored: the section is a run's config.json,
+    whose versioned families are pinned to the version they ran (`pin_stored_version`).
     """
     out = {k: ({"name": v} if k in PLUGS and isinstance(v, str) else v) for k, v in section.items()
            if k not in LEGACY_OPTIONS}
@@ -46,6 +71,8 @@ def upgrade_section(section: dict) -> dict:
         choice = out.get(plug)
         if isinstance(choice, dict) and choice.get("name") in takers and section[key] != default:
             out[plug] = {**choice, option: section[key]}
+    if stored:
+        out = {k: (pin_stored_version(k, v) if k in PLUGS and isinstance(v, dict) else v) for k, v in out.items()}
     return out
 
 

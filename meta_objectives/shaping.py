@@ -70,6 +70,11 @@ class PotentialShaping(MetaObjective):
     learned = True
     reads_observations = True
 
+    @property
+    def valid_for_every_member(self) -> bool:
+        """Potential-based at any parameters (policy-invariant); not with the reward transform."""
+        return not self.transform
+
     def __post_init__(self):
         object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
         object.__setattr__(self, "obs_scale", tuple(float(d) for d in self.obs_scale))

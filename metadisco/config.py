@@ -28,6 +28,7 @@ from analysis.run_config import (
     read_section,
 )
 from analysis.run_config_checks import check_run_config
+from analysis.verdicts import objectives_signature
 from meta_objectives.plugs import PLUGS
 from metadisco import resources
 from metadisco_common.errors import ConfigError
@@ -106,12 +107,24 @@ def inner_config(base: dict, overrides: list[str] = ()) -> InnerConfig:
 
 
 def resolve(experiment: str | None = None, overrides: list[str] = ()) -> RunConfig:
-    """Defaults <- experiment file <- command-line overrides, then validated."""
+    """Defaults <- experiment file <- command-line overrides, then validated. An experiment's
+    expectation ([expect]) is dropped, with the reason in expect.not_applied, when the overrides
+    change the objectives it was written for (and state no expectation of their own)."""
     d = RunConfig().to_dict()
+    written_for = None
     if experiment:
-        d = _merge(d, load_experiment(experiment))
-    d = _merge(d, parse_overrides(list(overrides)))
-    return validate(RunConfig.from_dict(d))
+        loaded = load_experiment(experiment)
+        d = _merge(d, loaded)
+        if "expect" in loaded:
+            written_for = objectives_signature(RunConfig.from_dict(d).objectives)
+    given = parse_overrides(list(overrides))
+    cfg = validate(RunConfig.from_dict(_merge(d, given)))
+    if written_for is not None and "expect" not in given and objectives_signature(cfg.objectives) != written_for:
+        reason = (f"experiment {experiment}'s expectation ({cfg.expect.answer or 'its pass criterion'}) was written "
+                  f"for {written_for}; this run has {objectives_signature(cfg.objectives)}: it does not apply, "
+                  "and the run ends with the plain comparison, without a verdict")
+        cfg = dataclasses.replace(cfg, expect=ExpectConfig(not_applied=reason))
+    return cfg
 
 
 def override(cfg: RunConfig, overrides: list[str] = ()) -> RunConfig:

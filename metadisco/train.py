@@ -23,8 +23,9 @@ import jax
 import numpy as np
 
 from analysis import search_health as health
-from analysis.verdicts import es_mean_vs_ppo, pass_criterion, verdict
+from analysis.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
 from meta_objectives import save_objectives
+from meta_objectives.constraints import check_evolved
 from metadisco import config as config_lib
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.mirrors import Mirrors
@@ -222,7 +223,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
                 time_limit.record_generation(wall)
             if evaluates:
                 t = time.perf_counter()
-                row |= trainer.compare(state, baseline_dev, gen + 1)
+                row |= trainer.compare(state, baseline_dev, gen + 1) | found_violations(trainer, state)
                 if time_limit is not None:
                     time_limit.record_evaluation(time.perf_counter() - t)
             if is_main:
@@ -236,7 +237,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
             if is_main:
                 history.append(row)
                 # at the last generation the run's summary says it
-                notes = [health_line(history)] if "eval_mean_fitness" in row and gen + 1 < cfg.generations else []
+                notes = [health_line(history), degenerate_warning(row)] if evaluates and gen + 1 < cfg.generations else []
                 _update_bar(bar, row, log, cfg.generations, [n for n in notes if n])
     except KeyboardInterrupt:
         save_state(run, trainer, logged, baseline_dev)
@@ -250,7 +251,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
             mirrors.close()
     done = int(fetch(state.generation))
     if is_main and done == cfg.generations:
-        _summary(run, cfg, log)
+        _summary(run, cfg, log, found_violations(trainer, state))
     elif is_main:
         log(f"stopped at generation {done}/{cfg.generations} (--stop-after {stop_after}); checkpoint written. "
             f"Continue with:\n  metadisco train --resume {run.path}")
@@ -277,6 +278,8 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
         log(f"  held out (fixed now; `metadisco evaluate {run.path}` uses it): {', '.join(cfg.heldout.envs)}")
     if cfg.seeds_per_member < 2:
         log("  search health is not measured: it compares two halves of each member's seeds (seeds_per_member >= 2)")
+    if cfg.expect.not_applied:
+        log(f"  no verdict: {cfg.expect.not_applied}")
     if cfg.expect.answer:
         log(f"  expected answer (stated before the run): {cfg.expect.answer}")
     if cfg.expect.beats:
@@ -327,7 +330,28 @@ def health_line(rows: list[dict], window: int = 10) -> str | None:
             f"(signal ~{2 * cos / (1 + cos):.0%} of the ES gradient)")
 
 
-def _summary(run: RunDir, cfg, log) -> None:
+def found_violations(trainer: MetaTrainer, state: RunState) -> dict:
+    """What the run found, through its plugs' constraint checks (`metadisco check`'s, at the
+    evolved parameters): the ES mean's and the best member's failures as metrics-row fields,
+    {"eval_mean_violations": [...], "eval_best_violations": [...]}, each "plug/constraint: message"."""
+    host = fetch(state)
+    found = {"mean": fetch(trainer.mean_params(host)), "best": host.best_params}
+    return {f"eval_{which}_violations": [str(v) for v in check_evolved(trainer.objectives, trainer.full_params(params),
+                                                                          trainer.evolve)]
+            for which, params in found.items()}
+
+
+def degenerate_warning(row: dict) -> str | None:
+    """A warning line when the ES mean of a comparison row is not a valid objective."""
+    reason = degenerate(row.get("eval_mean_violations"))
+    if reason is None:
+        return None
+    return (f"warning: generation {row['generation'] + 1}: the ES mean is DEGENERATE, whatever it scores: {reason}. "
+            "Its search space holds invalid objectives: pick a family that is valid for every member "
+            "(`metadisco objectives`), or a smaller sigma")
+
+
+def _summary(run: RunDir, cfg, log, violations: dict) -> None:
     rows = run.metrics()
     if not rows:
         return
@@ -349,9 +373,17 @@ def _summary(run: RunDir, cfg, log) -> None:
     log(f"  objectives: {run.objectives_dir}/mean.json (the ES mean), best.json (the highest single-generation "
         "score: selected on noise)")
     log(f"next: metadisco plot {run.path}   |   metadisco evaluate {run.path} --quick")
+    if cfg.expect.not_applied:
+        log(f"no verdict: {cfg.expect.not_applied}")
+    if violations["eval_best_violations"]:
+        log(f"warning: best.json (the highest single-generation score) is not a valid objective: "
+            f"{degenerate(violations['eval_best_violations'])}")
     if evals:
         e = evals[-1]
         log(f"after generation {e['generation'] + 1}: {es_mean_vs_ppo(e)}")
         line = verdict(e, cfg.expect)
         if line:
             log(line)
+    elif violations["eval_mean_violations"]:  # no comparison on fresh seeds (eval_every = 0): the checks still speak
+        log(f"verdict: DEGENERATE after generation {rows[-1]['generation'] + 1}: the ES mean is not a valid objective: "
+            f"{degenerate(violations['eval_mean_violations'])}")

@@ -196,13 +196,52 @@ def test_value_loss_mix_starts_at_ppo_and_is_its_closed_form_once_it_leaves_the_
     np.testing.assert_array_equal(mix.value_loss(mix.default_params(), value, target, old),
                                   clipped_l2(value, target, old, 0.2))  # PPO's loss, bit for bit
     assert mix.closed_form(mix.default_params()) is None  # it reads v_old
-    robust = {"weights": jnp.asarray([-0.3, 0.7, 0.2])}
+    robust = {"scores": jnp.asarray([2.5, 2.0])}  # sparsemax([1, 2.5, 2]) = [0, 0.75, 0.25]
     closed = ClosedFormValueLoss(mix.closed_form(robust))
     np.testing.assert_allclose(closed.value_loss({}, value, target, old), mix.value_loss(robust, value, target, old),
                                rtol=1e-5, atol=1e-6)
     slope = jax.vmap(jax.grad(lambda v: mix.value_loss(robust, v, 0.0, v)))(jnp.asarray([10.0, 100.0]))
-    assert float(jnp.abs(slope).max()) <= 0.7 + 0.2 + 1e-6  # bounded: Huber's slope 1, log(1+e^2)'s <= 1
-    assert mix.describe(robust) == "0.7*huber(1) + 0.2*log(1+e^2)"
+    assert float(jnp.abs(slope).max()) <= 1.0 + 1e-6  # bounded: Huber's slope 1, log(1+e^2)'s <= 1
+    assert mix.describe(robust) == "0.75*huber(1) + 0.25*log(1+e^2)"
+    # the weights are a point of the simplex for any scores: the loss never vanishes
+    for scores in ([-50.0, -50.0], [0.3, -0.2], [40.0, 41.0]):
+        w = np.asarray(mix.weights({"scores": jnp.asarray(scores)}))
+        assert (w >= 0).all() and w.sum() == pytest.approx(1.0), (scores, w)
+
+
+VALID_FOR_EVERY_MEMBER = [(plug, name) for plug in meta_objectives.PLUGS for name in meta_objectives.names(plug)
+                          if meta_objectives.make_objective(plug, name).valid_for_every_member]
+
+
+def test_the_search_spaces_that_claim_validity_include_every_family():
+    assert {("drift", "dpo_schedule"), ("drift", "drift_mix"), ("value_loss", "value_loss_mix"),
+            ("shaping", "potential")} <= set(VALID_FOR_EVERY_MEMBER)
+
+
+@pytest.mark.parametrize("plug, name", VALID_FOR_EVERY_MEMBER)
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from((0.1, 1.0, 10.0, 100.0)))
+def test_every_member_of_a_space_that_claims_validity_passes_its_plugs_checks(plug, name, seed, scale):
+    """Parameters drawn around the start and far from it (scale 100: a mean that wandered): every
+    constraint `metadisco check` demands of an evolved objective holds, so no verdict can call a
+    member of these spaces DEGENERATE."""
+    objective = meta_objectives.make_objective(plug, name)
+    objective = objective.for_env(objective.observation_shape() or (3,))
+    assert check_objective(objective, es_member(objective, jax.random.key(seed), scale), evolved=True) == []
+
+
+def test_the_first_value_loss_mix_is_kept_for_its_runs_and_its_dead_zone_is_caught():
+    """version = 1 (relu weights) resumes the runs made with it; its members with every weight
+    <= 0 (the demo's ES mean once) are a loss that is 0 everywhere, which the checks name."""
+    from meta_objectives import ValueLossMix
+
+    old = ValueLossMix(version=1)
+    assert not old.valid_for_every_member
+    dead = {"weights": jnp.asarray([-0.72, -0.78, -0.33])}
+    [violation] = check_objective(old, dead, evolved=True)
+    assert violation.constraint == "trains_the_critic" and "0 everywhere" in violation
+    with pytest.raises(ValueError, match="version 3 does not exist"):
+        ValueLossMix(version=3)
 
 
 def test_closed_forms_are_readable():
