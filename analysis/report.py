@@ -125,11 +125,13 @@ def _health_section(rows: list) -> list[str]:
     recent = search_health.recent(rows)
     if recent is None:
         return []
-    cos, n = recent
-    share = 2 * max(cos, 0.0) / (1 + max(cos, 0.0))
+    cos, n = recent.mean, recent.defined
+    undefined = search_health.undefined_text(recent.undefined)
     out = ["<h2>Search health</h2>", _table([
-        (f"split-half gradient cosine (mean of the last {n} generations)", cos),
-        ("signal share of the ES gradient, 2c/(1+c)", share),
+        (f"split-half gradient cosine (mean of the last {n} generations that define it)", cos if n else "n/a"),
+        ("signal share of the ES gradient, 2c/(1+c) (a heuristic)",
+         2 * max(cos, 0.0) / (1 + max(cos, 0.0)) if n else "n/a"),
+        *([("generations where it is undefined", undefined)] if undefined else []),
     ])]
     warning = search_health.advice(cos, n)
     if warning:

@@ -19,6 +19,14 @@ Noise here is measured against the seed-independent part of the estimate, which 
 finite population's sampling error: the figure says whether more seeds would help, not whether
 the population is large enough. Cost: nothing (the scores exist already); it needs S >= 2.
 
+2c/(1+c) is a heuristic: it reads c as |s|^2 / (|s|^2 + |n_h|^2), which holds in expectation over
+the seeds, not for one generation's c. Where the cosine cannot tell, health is NaN and
+`health/undefined` in the metrics row says why (`UNDEFINED`, read with `why_undefined`): every
+member scored the same (a collapsed population: no ranking, so no gradient and nothing to
+agree on), a half whose gradient is zero, or a search over one meta-parameter, where the cosine
+of two 1-D vectors is +-1 by construction (the halves' rank correlation, `rank_corr`, still
+means something there and is kept).
+
 Zhang, Clune & Stanley 2017 (arXiv 1712.06564) compare ES gradients with true gradients as the
 population grows; the split-half agreement is the seed-noise counterpart that a run can measure
 on itself. None of LPO, OPEN or evosax reports it. (jax is imported inside the functions that
@@ -28,10 +36,29 @@ need it: the command line and the report read the figures without starting jax.)
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 # Below this cosine between the halves' gradients (a mean over the recent generations) the
 # gradient the ES follows is mostly seed noise: its signal share 2c/(1+c) is under 1/3.
 NOISY_COSINE = 0.2
+
+# Why a generation's health is undefined: the code in the metrics row's `health/undefined` (0:
+# defined) -> (a short label for the progress bar, the reason in words).
+DEFINED, COLLAPSED, ONE_PARAMETER, FLAT_HALF = 0, 1, 2, 3
+UNDEFINED = {
+    COLLAPSED: ("collapsed", "every member scored the same (collapsed population)"),
+    ONE_PARAMETER: ("one parameter", "one meta-parameter: the cosine is ±1 by construction"),
+    FLAT_HALF: ("flat half", "one half of the seeds scored every member the same (its ES gradient is zero)"),
+}
+
+# Scores whose spread is within this many float32 rounding steps (ulps, relative to their
+# magnitude) are tied. Members that train identically score bit for bit the same; a spread of a
+# few ulps is rounding, not what the member did, and ranks members in an order that both halves
+# of the seeds share (a member's rounding does not depend on the seed), which reads as a cosine
+# of 1. A mean of S float32 values carries up to about S/2 ulps of rounding; 64 covers the means
+# over seeds and envs that make a score, and is far below seed noise in any RL return.
+TIE_ULPS = 64
+FLOAT32_EPS = 2.0**-23
 
 
 def centred_rank_weights(scores):
@@ -44,6 +71,19 @@ def centred_rank_weights(scores):
     return (below + 0.5 * ties) / (x.shape[0] - 1) - 0.5
 
 
+def tied(scores, scale=None):
+    """[P] scores -> [] bool: every member scored the same, within TIE_ULPS float32 rounding steps of
+    `scale` (default: the scores' largest magnitude). NaN ranks below every number, so NaN beside
+    numbers is not a tie; all NaN is."""
+    import jax.numpy as jnp
+
+    finite = jnp.isfinite(scores)
+    hi = jnp.max(jnp.where(finite, scores, -jnp.inf))
+    lo = jnp.min(jnp.where(finite, scores, jnp.inf))
+    scale = jnp.maximum(jnp.abs(hi), jnp.abs(lo)) if scale is None else scale
+    return (~finite).all() | (finite.all() & (hi - lo <= TIE_ULPS * FLOAT32_EPS * scale))
+
+
 def _cosine(a, b):
     import jax.numpy as jnp
 
@@ -51,24 +91,43 @@ def _cosine(a, b):
     return jnp.where(denom > 0, jnp.dot(a, b) / jnp.where(denom > 0, denom, 1.0), jnp.nan)
 
 
-def split_half(perturbations, scores_a, scores_b, weights=centred_rank_weights) -> dict:
+def split_half(perturbations, scores_a, scores_b, weights=centred_rank_weights, scores=None, scale=None) -> dict:
     """Agreement of two independent halves of a generation's seeds.
 
     perturbations: [P, D] members minus their mean (any scale); scores_a, scores_b: [P] each
     member's score on either half of the seeds (higher is better). `weights` maps [P] scores to
-    the ES's fitness weights (centred ranks by default).
+    the ES's fitness weights (centred ranks by default). scores: [P] what the ES ranks (all
+    seeds), to tell a collapsed population; scale: the magnitude against which the halves' ties
+    are judged (`tied`; default each half's own).
     Returns {"grad_cos": [] cosine of the two ES gradient estimates, "rank_corr": [] Spearman
-    correlation of the two halves' scores}; NaN where undefined (a constant half).
+    correlation of the two halves' scores, "undefined": [] int32 code, a key of UNDEFINED or
+    DEFINED}. Both are NaN for a collapsed population or a tied half; grad_cos alone for D = 1,
+    where the halves' rank correlation still says how far the seeds agree on the ranking.
     """
-    g_a = perturbations.T @ weights(scores_a)
-    g_b = perturbations.T @ weights(scores_b)
+    import jax.numpy as jnp
+
+    flat_a, flat_b = tied(scores_a, scale), tied(scores_b, scale)
+    g_a = perturbations.T @ jnp.where(flat_a, 0.0, weights(scores_a))
+    g_b = perturbations.T @ jnp.where(flat_b, 0.0, weights(scores_b))
     ranks_a, ranks_b = centred_rank_weights(scores_a), centred_rank_weights(scores_b)
-    return {"grad_cos": _cosine(g_a, g_b), "rank_corr": _cosine(ranks_a - ranks_a.mean(), ranks_b - ranks_b.mean())}
+    rank_corr = _cosine(ranks_a - ranks_a.mean(), ranks_b - ranks_b.mean())
+    zero = (jnp.linalg.norm(g_a) == 0) | (jnp.linalg.norm(g_b) == 0)
+    code = jnp.where(zero, FLAT_HALF, DEFINED)
+    if perturbations.shape[1] == 1:
+        code = jnp.where(zero, code, ONE_PARAMETER)
+    rank_corr = jnp.where(flat_a | flat_b, jnp.nan, rank_corr)
+    if scores is not None:
+        collapsed = tied(scores)
+        code = jnp.where(collapsed, COLLAPSED, code)
+        rank_corr = jnp.where(collapsed, jnp.nan, rank_corr)
+    grad_cos = jnp.where(code == DEFINED, _cosine(g_a, g_b), jnp.nan)
+    return {"grad_cos": grad_cos, "rank_corr": rank_corr, "undefined": code.astype(jnp.int32)}
 
 
 def signal_share(grad_cos):
     """The signal's share of the squared norm of the full (both halves) gradient, 2c / (1 + c),
-    from the halves' cosine c (0 where c <= 0: no signal shown)."""
+    from the halves' cosine c (0 where c <= 0: no signal shown). A heuristic: exact only in
+    expectation, for c averaged over generations."""
     import jax.numpy as jnp
 
     c = jnp.clip(grad_cos, 0.0, 1.0)
@@ -84,19 +143,76 @@ def flat_perturbations(pop):
     return flat - flat.mean(0)
 
 
-def recent(rows: list[dict], key: str = "health/grad_cos", window: int = 10) -> tuple[float, int] | None:
-    """The mean of `key` over the last `window` metrics rows that have it (and how many), or None."""
-    values = [r[key] for r in rows if r.get(key) is not None and math.isfinite(r[key])][-window:]
-    return (sum(values) / len(values), len(values)) if values else None
+def why_undefined(row: dict) -> str | None:
+    """Why a metrics row's health is undefined, in words; None where it is defined or not measured."""
+    code = row.get("health/undefined")
+    return UNDEFINED[code][1] if code in UNDEFINED else None
+
+
+def share_text(cos: float) -> str:
+    """The signal share 2c/(1+c) of a mean cosine, labelled as the heuristic it is."""
+    c = max(cos, 0.0)
+    return f"signal ~{2 * c / (1 + c):.0%} by the heuristic 2c/(1+c)"
+
+
+class Window(NamedTuple):
+    """Health over the last generations that measured it."""
+
+    mean: float  # mean of the defined values; NaN where none is defined
+    defined: int  # generations with a defined value
+    undefined: dict  # reason in words -> generations undefined for it
+
+
+def recent(rows: list[dict], key: str = "health/grad_cos", window: int = 10) -> Window | None:
+    """`key` over the last `window` metrics rows that measure health (have `key`): the mean of
+    the defined (finite) values, how many, and why the others are undefined; None where no row
+    measures it. NaN (null in metrics.jsonl) generations are counted, never averaged."""
+    measured = [r for r in rows if key in r][-window:]
+    if not measured:
+        return None
+    values = [r[key] for r in measured if r[key] is not None and math.isfinite(r[key])]
+    undefined: dict = {}
+    for r in measured:
+        if r[key] is None or not math.isfinite(r[key]):
+            reason = why_undefined(r) or "not a number"
+            undefined[reason] = undefined.get(reason, 0) + 1
+    return Window(sum(values) / len(values) if values else math.nan, len(values), undefined)
+
+
+def undefined_text(undefined: dict) -> str:
+    """{reason: generations} -> "n/a in 3: every member scored the same (collapsed population)"."""
+    return "; ".join(f"n/a in {n}: {reason}" for reason, n in undefined.items())
+
+
+def is_collapsed(row: dict) -> bool:
+    """Whether a metrics row's population collapsed: its health says so or, where health is not
+    measured, its finite scores are tied (`tied`, on the row's min and max)."""
+    if "health/undefined" in row:
+        return row["health/undefined"] == COLLAPSED
+    lo, hi = row.get("fitness_min"), row.get("fitness_max")
+    if lo is None or hi is None or not math.isfinite(lo) or not math.isfinite(hi):
+        return False
+    return hi - lo <= TIE_ULPS * FLOAT32_EPS * max(abs(hi), abs(lo))
+
+
+def collapse_warning(rows: list[dict]) -> str | None:
+    """A warning, with its causes and what to change, at the first generation of a collapse (the
+    newest row collapsed, the one before it not); None otherwise, so an episode is warned of once."""
+    if not rows or not is_collapsed(rows[-1]) or (len(rows) > 1 and is_collapsed(rows[-2])):
+        return None
+    return (f"generation {rows[-1]['generation'] + 1}: every member scored the same (fitness std 0): the "
+            "population has collapsed, so the ES gradient is zero and the search cannot move. Causes: a search "
+            "space with a flat region (a dead zone, e.g. every relu weight at 0, where every member is the same "
+            "objective), or a sigma too small for the fitness's resolution. Try a larger es.sigma_init, another "
+            "search space, or starting again with another seed.")
 
 
 def advice(cos: float, generations: int) -> str | None:
     """One line of warning and advice when the gradient is mostly seed noise, else None."""
-    if cos >= NOISY_COSINE:
+    if not cos < NOISY_COSINE:  # also NaN: no generation defined it
         return None
-    share = 2 * max(cos, 0.0) / (1 + max(cos, 0.0))
     return (f"search health: the ES gradient is mostly seed noise (split-half cosine {cos:+.2f} over the last "
-            f"{generations} generation(s), signal ~{share:.0%} of it). Try more seeds per member "
+            f"{generations} generation(s), {share_text(cos)}). Try more seeds per member "
             "(seeds_per_member), a larger sigma (es.sigma_init), a smaller search space (e.g. "
             "objectives.drift=drift_mix), or a larger population (es.population_size). Late in a run that has "
             "converged this is expected: where the landscape is flat there is no gradient to find.")

@@ -83,6 +83,13 @@ def centered_ranks(fitness, worst):
     return jax.vmap(health.centred_rank_weights, in_axes=1, out_axes=1)(jnp.where(worst[:, None], jnp.nan, fitness))
 
 
+def at_worst(fitness, diverged):
+    """fitness [P] with each diverged member at the worst finite score (-1e6 where none is
+    finite): what the ES ranks. A diverged member ties the worst finite one."""
+    worst = jnp.min(jnp.where(diverged, jnp.inf, fitness))
+    return jnp.where(diverged, jnp.where(jnp.isfinite(worst), worst, -1e6), fitness)
+
+
 GUARD_SE = 2.0  # PPO's gain over its initial policy must exceed this many standard errors
 
 
@@ -324,10 +331,7 @@ class MetaTrainer:
         per_env = per_seed.mean(-1)
         fitness = per_env.mean(1)
         diverged = diverged | ~jnp.isfinite(fitness)
-        # A diverged member gets the worst fitness of the generation (ties the worst finite one).
-        worst = jnp.min(jnp.where(diverged, jnp.inf, fitness))
-        worst = jnp.where(jnp.isfinite(worst), worst, -1e6)
-        clean = jnp.where(diverged, worst, fitness)
+        clean = at_worst(fitness, diverged)
         told = self._ranked(clean, per_env, diverged)
         es_state, _ = self.es.tell(k_tell, pop, strategies.to_es_loss(told), es_state, self.es_params)
         best_idx = jnp.argmax(clean)
@@ -346,7 +350,7 @@ class MetaTrainer:
             "sigma": strategies.sigma_of(es_state),
             "num_diverged": diverged.sum(),
             **self._draw_metrics(draw),
-            **self._health_metrics(pop, per_seed, diverged),
+            **self._health_metrics(pop, per_seed, diverged, clean if self._by_mean else told),
         }
         return new_state, metrics
 
@@ -364,19 +368,28 @@ class MetaTrainer:
             told = told - jnp.tile((told[:half] + told[half:]) / 2, 2)
         return told
 
-    def _health_metrics(self, pop, per_seed, diverged) -> dict:
+    @property
+    def _by_mean(self) -> bool:
+        return self.cfg.distribution.env_fitness == "mean"
+
+    def _health_metrics(self, pop, per_seed, diverged, scores) -> dict:
         """Search health (analysis.search_health): the agreement of the ES gradients and rankings from
-        two disjoint halves of the generation's seeds; {} with a single seed per member."""
+        two disjoint halves of the generation's seeds; {} with a single seed per member. scores [P]:
+        the generation's scores (before the pair control variate), to tell a collapsed population."""
         seeds = per_seed.shape[-1]
         if seeds < 2:
             return {}
 
-        def told(part):  # a half's scores, ranked as the ES ranks the whole (diverged: lowest)
+        def scored(part):  # a half's scores, and what the ES would be told of them (diverged as it treats them)
             per_env = part.mean(-1)
-            return jnp.where(diverged, jnp.nan, self._ranked(per_env.mean(1), per_env, diverged))
+            clean = at_worst(per_env.mean(1), diverged)
+            return clean, self._ranked(clean, per_env, diverged)
 
-        halves = health.split_half(health.flat_perturbations(pop), told(per_seed[..., : seeds // 2]),
-                                   told(per_seed[..., seeds // 2:]))
+        (clean_a, told_a), (clean_b, told_b) = scored(per_seed[..., : seeds // 2]), scored(per_seed[..., seeds // 2:])
+        # The pair control variate leaves residuals near 0: their ties are judged against the
+        # scores' own magnitude. Ranks (env_fitness=rank) are judged as they are.
+        scale = jnp.maximum(jnp.abs(clean_a).max(), jnp.abs(clean_b).max()) if self._by_mean else None
+        halves = health.split_half(health.flat_perturbations(pop), told_a, told_b, scores=scores, scale=scale)
         return {f"health/{k}": v for k, v in halves.items()}
 
     def _draw_metrics(self, draw: Draw) -> dict:

@@ -237,7 +237,10 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
             if is_main:
                 history.append(row)
                 # at the last generation the run's summary says it
-                notes = [health_line(history), degenerate_warning(row)] if evaluates and gen + 1 < cfg.generations else []
+                collapse = health.collapse_warning(history)
+                notes = [f"warning: {collapse}"] if collapse else []
+                if evaluates and gen + 1 < cfg.generations:
+                    notes += [health_line(history), degenerate_warning(row)]
                 _update_bar(bar, row, log, cfg.generations, [n for n in notes if n])
     except KeyboardInterrupt:
         save_state(run, trainer, logged, baseline_dev)
@@ -297,17 +300,16 @@ def _progress_bar(enabled: bool, start: int, total: int):
 def _update_bar(bar, row: dict, log, total: int | None = None, notes=()) -> None:
     if bar is None:  # --no-progress (logs, batch jobs): one line per generation instead
         gen = row["generation"] + 1
-        cos = row.get("health/grad_cos")
         log(f"gen {gen}{f'/{total}' if total else ''}: fitness mean {row['fitness_mean']:.4g}, "
             f"max member so far {row['best_fitness']:.4g}, "
-            + (f"health {cos:+.2f}, " if cos is not None else "")
+            + (f"health {_health_figure(row, long=True)}, " if "health/grad_cos" in row else "")
             + f"{row['num_diverged']} diverged, {row['wall_time_s']:.1f} s ({row['env_steps_per_s']:.3g} env steps/s)")
         if "eval_mean_fitness" in row and gen != total:  # the last one: the run's summary says it
             log(f"gen {gen}: {es_mean_vs_ppo(row)}")
         for note in notes:
             log(note)
         return
-    health_figure = {"health": f"{row['health/grad_cos']:+.2f}"} if row.get("health/grad_cos") is not None else {}
+    health_figure = {"health": _health_figure(row)} if "health/grad_cos" in row else {}
     bar.set_postfix(mean=f"{row['fitness_mean']:.3g}", **health_figure, sps=f"{row['env_steps_per_s']:.3g}")
     bar.update(1)
     if "eval_mean_fitness" in row and row["generation"] + 1 != total:  # the last one: the summary says it
@@ -316,18 +318,34 @@ def _update_bar(bar, row: dict, log, total: int | None = None, notes=()) -> None
         bar.write(note)
 
 
+def _health_figure(row: dict, long: bool = False) -> str:
+    """A metrics row's split-half cosine, or n/a with its reason (short for the progress bar)."""
+    cos = row.get("health/grad_cos")
+    if cos is not None and np.isfinite(cos):
+        return f"{cos:+.2f}"
+    short, reason = health.UNDEFINED.get(row.get("health/undefined"), ("nan", "not a number"))
+    return f"n/a: {reason}" if long else f"n/a ({short})"
+
+
 def health_line(rows: list[dict], window: int = 10) -> str | None:
-    """Search health over the last `window` generations, with a warning and advice when the ES
-    gradient is mostly seed noise; None when the run does not measure it."""
+    """Search health over the last `window` generations that measured it (undefined ones counted
+    with their reasons, not averaged), with a warning and advice when the ES gradient is mostly
+    seed noise; None when the run does not measure it."""
     recent = health.recent(rows, window=window)
     if recent is None:
         return None
-    cos, n = recent
-    warning = health.advice(cos, n)
+    undefined = f" ({health.undefined_text(recent.undefined)})" if recent.undefined else ""
+    if not recent.defined:
+        ranks = health.recent(rows, key="health/rank_corr", window=window)
+        rank_note = (f"; the halves' rank correlation {ranks.mean:+.2f} over {ranks.defined} of them"
+                     if ranks is not None and ranks.defined else "")
+        return (f"search health: n/a over the last {sum(recent.undefined.values())} generation(s)"
+                f"{undefined}{rank_note}")
+    warning = health.advice(recent.mean, recent.defined)
     if warning:
-        return f"warning: {warning}"
-    return (f"search health: split-half gradient cosine {cos:+.2f} over the last {n} generation(s) "
-            f"(signal ~{2 * cos / (1 + cos):.0%} of the ES gradient)")
+        return f"warning: {warning}{undefined}"
+    return (f"search health: split-half gradient cosine {recent.mean:+.2f} over the last {recent.defined} "
+            f"generation(s) that define it{undefined}, {health.share_text(recent.mean)} of the ES gradient")
 
 
 def found_violations(trainer: MetaTrainer, state: RunState) -> dict:

@@ -67,7 +67,115 @@ def test_pure_noise_reads_as_noise_and_a_warning_says_what_to_do():
     assert float(search_health.signal_share(1 / 3)) == pytest.approx(0.5)
     message = search_health.advice(float(np.mean(cos)), 10)
     assert "seed noise" in message and "seeds_per_member" in message and "sigma" in message
+    assert "heuristic 2c/(1+c)" in message
     assert search_health.advice(0.6, 10) is None
+
+
+def test_tied_scores_give_nan_with_the_reason():
+    """A collapsed population (every member the same score, bit for bit or within float32
+    rounding, whose member order both halves share) has no gradient: NaN and why, not cosine 1.
+    A spread that float32 resolves is a ranking."""
+    rng = np.random.default_rng(3)
+    z = jnp.asarray(rng.normal(size=(16, 8)))
+    order = jnp.arange(16.0)
+    ulps = 100.0 + 2 * 7.6e-6 * order  # 100 plus 0, 2, 4, ... float32 steps of 100: a few ulps apart
+    for tie in (jnp.full(16, 5.0), jnp.float32(ulps)):
+        out = search_health.split_half(z, tie, tie, scores=tie)
+        assert np.isnan(out["grad_cos"]) and np.isnan(out["rank_corr"])
+        assert int(out["undefined"]) == search_health.COLLAPSED
+        assert search_health.why_undefined({"health/undefined": int(out["undefined"])}) == (
+            "every member scored the same (collapsed population)")
+    resolved = jnp.float32(100.0 + 1e-3 * order)
+    out = search_health.split_half(z, resolved, resolved, scores=resolved)
+    assert float(out["grad_cos"]) == pytest.approx(1.0, abs=1e-6) and int(out["undefined"]) == search_health.DEFINED
+
+
+def test_a_half_with_a_zero_gradient_gives_nan():
+    rng = np.random.default_rng(4)
+    z = jnp.asarray(rng.normal(size=(16, 8)))
+    a = jnp.asarray(rng.normal(size=16))
+    out = search_health.split_half(z, a, jnp.full(16, 2.0), scores=a)
+    assert np.isnan(out["grad_cos"]) and int(out["undefined"]) == search_health.FLAT_HALF
+    # a gradient that is zero with varied scores: every perturbation 0
+    out = search_health.split_half(jnp.zeros((16, 8)), a, a[::-1], scores=a)
+    assert np.isnan(out["grad_cos"]) and int(out["undefined"]) == search_health.FLAT_HALF
+
+
+def test_one_meta_parameter_keeps_the_rank_correlation_only():
+    """D = 1: the cosine of two numbers is +-1 by construction, so it is NaN with that reason; the
+    halves' rank correlation does not depend on D and is kept."""
+    rng = np.random.default_rng(5)
+    z = jnp.asarray(rng.normal(size=(16, 1)))
+    a, b = (jnp.asarray(rng.normal(size=16)) for _ in range(2))
+    one = search_health.split_half(z, a, b, scores=a + b)
+    assert np.isnan(one["grad_cos"]) and int(one["undefined"]) == search_health.ONE_PARAMETER
+    assert "±1 by construction" in search_health.why_undefined({"health/undefined": int(one["undefined"])})
+    two = search_health.split_half(jnp.asarray(rng.normal(size=(16, 2))), a, b, scores=a + b)
+    assert np.isfinite(two["grad_cos"]) and float(one["rank_corr"]) == pytest.approx(float(two["rank_corr"]))
+
+
+def health_rows(codes, cos=0.9):
+    """Synthetic metrics rows: code 0 a defined cosine `cos`, else undefined (null) for that reason."""
+    return [{"generation": g, "health/grad_cos": cos if c == 0 else None, "health/rank_corr": 0.5 if c != 1 else None,
+             "health/undefined": c, "fitness_min": 1.0, "fitness_max": 1.0 if c == 1 else 2.0}
+            for g, c in enumerate(codes)]
+
+
+def test_a_collapse_is_warned_of_once_at_its_first_generation():
+    C = search_health.COLLAPSED
+    rows = health_rows([0, 0, C, C, C, 0, C])
+    warned = [g for g in range(len(rows)) if search_health.collapse_warning(rows[: g + 1])]
+    assert warned == [2, 6]
+    message = search_health.collapse_warning(rows[:3])
+    assert message.startswith("generation 3: every member scored the same") and "es.sigma_init" in message
+    # a run that does not measure health: the row's tied min and max say it
+    bare = [{k: v for k, v in r.items() if not k.startswith("health/")} for r in rows]
+    assert [g for g in range(len(bare)) if search_health.collapse_warning(bare[: g + 1])] == [2, 6]
+
+
+def test_the_health_line_counts_undefined_generations_and_calls_the_share_a_heuristic():
+    C = search_health.COLLAPSED
+    line = health_line(health_rows([0] * 5 + [C] * 5))
+    assert "+0.90 over the last 5 generation(s)" in line and "heuristic 2c/(1+c)" in line
+    assert "n/a in 5: every member scored the same (collapsed population)" in line
+    # a collapse over the whole window: no share of a gradient from before it
+    line = health_line(health_rows([0] * 10 + [C] * 10))
+    assert "signal" not in line and "n/a in 10: every member scored the same" in line
+    line = health_line(health_rows([search_health.ONE_PARAMETER] * 4))
+    assert "±1 by construction" in line and "rank correlation +0.50" in line
+
+
+def test_the_progress_bar_shows_why_health_is_undefined_and_prints_the_warning():
+    from metadisco.train import _update_bar
+
+    class Bar:
+        def __init__(self):
+            self.postfix, self.written = {}, []
+
+        def set_postfix(self, **kw):
+            self.postfix = kw
+
+        def update(self, n):
+            pass
+
+        def write(self, line):
+            self.written.append(line)
+
+    row = {**health_rows([search_health.COLLAPSED])[0], "fitness_mean": 1.0, "best_fitness": 1.0,
+           "num_diverged": 0, "wall_time_s": 1.0, "env_steps_per_s": 1e3}
+    bar = Bar()
+    _update_bar(bar, row, print, 10, ["warning: collapsed"])
+    assert bar.postfix["health"] == "n/a (collapsed)" and bar.written == ["warning: collapsed"]
+    logged = []
+    _update_bar(None, row, logged.append, 10, [])
+    assert "health n/a: every member scored the same (collapsed population)" in logged[0]
+
+
+def test_the_report_labels_the_share_a_heuristic_and_says_why_health_is_undefined():
+    from analysis.report import _health_section
+
+    text = "".join(_health_section(health_rows([0] * 3 + [search_health.COLLAPSED] * 2)))
+    assert "2c/(1+c) (a heuristic)" in text and "n/a in 2: every member scored the same" in text
 
 
 def linear_train(noise):
@@ -116,6 +224,29 @@ def test_the_engine_reports_signal_and_noise_every_generation(tmp_path):
         else:
             assert any(line.startswith("warning: search health") for line in logged)
     assert abs(means[1e5]) < 0.2 and means[0.0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_population_tied_beside_diverged_members_reads_as_collapsed_and_warns(tmp_path):
+    """Every finite member scores the same and the others diverge: the ES ties the diverged with
+    the worst, so its gradient is zero; health says n/a (collapsed), never cosine 1 (the two halves
+    once agreed that the diverged were lowest), and the run warns at the first generation, once."""
+    cfg = tiny(generations=3, eval_every=0)
+
+    def dead_zone(key, meta_params):
+        w2 = meta_params["drift"]["w2"]
+        ret = jnp.where(w2.ravel()[0] > 0.0, jnp.nan, 5.0)
+        return stand_in_result(jnp.full((8,), ret), ret, jnp.float32(0.0))
+
+    logged = []
+    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[dead_zone]), log=logged.append)
+    rows = RunDir(tmp_path / "r").metrics()
+    assert all(r["health/grad_cos"] is None and r["health/undefined"] == search_health.COLLAPSED for r in rows)
+    assert all(r["num_diverged"] > 0 for r in rows)
+    warnings = [line for line in logged if line.startswith("warning: generation")]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: generation 1: every member scored the same")
+    assert logged.index(warnings[0]) == next(i for i, line in enumerate(logged) if line.startswith("gen 1/")) + 1
+    summary = next(line for line in logged if line.startswith("search health"))
+    assert "n/a" in summary and "signal" not in summary
 
 
 def test_one_seed_per_member_is_not_measured_and_says_so(tmp_path):
