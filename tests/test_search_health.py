@@ -333,3 +333,61 @@ def test_metadisco_train_with_nothing_named_runs_the_demo(monkeypatch):
     main(["train", "generations=3"])
     assert started[0] == resolve(DEMO_EXPERIMENT) and started[0].expect.beats
     assert started[1].objectives == RunConfig().objectives and started[1].generations == 3
+
+
+def weights_down_train(key, meta_params):
+    """A stand-in inner loop that rewards value_loss_mix v1's weights for going below 0: the
+    return is -100 * sum(weights), so the ES walks the mean into relu's dead zone, a value loss
+    that is 0 everywhere, and it keeps scoring better than its start on every seed."""
+    ret = -100.0 * jnp.sum(meta_params["value_loss"]["weights"])
+    return stand_in_result(jnp.full((8,), ret), ret, jnp.float32(0.0))
+
+
+def test_a_degenerate_es_mean_gets_a_degenerate_verdict_never_found(tmp_path):
+    """A family forced into its dead zone (value_loss_mix version 1, whose all-negative weights
+    delete the critic): the run beats its start and PPO by any interval, and the verdict is still
+    DEGENERATE, naming the constraint, at the comparison on fresh seeds and at the end."""
+    cfg = tiny(generations=6, objectives=ObjectivesConfig(value_loss={"name": "value_loss_mix", "version": 1},
+                                                           evolve=("value_loss",)),
+               es=ESConfig(population_size=16, sigma_init=0.3, lr=0.5),
+               expect=ExpectConfig(answer="anything", beats="start"))
+    logged = []
+    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[weights_down_train],
+                                                                 ppo_trains=[constant_ppo]), log=logged.append)
+    rows = RunDir(tmp_path / "r").metrics()
+    final = rows[-1]
+    assert final["eval_vs_start_low"] > 0  # what the score alone would have called FOUND
+    assert any("trains_the_critic" in v for v in final["eval_mean_violations"])
+    assert logged[-1].startswith("verdict: DEGENERATE after generation 6"), logged[-1]
+    assert "value loss fails trains_the_critic: the value loss is 0 everywhere" in logged[-1]
+    assert not any(line.startswith("verdict: FOUND") for line in logged)
+    # the same row without the violations is FOUND: the checks, not the score, decide
+    assert verdict({**final, "eval_mean_violations": []}, cfg.expect).startswith("verdict: FOUND")
+
+
+def test_an_expectation_does_not_outlive_the_objectives_it_was_written_for():
+    from metadisco.config import resolve
+
+    kept = resolve("rediscover_value_loss", ["generations=2"])
+    assert kept.expect.beats == "ppo" and not kept.expect.not_applied
+    swapped = resolve("rediscover_value_loss", ["objectives.value_loss=learned_clipped"])
+    assert swapped.expect.beats == "" and swapped.expect.answer == ""
+    assert "was written for drift=ppo_clip, value_loss=value_loss_mix" in swapped.expect.not_applied
+    assert "value_loss=learned_clipped" in swapped.expect.not_applied
+    row = {"generation": 9, "eval_mean_fitness": 1.0, "eval_ppo_fitness": 0.0, "eval_diff": 1.0, "eval_diff_low": 0.5,
+           "eval_diff_high": 1.5}
+    assert verdict(row, swapped.expect) is None  # the plain comparison only
+    own = resolve("rediscover_value_loss", ["objectives.value_loss=learned_clipped", "expect.beats=start"])
+    assert own.expect.beats == "start" and not own.expect.not_applied  # a user's own expectation stands
+
+
+def test_the_gap_closed_is_reported_only_where_the_start_is_below_ppo():
+    from analysis.stats import gap_closed_ci
+
+    start, ppo = np.zeros(8), np.ones(8)
+    assert gap_closed_ci(np.full(8, 0.5), start, ppo)[0] == pytest.approx(0.5)
+    assert all(np.isnan(gap_closed_ci(np.full(8, 0.5), ppo, start)))  # the start is above PPO: no gap
+    row = {"generation": 4, "eval_mean_fitness": 2.0, "eval_ppo_fitness": 1.0, "eval_start_fitness": 1.5,
+           "eval_vs_start": 0.5, "eval_vs_start_low": 0.1, "eval_vs_start_high": 0.9, "eval_gap_closed": np.nan}
+    line = verdict(row, ExpectConfig(beats="start", gap_closed=0.5))
+    assert line.startswith("verdict: NOT FOUND") and "no gap to close" in line and "closing" not in line
