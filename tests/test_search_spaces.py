@@ -345,3 +345,21 @@ def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path
     mean, params, _ = load_objectives(run_dir / "objectives" / "mean.json")
     exported, _, _ = load_objectives(run_dir / "export" / "discovered_drift.json")
     assert exported.drift.expression == mean.drift.closed_form(params["drift"])
+
+
+def test_a_stored_run_or_objectives_file_keeps_the_value_loss_mix_it_evolved():
+    """Run directories and objectives files written before value_loss_mix had versions hold
+    relu weights: they read (resume, evaluate) as version 1; a new config records version 2."""
+    from analysis.run_config import RunConfig
+    from meta_objectives import from_spec
+    from metadisco.config import resolve
+
+    new = resolve("rediscover_value_loss", ["generations=2"])
+    stored = new.to_dict()
+    assert stored["objectives"]["value_loss"] == {"name": "value_loss_mix", "version": 2}
+    del stored["objectives"]["value_loss"]["version"]  # as config.json was written before versions
+    assert RunConfig.from_stored(stored).objectives.value_loss.options == (("version", 1),)
+    assert RunConfig.from_stored(new.to_dict()).objectives.value_loss.options == (("version", 2),)
+    old_file_spec = {"plug": "value_loss", "name": "value_loss_mix", "config": {"clip_eps": 0.2}}
+    assert from_spec(old_file_spec).version == 1
+    assert "weights" in from_spec(old_file_spec).default_params()
