@@ -50,7 +50,8 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
     run_dir: where to write (default runs/NAME-TIMESTAMP, as the CLI). overrides: config fields,
     a section as a dict (es={"population_size": 4}) or a dotted name in a dict
     (**{"inner.total_timesteps": 2048}); values as on the command line. resume=True continues
-    the run in `run_dir` (config and overrides must then be None / empty, or agree with it).
+    the run in `run_dir` (config must then be None or agree with it; overrides apply to its stored
+    config, and generations=N, no fewer than it has done, is the one change accepted: it extends the run).
     """
     from metadisco import config as config_lib
     from metadisco.train import default_run_dir
@@ -61,8 +62,10 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
         raise ConfigError("train(resume=True) needs the run_dir to continue")
     if isinstance(config, config_lib.RunConfig):
         cfg = config_lib.override(config, items)
-    elif config is None and not items and resume:
-        cfg = None  # the stored config
+    elif config is None and resume:  # the stored config, with the overrides (generations=N extends it)
+        from metadisco.rundir import RunDir
+
+        cfg = config_lib.override(RunDir(run_dir).config(), items) if items else None
     else:
         cfg = config_lib.resolve(None if config is None else str(config), items)
     if run_dir is None:

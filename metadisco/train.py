@@ -2,6 +2,14 @@
 
     run(cfg, run_dir)                 # a new run
     run(None, run_dir, resume=True)   # continue; equals the uninterrupted run bit for bit
+    run(override(stored, ["generations=N"]), run_dir, resume=True)   # extend a run to N generations
+
+An extended run equals one started with N generations, bit for bit (state, checkpoints,
+objectives, metrics rows): nothing in a generation reads the total (the ES step-size and
+learning-rate decays are per generation, evosax's std_schedule and optax's exponential_decay with
+transition_steps=1; the comparisons' seeds are picked by the generations done), but for one
+row: the old last generation keeps the comparison on fresh seeds it was given as a last
+generation (`eval_every`), which a run started with N has only where eval_every divides it.
 
 A run holds its directory's one-writer lock (RunDir.lock) while it runs. Ctrl-C and SIGTERM (a
 scheduler's preemption) write a checkpoint of the last completed generation and raise
@@ -124,15 +132,27 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
 
 
 def _stored_config(run: RunDir, cfg: config_lib.RunConfig | None) -> config_lib.RunConfig:
-    """The run's own config; a different `cfg` is refused with the differences listed."""
+    """The run's own config, or `cfg` where it differs from it in `generations` alone and by no
+    fewer than the generations done (a finished run is extended so); any other difference is
+    refused with the differences listed."""
     stored = run.config()
-    if cfg is not None and cfg != stored:
-        changes = config_lib.diff(stored.to_dict(), cfg.to_dict())
+    if cfg is None or cfg == stored:
+        return config_lib.validate(stored)
+    changes = config_lib.diff(stored.to_dict(), cfg.to_dict())
+    others = [c for c in changes if not c.startswith("generations:")]
+    if others:
         raise RunDirError(
-            f"refusing to resume {run.path} with a different config:\n  " + "\n  ".join(changes)
-            + "\nResume with the stored config (`metadisco train --resume DIR` and no overrides), or start a new run."
+            f"refusing to resume {run.path} with a different config:\n  " + "\n  ".join(others)
+            + "\nResume with the stored config (`metadisco train --resume DIR`, and generations=N to extend it: "
+              "the one change a resume accepts), or start a new run."
         )
-    return config_lib.validate(stored)
+    checkpoints = run.checkpoints()
+    done = run.checkpoint_generation(checkpoints[-1]) if checkpoints else 0
+    if cfg.generations < done:
+        raise RunDirError(f"refusing to resume {run.path} with generations={cfg.generations}: it has completed {done} "
+                          f"generations already; give generations={done} or more (a resume extends a run, it never "
+                          "drops generations)")
+    return config_lib.validate(cfg)
 
 
 def _resume_hint(run: RunDir, lead: str) -> str:
@@ -181,6 +201,10 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
             log(f"warning: {w}")
         if is_main:
             run.truncate_metrics(int(state.generation))
+            stored = run.config().generations
+            if stored != cfg.generations:  # the one change a resume accepts (_stored_config)
+                run.write_json("config.json", cfg.to_dict())
+                log(f"{run.path}: generations {stored} -> {cfg.generations}")
         log(f"resuming {run.path} at generation {int(state.generation)}/{cfg.generations}")
     else:
         if is_main:
