@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.runs import completed
+
 
 def _interval(row: dict, key: str, fmt: str = "+.4g") -> str:
     return f"{row[key]:{fmt}} [{row[key + '_low']:{fmt}}, {row[key + '_high']:{fmt}}]"
@@ -62,5 +64,5 @@ def verdict(row: dict, expect) -> str | None:
     if expect.gap_closed:
         closed = row.get("eval_gap_closed")
         found = found and closed is not None and bool(np.isfinite(closed)) and closed >= expect.gap_closed
-    return (f"verdict: {'FOUND' if found else 'NOT FOUND'} after generation {row['generation'] + 1}: {text} "
+    return (f"verdict: {'FOUND' if found else 'NOT FOUND'} after generation {completed(row)}: {text} "
             f"(pass: {pass_criterion(expect)})")

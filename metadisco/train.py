@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from analysis import search_health as health
+from analysis.runs import completed
 from analysis.verdicts import es_mean_vs_ppo, pass_criterion, verdict
 from meta_objectives import save_objectives
 from metadisco import config as config_lib
@@ -317,7 +318,7 @@ def _progress_bar(enabled: bool, start: int, total: int):
 
 def _update_bar(bar, row: dict, log, total: int | None = None, notes=()) -> None:
     if bar is None:  # --no-progress (logs, batch jobs): one line per generation instead
-        gen = row["generation"] + 1
+        gen = completed(row)
         cos = row.get("health/grad_cos")
         log(f"gen {gen}{f'/{total}' if total else ''}: fitness mean {row['fitness_mean']:.4g}, "
             f"max member so far {row['best_fitness']:.4g}, "
@@ -331,8 +332,8 @@ def _update_bar(bar, row: dict, log, total: int | None = None, notes=()) -> None
     health_figure = {"health": f"{row['health/grad_cos']:+.2f}"} if row.get("health/grad_cos") is not None else {}
     bar.set_postfix(mean=f"{row['fitness_mean']:.3g}", **health_figure, sps=f"{row['env_steps_per_s']:.3g}")
     bar.update(1)
-    if "eval_mean_fitness" in row and row["generation"] + 1 != total:  # the last one: the summary says it
-        bar.write(f"gen {row['generation'] + 1}: {es_mean_vs_ppo(row)}")
+    if "eval_mean_fitness" in row and completed(row) != total:  # the last one: the summary says it
+        bar.write(f"gen {completed(row)}: {es_mean_vs_ppo(row)}")
     for note in notes:
         bar.write(note)
 
@@ -375,7 +376,7 @@ def _summary(run: RunDir, cfg, log) -> None:
     log(f"next: metadisco plot {run.path}   |   metadisco evaluate {run.path} --quick")
     if evals:
         e = evals[-1]
-        log(f"after generation {e['generation'] + 1}: {es_mean_vs_ppo(e)}")
+        log(f"after generation {completed(e)}: {es_mean_vs_ppo(e)}")
         line = verdict(e, cfg.expect)
         if line:
             log(line)
