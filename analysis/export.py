@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
-from meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
+from meta_objectives.constraints import require_valid
 from meta_objectives.expressions import (
     DRIFT_VARIABLES,
     VALUE_LOSS_VARIABLES,
@@ -59,7 +59,7 @@ def export_closed_form(expression: str | None, out_dir, name: str = "discovered_
     loss = None
     if expression is not None:
         drift = ClosedFormDrift(expression)  # ValueError for an unparsable / unsafe expression
-        _refuse(expression, "drift", check_drift_constraints(drift))
+        _refuse(expression, drift)
         objectives, params["drift"] = objectives.replace(drift=drift), {}
         pieces.append(("drift", expression, "D(r, A, p)", to_latex(expression), " ".join(expression.split())))
     if value_loss is not None:
@@ -87,15 +87,13 @@ def _value_loss(expression: str, base: dict | None) -> ClosedFormValueLoss:
     """The closed-form value loss to export (ValueError for an invalid expression or base, or one
     that violates the value-loss constraints)."""
     loss = ClosedFormValueLoss(expression, **(base or {}))
-    _refuse(expression, "value loss", check_value_loss_constraints(expression))
+    _refuse(expression, ClosedFormValueLoss(expression))  # the expression alone: what the loss is where v_old = v
     return loss
 
 
-def _refuse(expression: str, what: str, violations: list[str]) -> None:
-    if violations:
-        raise MetadiscoError(
-            f"refusing to export {expression!r}: it is not a valid {what}:\n  - " + "\n  - ".join(violations)
-        )
+def _refuse(expression: str, objective) -> None:
+    """ConstraintsViolated (a MetadiscoError) when the closed form breaks its plug's constraints."""
+    require_valid(repr(expression), objective, {}, refusing="export")
 
 
 def _module_source(pieces, loss: ClosedFormValueLoss | None) -> str:
@@ -198,7 +196,7 @@ def discogen_loss_source(drift: str, value_loss: str | None = None, value_loss_b
     value_loss_base: as in `export_closed_form`; on the clipped base the loss applies PPO's value
     clipping (at its own clip_eps) to the expression, as ClosedFormValueLoss does.
     Raises MetadiscoError for an expression that violates its plug's constraints."""
-    _refuse(drift, "drift", check_drift_constraints(ClosedFormDrift(drift)))
+    _refuse(drift, ClosedFormDrift(drift))
     parsed_drift = parse_expression(drift, DRIFT_VARIABLES)
     functions = [function_source("drift", "drift", parsed_drift)]
     header = [f"Drift D(r, A, p) = {' '.join(drift.split())}"]

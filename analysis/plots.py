@@ -61,6 +61,21 @@ class FigureError(PlotError):
         self.failed, self.written = failed, written
 
 
+def newest_evaluation(run: Run) -> Path | None:
+    """The newest RUN_DIR/evaluation/<timestamp>/ that `metadisco evaluate RUN_DIR` finished
+    (it holds results.md), or None."""
+    found = sorted(p.parent for p in run.evaluation_dir.glob("*/results.md")) if run.evaluation_dir.is_dir() else []
+    return found[-1] if found else None
+
+
+def _distillation(run: Run, config) -> dict:
+    """{plug: distil's stored report, or None before `metadisco distil`} for each evolved plug point
+    with closed forms."""
+    from analysis.distillation.run import DISTILLABLE, stored_report
+
+    return {plug: stored_report(run, plug) for plug in DISTILLABLE if plug in config.objectives.evolve}
+
+
 def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean", report: bool = True,
              notes: list | None = None) -> dict:
     """Draw every figure that applies to a run directory; save them and report.html.
@@ -68,7 +83,8 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
     Reads the run through `analysis.runs.Run`: config.json, the complete metrics.jsonl rows and
     objectives/<which>.json (which = "mean", the ES mean, or "best", the best member seen).
     Figures go to `out_dir` (default RUN_DIR/figures) in each of `formats`; the report (PNG
-    figures embedded as data URIs, the config summary and the last metrics row) to
+    figures embedded as data URIs, the config summary, the verdict, the newest held-out
+    evaluation and the distillation where they exist, and the last metrics row) to
     RUN_DIR/report.html (out_dir/report.html when out_dir is given).
 
     Returns {figure name: [paths]} in drawing order, "report" last. Figures that were skipped
@@ -143,7 +159,8 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
             emit("shaping", lambda: shaping_figure(shaping, params.get("shaping"), low, high, dim_names=names))
     if report:
         write_report(report_path, run.path, config, rows, images, written, notes, which,
-                     loaded[2] if loaded is not None else {})
+                     loaded[2] if loaded is not None else {}, evaluation=newest_evaluation(run),
+                     distillation=_distillation(run, config))
         for png in images.values() if "png" not in formats else ():
             png.unlink()  # drawn for the report only
         written["report"] = [report_path]

@@ -1,5 +1,7 @@
 """The HTML report of a run: one self-contained page (figures embedded as PNG data URIs, the
-config summary, the last metrics rows, notes), written by `analysis.plots.plot_run`."""
+config summary, the verdict, the held-out evaluation and the distillation, or the command that
+makes each, the last metrics rows, notes), written by `analysis.plots.plot_run`. Generations are
+numbered as the console numbers them (`analysis.runs.completed`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import math
 from pathlib import Path
 
 from analysis import search_health
+from analysis.runs import completed
+from analysis.verdicts import es_mean_vs_ppo, verdict
 from metadisco_common.fileio import atomic_write_text
 
 __all__ = ["CAPTIONS", "write_report"]
@@ -71,11 +75,13 @@ def _config_summary(config) -> list[tuple[str, object]]:
 
 
 def write_report(path, run_dir, config, rows: list, images: dict, written: dict, notes, which: str,
-                 extra: dict) -> Path:
-    """One self-contained HTML page: config summary (`config`, the run's RunConfig), last metrics
-    row, figures as data URIs.
+                 extra: dict, evaluation: Path | None = None, distillation: dict | None = None) -> Path:
+    """One self-contained HTML page: config summary (`config`, the run's RunConfig), the verdict,
+    the held-out evaluation, the distillation, the last metrics row, figures as data URIs.
 
     images {figure name: PNG file} are embedded in order; written {figure name: [paths]} are linked.
+    evaluation: the folder `metadisco evaluate RUN_DIR` wrote (results.md), or None;
+    distillation: {plug: distil's report or None} for the plug points with closed forms.
     """
     path, run_dir = Path(path), Path(run_dir)
     last = rows[-1] if rows else {}
@@ -97,10 +103,14 @@ def write_report(path, run_dir, config, rows: list, images: dict, written: dict,
         + f"; generated {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}.</p>",
         "<h2>Configuration</h2>", _table(_config_summary(config)),
     ]
-    if last:
-        parts += [f"<h2>Last generation ({html.escape(_fmt(last.get('generation')))})</h2>", _table(last.items())]
+    parts += _verdict_section(config, last_eval, run_dir)
+    parts += _evaluation_section(evaluation, run_dir, path.parent)
+    parts += _distillation_section(distillation or {}, run_dir)
+    if last:  # the row's stored `generation` is 0-based: the heading says how many are done
+        parts += [f"<h2>Last generation ({completed(last)})</h2>",
+                  _table((k, v) for k, v in last.items() if k != "generation")]
     if last_eval is not None and last_eval is not last:
-        parts += [f"<h2>Last evaluation (generation {html.escape(_fmt(last_eval.get('generation')))})</h2>",
+        parts += [f"<h2>Last evaluation (generation {completed(last_eval)})</h2>",
                   _table((k, v) for k, v in last_eval.items() if k.startswith("eval"))]
     parts += _health_section(rows)
     if notes:
@@ -118,6 +128,48 @@ def write_report(path, run_dir, config, rows: list, images: dict, written: dict,
             "</figcaption></figure>")
     parts.append("</body></html>")
     return atomic_write_text(path, "\n".join(parts))
+
+
+def _verdict_section(config, last_eval: dict | None, run_dir: Path) -> list[str]:
+    """The verdict on the run's stated expectation from its last comparison on fresh seeds, or
+    what it lacks for one."""
+    if last_eval is None:
+        text = ("No comparison on fresh seeds yet: the run makes one every eval_every generations and at its last; "
+                f"`metadisco train --resume {run_dir}` continues it.")
+    else:
+        text = verdict(last_eval, config.expect) or (
+            f"after generation {completed(last_eval)}: {es_mean_vs_ppo(last_eval)}. No verdict: the config states "
+            "no expectation (expect.beats).")
+    return ["<h2>Verdict</h2>", f"<p>{html.escape(text)}</p>"]
+
+
+def _evaluation_section(evaluation: Path | None, run_dir: Path, page_dir: Path) -> list[str]:
+    """The newest held-out evaluation's tables (its results.md), or the command that makes one."""
+    if evaluation is None:
+        return ["<h2>Held-out evaluation</h2>",
+                f"<p>Not evaluated yet: <code>metadisco evaluate {html.escape(str(run_dir))}</code> trains PPO with the "
+                "ES mean on held-out environments beside PPO and DPO.</p>"]
+    evaluation = Path(evaluation)
+    link = html.escape(_relative(evaluation / "results.json", page_dir))
+    return ["<h2>Held-out evaluation</h2>",
+            f"<p>From <code>{html.escape(str(evaluation))}</code> (<a href='{link}'>results.json</a>):</p>",
+            f"<pre>{html.escape((evaluation / 'results.md').read_text())}</pre>"]
+
+
+def _distillation_section(distillation: dict, run_dir: Path) -> list[str]:
+    """Each distilled plug point's chosen closed form, or the command that distils it."""
+    if not distillation:
+        return []
+    items = []
+    for plug, report in distillation.items():
+        if report is None:
+            text = f"{plug}: not distilled yet: metadisco distil {run_dir}"
+        elif report.get("chosen"):
+            text = f"{plug}: {report['chosen']['expression']} (export it: metadisco export {run_dir})"
+        else:
+            text = f"{plug}: no candidate satisfies the constraints (see {Path(run_dir) / 'distil'})"
+        items.append(f"<li>{html.escape(text)}</li>")
+    return ["<h2>Distillation</h2>", "<ul>" + "".join(items) + "</ul>"]
 
 
 def _health_section(rows: list) -> list[str]:

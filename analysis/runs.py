@@ -19,6 +19,8 @@
     run.objectives_path(which) RUN_DIR/objectives/{which}.json ("mean" or "best")
     run.objectives(which)      (objectives, params, extra): imports jax, on demand
     run_containing(file)       the Run a file inside RUN_DIR/objectives or RUN_DIR/export belongs to
+    completed(row)             the generations done when a metrics row was written: how the console,
+                               the report and the figures number generations (1 = the first)
     with writing(path): ...    an OSError while writing `path` -> RunWriteError naming it and the cause
 
 Everything a run writes is written atomically (a reader sees the old file or the new one) except
@@ -38,6 +40,13 @@ from analysis.run_config import HeldoutConfig, RunConfig
 from metadisco_common.errors import ConfigError, MetadiscoError
 
 CHECKPOINT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
+
+
+def completed(row: dict) -> int:
+    """The generations completed when a metrics.jsonl row was written, 1 for the first row: the one
+    number every human-facing place (console, report, figures, verdicts) calls "generation N", as
+    checkpoints and objectives files count. The row's stored `generation` is 0-based."""
+    return int(row["generation"]) + 1
 WHICH = ("mean", "best")
 
 

@@ -6,7 +6,9 @@ metadisco, meta_objectives.discovered), an objectives JSON file (an exported clo
 form, a run's objectives/best.json), `module:attr` (an objective class of the user's own, at its
 initial parameters, the other plug points PPO's), or a run directory (its objectives/mean.json; RUN_DIR:best
 picks best.json, RUN_DIR:init the objectives at their initial parameters). Only files are read
-here, nothing is compiled; run directories are read through `analysis.runs`.
+here, nothing is compiled; run directories are read through `analysis.runs`. `require_valid_target`
+refuses a target whose objectives break their plug's constraints, as `metadisco check` and
+`export` do.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from analysis.run_config import HeldoutConfig
 from analysis.runs import Run, RunDirError, run_containing
 from analysis.suites import EvaluationError
 from meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, discovered, load_objectives, make_objective
+from meta_objectives.constraints import require_valid
 from metadisco_common.options import split_options
 from metadisco_common.plugins import is_import_path, load
 
-__all__ = ["REFERENCES", "Target", "builtin", "declared_heldout", "full_params", "resolve_target"]
+__all__ = ["REFERENCES", "Target", "builtin", "declared_heldout", "full_params", "require_valid_target",
+           "resolve_target"]
 
 REFERENCES = ("ppo", "dpo")
 
@@ -38,6 +42,7 @@ class Target(NamedTuple):
     source: str  # "builtin" | "file" | "run" | "plugin" | "zoo"
     spec: str  # as given
     run_dir: str | None = None  # the run it came from: a run-directory target, or a file inside one
+    where: str | None = None  # where its parameters come from, as a refusal names it: a file, or a run's start
 
 
 def declared_heldout(targets) -> tuple[str, HeldoutConfig] | None:
@@ -109,7 +114,8 @@ def resolve_target(spec: str) -> Target:
             objectives, params, extra = discovered.load(zoo_name)
         except discovered.ZooError as e:
             raise EvaluationError(f"target {spec!r}: {e}") from None
-        return Target(spec, objectives, full_params(objectives, params), _envs_from(extra.get("envs")), "zoo", spec)
+        return Target(spec, objectives, full_params(objectives, params), _envs_from(extra.get("envs")), "zoo", spec,
+                      where=f"the zoo entry {zoo_name}")
     path, which = Path(spec), None
     if not path.exists() and ":" in spec:
         base, _, suffix = spec.rpartition(":")
@@ -161,7 +167,7 @@ def _file_target(spec: str, path: Path) -> Target:
     if run is not None and path.parent == run.objectives_dir:
         label = f"{run.path.name}:{path.stem}"  # RUN_DIR/objectives/best.json -> RUN:best
     return Target(label, objectives, params, _envs_from(extra.get("envs")), "file", spec,
-                  str(run.path) if run is not None else None)
+                  str(run.path) if run is not None else None, str(path))
 
 
 def _run_target(spec: str, run: Run, which: str) -> Target:
@@ -176,8 +182,26 @@ def _run_target(spec: str, run: Run, which: str) -> Target:
         raise EvaluationError(f"target {spec!r}: {e}") from None
     stored = "mean" if which == "init" else which
     objectives, params, extra = _usable(spec, run.objectives_path(stored), lambda: run.objectives(stored))
+    where = str(run.objectives_path(stored))
     if which == "init":  # the run's own start: init(key(its seed)), as the engine draws it
         params = objectives.init(jax.random.key(config.seed))
+        where = f"{run.path} at its initial parameters"
     label = run.path.resolve().name + ("" if which == "mean" else f":{which}")
     envs = _envs_from(config.envs) or _envs_from(extra.get("envs"))
-    return Target(label, objectives, params, envs, "run", spec, str(run.path))
+    return Target(label, objectives, params, envs, "run", spec, str(run.path), where)
+
+
+def require_valid_target(target: Target) -> None:
+    """ConstraintsViolated (exit code 2) naming the target, where its parameters come from and each
+    violated constraint, when one of its objectives breaks its plug point's constraints at the
+    target's parameters: the checks and the wording of `metadisco check` and `export`
+    (meta_objectives.constraints). PPO's own pieces are the reference itself and are not
+    checked. Nothing is compiled."""
+    ppo = builtin("ppo")
+    for plug, objective in target.objectives.items():
+        if objective == getattr(ppo, plug):
+            continue
+        closed = objective.closed_form(target.params.get(plug, {}))
+        subject = f"the {plug} of {target.where or target.spec}" + (f" ({closed})" if closed else "")
+        require_valid(subject, objective, target.params.get(plug, {}), refusing=f"evaluate {target.spec!r}",
+                      hint="--allow-invalid evaluates it anyway (to study an invalid objective)")

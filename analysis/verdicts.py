@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.runs import completed
+
 
 def _interval(row: dict, key: str, fmt: str = "+.4g") -> str:
     return f"{row[key]:{fmt}} [{row[key + '_low']:{fmt}}, {row[key + '_high']:{fmt}}]"
@@ -79,7 +81,7 @@ def verdict(row: dict, expect) -> str | None:
     comparison that is the point of the run with its interval, and the pass criterion; else None."""
     if "eval_mean_fitness" not in row:
         return None
-    after = f"after generation {row['generation'] + 1}"
+    after = f"after generation {completed(row)}"
     reason = degenerate(row.get("eval_mean_violations"))
     if reason:
         return (f"verdict: DEGENERATE {after}: the ES mean is not a valid objective, whatever it scores: {reason} "

@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.runs import Run  # noqa: E402  (jax-free)
+from analysis.runs import Run, completed  # noqa: E402  (jax-free)
 from analysis.verdicts import es_mean_vs_ppo, verdict  # noqa: E402
 from metadisco.time_limit import format_duration, parse_duration  # noqa: E402
 from metadisco_common.errors import EXIT_TIME_LIMIT, ConfigError  # noqa: E402
@@ -214,7 +214,7 @@ def entry_summary(entry: Entry, state: Path) -> dict:
             "generation_seconds": sum(m.get("wall_time_s", 0.0) for m in metrics),
             "health_mean": sum(healths) / len(healths) if healths else None}
     if evals:
-        row["comparison"] = f"after generation {evals[-1]['generation'] + 1}: {es_mean_vs_ppo(evals[-1])}"
+        row["comparison"] = f"after generation {completed(evals[-1])}: {es_mean_vs_ppo(evals[-1])}"
         if len(metrics) == cfg.generations:
             row["verdict"] = verdict(evals[-1], cfg.expect)
     results = run.evaluation_dir / "queue" / "results.json"

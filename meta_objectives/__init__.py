@@ -16,7 +16,7 @@ _EXPORTS = {
     "PLUGS": "plugs", "PLUG_METHODS": "plugs",
     "MetaObjective": "base", "from_spec": "base", "make_objective": "base", "names": "base", "register": "base",
     "check_options": "base", "objective_class": "base", "check_contract": "base", "objective_name": "base",
-    "check_objective": "constraints", "Violation": "constraints",
+    "check_objective": "constraints", "Violation": "constraints", "ConstraintsViolated": "constraints",
     "PPOClip": "drift", "DPO": "drift", "LPO": "drift", "TALPO": "drift",
     "L2": "value_loss", "ClippedL2": "value_loss", "LearnedValueLoss": "value_loss", "LearnedClippedValueLoss": "value_loss",
     "NoShaping": "shaping", "PotentialShaping": "shaping",

@@ -8,12 +8,14 @@ small band around e = 0. Shaping: the identity at its initial parameters, and po
 Each check returns its violations ([] = passes): human-readable strings with a counterexample,
 each a `Violation` that also carries the constraint's name. `check_objective` runs the checks of
 an objective's plug point on any objective, a user's plug-in as well as a built-in
-(`metadisco check module:attr`).
+(`metadisco check module:attr`). `ConstraintsViolated` is the one refusal of an objective that
+breaks them: `metadisco check`, `export` and `evaluate` raise it, with one wording.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import jax
@@ -23,6 +25,7 @@ import numpy as np
 from meta_objectives.base import MetaObjective, Params
 from meta_objectives.closed_form import ClosedFormDrift
 from meta_objectives.expressions import compile_kernel
+from metadisco_common.errors import MetadiscoError
 
 
 class Violation(str):
@@ -326,23 +329,22 @@ def perturbed_params(objective: MetaObjective, key: jax.Array, scale: float) -> 
 AT_INITIAL_ONLY = ("no_kink_at_one", "pulls_toward_target")
 
 
-def check_objective(objective: MetaObjective, params: Params = None, *, samples: int = 3, seed: int = 0,
-                    evolved: bool = False) -> list[str]:
+def check_objective(objective: MetaObjective, params: Params = None, *, samples: int = 3, seed: int = 0) -> list[str]:
     """Every constraint of `objective`'s plug point -> list of `Violation`s ([] = all hold), each
     naming its constraint with a counterexample; a constraint is reported once (its first
     counterexample). Checked at `params` when given, else at the initial parameters and at
-    `samples` perturbed ones (`perturbed_params`; AT_INITIAL_ONLY are not demanded there).
-    evolved: `params` are what evolution proposed or found, where AT_INITIAL_ONLY are not demanded
-    either (the checks a verdict makes of an ES mean).
+    `samples` perturbed ones (`perturbed_params`). AT_INITIAL_ONLY are demanded at the initial
+    parameters only (given ones equal to `default_params()`, as a closed form's empty ones are).
     Drift: finite, nonnegative, finite_gradient, zero_at_one, flat_at_one, no_kink_at_one.
     Value loss: finite, zero_at_target, finite_gradient, trains_the_critic, pulls_toward_target.
     Shaping: finite, identity_at_init, potential_based."""
     if objective.plug == "shaping":
         # a potential reads observations: size it for the check's states
         objective = objective.for_env(objective.observation_shape() or (3,))
-    initial = params is None
-    points = [("initial parameters", objective.default_params()) if initial else ("given parameters", params)]
-    if initial:
+    initial = params is None or _same_params(params, objective.default_params())
+    points = [("initial parameters" if initial else "the given parameters",
+               objective.default_params() if params is None else params)]
+    if params is None:
         keys = jax.random.split(jax.random.key(seed), samples)
         points += [(f"perturbed parameters #{i + 1}", perturbed_params(objective, k, scale))
                    for i, (k, scale) in enumerate(zip(keys, (0.1, 1.0, 10.0) * samples))]
@@ -355,7 +357,7 @@ def check_objective(objective: MetaObjective, params: Params = None, *, samples:
         else:
             problems = check_shaping_constraints(objective, p, initial=initial and j == 0)
         for v in problems:
-            if (j == 0 and not evolved) or v.constraint not in AT_INITIAL_ONLY:
+            if (j == 0 and initial) or v.constraint not in AT_INITIAL_ONLY:
                 found.setdefault(v.constraint, Violation(v.constraint, f"{v} [{where}]"))
     return list(found.values())
 
@@ -363,11 +365,41 @@ def check_objective(objective: MetaObjective, params: Params = None, *, samples:
 def check_evolved(objectives, params: dict, plugs) -> list[Violation]:
     """What evolution found, through its plugs' checks: `objectives` (meta_objectives.Objectives)
     at `params` ({plug: params}, every plug), for each plug in `plugs` (the evolved ones), as
-    check_objective runs them at evolved parameters. Returns Violations whose message reads
+    check_objective runs them at given parameters. Returns Violations whose message reads
     "plug/constraint: message" ([] = every evolved objective is valid)."""
     out = []
     for plug in plugs:
-        for v in check_objective(getattr(objectives, plug), params[plug], evolved=True):
-            message = str(v).removesuffix(" [given parameters]")
+        for v in check_objective(getattr(objectives, plug), params[plug]):
+            message = re.sub(r" \[[^\]]*parameters\]$", "", str(v))
             out.append(Violation(v.constraint, f"{plug}/{v.constraint}: {message}"))
     return out
+
+
+def _same_params(a: Params, b: Params) -> bool:
+    """Whether two parameter pytrees have the same structure and equal leaves."""
+    leaves_a, tree_a = jax.tree_util.tree_flatten(a)
+    leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+    return tree_a == tree_b and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves_a, leaves_b))
+
+
+class ConstraintsViolated(MetadiscoError):
+    """An objective that breaks a constraint of its plug point (exit code 2). The one wording of
+    that refusal: "refusing to <refusing>: <subject> is not a valid <plug>: it violates N
+    constraint(s) (names):", each violation with its counterexample, then `hint`."""
+
+    def __init__(self, subject: str, plug: str, violations: list[str], refusing: str = "", hint: str = ""):
+        self.violations = list(violations)
+        names = ", ".join(getattr(v, "constraint", "?") for v in self.violations)
+        super().__init__((f"refusing to {refusing}: " if refusing else "")
+                         + f"{subject} is not a valid {plug.replace('_', ' ')}: it violates {len(self.violations)} "
+                         f"constraint(s) ({names}):\n  - " + "\n  - ".join(self.violations)
+                         + (f"\n{hint}" if hint else ""))
+
+
+def require_valid(subject: str, objective: MetaObjective, params: Params = None, *, refusing: str = "",
+                  hint: str = "", **options) -> None:
+    """ConstraintsViolated naming `subject` when `check_objective(objective, params, **options)`
+    finds any violation; nothing otherwise."""
+    violations = check_objective(objective, params, **options)
+    if violations:
+        raise ConstraintsViolated(subject, objective.plug, violations, refusing, hint)

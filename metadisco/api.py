@@ -50,7 +50,8 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
     run_dir: where to write (default runs/NAME-TIMESTAMP, as the CLI). overrides: config fields,
     a section as a dict (es={"population_size": 4}) or a dotted name in a dict
     (**{"inner.total_timesteps": 2048}); values as on the command line. resume=True continues
-    the run in `run_dir` (config and overrides must then be None / empty, or agree with it).
+    the run in `run_dir` (config must then be None or agree with it; overrides apply to its stored
+    config, and generations=N, no fewer than it has done, is the one change accepted: it extends the run).
     """
     from metadisco import config as config_lib
     from metadisco.train import default_run_dir
@@ -61,8 +62,10 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
         raise ConfigError("train(resume=True) needs the run_dir to continue")
     if isinstance(config, config_lib.RunConfig):
         cfg = config_lib.override(config, items)
-    elif config is None and not items and resume:
-        cfg = None  # the stored config
+    elif config is None and resume:  # the stored config, with the overrides (generations=N extends it)
+        from metadisco.rundir import RunDir
+
+        cfg = config_lib.override(RunDir(run_dir).config(), items) if items else None
     else:
         cfg = config_lib.resolve(None if config is None else str(config), items)
     if run_dir is None:
@@ -72,7 +75,7 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
 
 def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | str | None = None, *,
              out: str | Path | None = None, inner: dict | Sequence[str] | None = None, inner_from_run: bool = False,
-             **options) -> dict:
+             allow_invalid: bool = False, **options) -> dict:
     """Held-out evaluation of `targets` ("ppo", "dpo", objectives files, run directories,
     RUN_DIR:best / :init, `module:attr` objectives) on `envs` (names or `module:attr`, a list or
     a comma-separated string), as `metadisco evaluate` (which calls this); `options` as
@@ -87,14 +90,29 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
     With no `envs`, `suite` or `quick`, the held-out set the first run target declared before it
     ran (its config's `heldout`: envs, timesteps, seeds, inner_from_run) is used, and said on
     stderr; options given win over it.
+
+    A target whose objectives break their plug point's constraints (`metadisco check`'s checks)
+    is refused with ConstraintsViolated before anything compiles; allow_invalid=True evaluates
+    it anyway, with a warning on stderr.
     """
-    from analysis.evaluation import render
-    from analysis.evaluation import run as evaluation
-    from analysis.targets import declared_heldout, resolve_target
+    from analysis.targets import declared_heldout, require_valid_target, resolve_target
+    from meta_objectives import ConstraintsViolated
 
     if isinstance(targets, (str, Path)):
         targets = [targets]
     resolved = [resolve_target(str(t)) for t in targets]
+    for target in resolved:
+        try:
+            require_valid_target(target)
+        except ConstraintsViolated as e:
+            if not allow_invalid:
+                raise
+            print(f"warning: evaluating {target.spec!r} anyway (allow_invalid, --allow-invalid), although it breaks "
+                  f"{len(e.violations)} constraint(s) ({', '.join(v.constraint for v in e.violations)}):\n  - "
+                  + "\n  - ".join(e.violations), file=sys.stderr)
+
+    from analysis.evaluation import render
+    from analysis.evaluation import run as evaluation
     if envs is None and options.get("suite") is None and not options.get("quick"):
         found = declared_heldout(resolved)
         if found is not None:

@@ -2,6 +2,14 @@
 
     run(cfg, run_dir)                 # a new run
     run(None, run_dir, resume=True)   # continue; equals the uninterrupted run bit for bit
+    run(override(stored, ["generations=N"]), run_dir, resume=True)   # extend a run to N generations
+
+An extended run equals one started with N generations, bit for bit (state, checkpoints,
+objectives, metrics rows): nothing in a generation reads the total (the ES step-size and
+learning-rate decays are per generation, evosax's std_schedule and optax's exponential_decay with
+transition_steps=1; the comparisons' seeds are picked by the generations done), but for one
+row: the old last generation keeps the comparison on fresh seeds it was given as a last
+generation (`eval_every`), which a run started with N has only where eval_every divides it.
 
 A run holds its directory's one-writer lock (RunDir.lock) while it runs. Ctrl-C and SIGTERM (a
 scheduler's preemption) write a checkpoint of the last completed generation and raise
@@ -23,6 +31,7 @@ import jax
 import numpy as np
 
 from analysis import search_health as health
+from analysis.runs import completed
 from analysis.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
 from meta_objectives import save_objectives
 from meta_objectives.constraints import check_evolved
@@ -125,15 +134,27 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
 
 
 def _stored_config(run: RunDir, cfg: config_lib.RunConfig | None) -> config_lib.RunConfig:
-    """The run's own config; a different `cfg` is refused with the differences listed."""
+    """The run's own config, or `cfg` where it differs from it in `generations` alone and by no
+    fewer than the generations done (a finished run is extended so); any other difference is
+    refused with the differences listed."""
     stored = run.config()
-    if cfg is not None and cfg != stored:
-        changes = config_lib.diff(stored.to_dict(), cfg.to_dict())
+    if cfg is None or cfg == stored:
+        return config_lib.validate(stored)
+    changes = config_lib.diff(stored.to_dict(), cfg.to_dict())
+    others = [c for c in changes if not c.startswith("generations:")]
+    if others:
         raise RunDirError(
-            f"refusing to resume {run.path} with a different config:\n  " + "\n  ".join(changes)
-            + "\nResume with the stored config (`metadisco train --resume DIR` and no overrides), or start a new run."
+            f"refusing to resume {run.path} with a different config:\n  " + "\n  ".join(others)
+            + "\nResume with the stored config (`metadisco train --resume DIR`, and generations=N to extend it: "
+              "the one change a resume accepts), or start a new run."
         )
-    return config_lib.validate(stored)
+    checkpoints = run.checkpoints()
+    done = run.checkpoint_generation(checkpoints[-1]) if checkpoints else 0
+    if cfg.generations < done:
+        raise RunDirError(f"refusing to resume {run.path} with generations={cfg.generations}: it has completed {done} "
+                          f"generations already; give generations={done} or more (a resume extends a run, it never "
+                          "drops generations)")
+    return config_lib.validate(cfg)
 
 
 def _resume_hint(run: RunDir, lead: str) -> str:
@@ -182,6 +203,10 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
             log(f"warning: {w}")
         if is_main:
             run.truncate_metrics(int(state.generation))
+            stored = run.config().generations
+            if stored != cfg.generations:  # the one change a resume accepts (_stored_config)
+                run.write_json("config.json", cfg.to_dict())
+                log(f"{run.path}: generations {stored} -> {cfg.generations}")
         log(f"resuming {run.path} at generation {int(state.generation)}/{cfg.generations}")
     else:
         if is_main:
@@ -299,7 +324,7 @@ def _progress_bar(enabled: bool, start: int, total: int):
 
 def _update_bar(bar, row: dict, log, total: int | None = None, notes=()) -> None:
     if bar is None:  # --no-progress (logs, batch jobs): one line per generation instead
-        gen = row["generation"] + 1
+        gen = completed(row)
         log(f"gen {gen}{f'/{total}' if total else ''}: fitness mean {row['fitness_mean']:.4g}, "
             f"max member so far {row['best_fitness']:.4g}, "
             + (f"health {_health_figure(row, long=True)}, " if "health/grad_cos" in row else "")
@@ -312,8 +337,8 @@ def _update_bar(bar, row: dict, log, total: int | None = None, notes=()) -> None
     health_figure = {"health": _health_figure(row)} if "health/grad_cos" in row else {}
     bar.set_postfix(mean=f"{row['fitness_mean']:.3g}", **health_figure, sps=f"{row['env_steps_per_s']:.3g}")
     bar.update(1)
-    if "eval_mean_fitness" in row and row["generation"] + 1 != total:  # the last one: the summary says it
-        bar.write(f"gen {row['generation'] + 1}: {es_mean_vs_ppo(row)}")
+    if "eval_mean_fitness" in row and completed(row) != total:  # the last one: the summary says it
+        bar.write(f"gen {completed(row)}: {es_mean_vs_ppo(row)}")
     for note in notes:
         bar.write(note)
 
@@ -398,7 +423,7 @@ def _summary(run: RunDir, cfg, log, violations: dict) -> None:
             f"{degenerate(violations['eval_best_violations'])}")
     if evals:
         e = evals[-1]
-        log(f"after generation {e['generation'] + 1}: {es_mean_vs_ppo(e)}")
+        log(f"after generation {completed(e)}: {es_mean_vs_ppo(e)}")
         line = verdict(e, cfg.expect)
         if line:
             log(line)

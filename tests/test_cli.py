@@ -255,3 +255,15 @@ def test_bad_settings_that_need_the_environment_are_a_one_line_error(overrides, 
 def test_a_multi_host_flag_without_its_partners_is_a_one_line_error(capsys):
     code, _, err = cli("train", "--coordinator", "127.0.0.1:1", "generations=1", capsys=capsys)
     assert code == 2 and "--num-processes" in err and "Traceback" not in err
+
+
+def test_a_refused_resume_lists_what_its_overrides_change_in_the_stored_config(tmp_path, capsys):
+    from metadisco.rundir import RunDir
+
+    path = tmp_path / "run"
+    stored = resolve(None, ["generations=2", "es.population_size=4", "inner.total_timesteps=2048"])
+    RunDir(path).create(stored.to_dict())  # refused before any checkpoint is read or anything compiles
+    code, _, err = metadisco_in_process(["train", "--resume", str(path), "es.lr=0.2", "--no-progress"], capsys)
+    assert code == 2, err
+    listed = [line.strip() for line in err.splitlines() if line.startswith("  ")]
+    assert listed == [f"es.lr: {stored.es.lr!r} -> 0.2"], err

@@ -172,6 +172,40 @@ def test_resume_with_a_changed_config_is_refused(uninterrupted):
     assert (uninterrupted / "metrics.jsonl").read_text() == before
 
 
+def test_a_finished_run_extended_to_more_generations_equals_one_started_with_them(tmp_path, uninterrupted, trainer):
+    path = tmp_path / "run"
+    run(tiny_config(generations=2), path, progress=False, log=lambda *a: None, trainer=trainer)  # finished at 2
+    run(tiny_config(), path, resume=True, progress=False, log=lambda *a: None, trainer=trainer)  # generations=4
+    assert RunDir(path).config().generations == 4
+    assert metric_rows(path) == metric_rows(uninterrupted)  # eval_every=2 divides 2: no extra comparison row
+    mean = [json.loads((p / "objectives" / "mean.json").read_text())["params"] for p in (path, uninterrupted)]
+    assert mean[0] == mean[1]
+    newest = [RunDir(p).checkpoints()[-1] for p in (path, uninterrupted)]
+    assert newest[0].name == newest[1].name == "gen_000004.msgpack"
+    assert newest[0].read_bytes() == newest[1].read_bytes()
+
+
+def test_an_extended_run_keeps_the_comparison_of_its_old_last_generation_and_refuses_fewer_generations(tmp_path):
+    cfg = tiny_config(generations=4, eval_every=2)
+    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    run(cfg, tmp_path / "full", progress=False, trainer=trainer, log=lambda *a: None)
+    path = tmp_path / "extended"
+    run(tiny_config(generations=3, eval_every=2), path, progress=False, trainer=trainer, log=lambda *a: None)
+    with pytest.raises(RunDirError, match=r"generations=2: it has completed 3 generations"):
+        run(tiny_config(generations=2, eval_every=2), path, resume=True, progress=False, trainer=trainer)
+    with pytest.raises(RunDirError, match=r"different config:\n  es.lr: 0.01 -> 0.2\nResume"):  # generations aside
+        run(tiny_config(generations=4, eval_every=2, es=ESConfig(population_size=4, lr=0.2)), path, resume=True,
+            progress=False, trainer=trainer)
+    run(cfg, path, resume=True, progress=False, trainer=trainer, log=lambda *a: None)
+    extended, full = metric_rows(path), metric_rows(tmp_path / "full")
+    # generation 3 was the old run's last: its comparison on fresh seeds stays; nothing else differs
+    assert "eval_mean_fitness" in extended[2] and "eval_mean_fitness" not in full[2]
+    assert {k: v for k, v in extended[2].items() if not k.startswith("eval")} == full[2]
+    assert extended[:2] + extended[3:] == full[:2] + full[3:]
+    mean = [json.loads((p / "objectives" / "mean.json").read_text())["params"] for p in (path, tmp_path / "full")]
+    assert mean[0] == mean[1]
+
+
 def test_an_existing_run_directory_is_never_overwritten_silently(uninterrupted):
     before = (uninterrupted / "metrics.jsonl").read_text()
     with pytest.raises(RunDirError, match="--resume"):

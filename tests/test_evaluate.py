@@ -26,7 +26,7 @@ from analysis.evaluation.programs import Programs
 from analysis.evaluation.protocol import LR_FACTORS
 from analysis.targets import resolve_target
 from inner_loops import preset_for, preset_name
-from meta_objectives import LPO, Objectives, PotentialShaping, save_objectives
+from meta_objectives import LPO, ClosedFormDrift, Objectives, PotentialShaping, save_objectives
 from metadisco.cli import main
 from metadisco.config import ESConfig, InnerConfig, RunConfig
 from tests.helpers import metadisco_in_process as cli
@@ -471,7 +471,26 @@ def _shaping_file(root):
     return path
 
 
+def _invalid_closed_form(root):
+    """An objectives file whose drift A (r - 1) is negative at half the grid and not flat at r = 1."""
+    path = root / "linear_drift.json"
+    objectives = Objectives(drift=ClosedFormDrift("A*(r - 1)"))
+    save_objectives(path, objectives, objectives.default_params())
+    return path
+
+
+def _run_with_an_invalid_mean(root):
+    run = _half_written_run(root)
+    objectives = Objectives(drift=ClosedFormDrift("A*(r - 1)"))
+    save_objectives(run / "objectives" / "mean.json", objectives, objectives.default_params())
+    return run
+
+
 BAD_INPUTS = {
+    "invalid closed form": (lambda root: [str(_invalid_closed_form(root))],
+                            ["nonnegative", "flat_at_one", "A*(r - 1)", "--allow-invalid"]),
+    "run whose ES mean is invalid": (lambda root: [str(_run_with_an_invalid_mean(root))],
+                                     ["nonnegative", str(Path("half") / "objectives" / "mean.json")]),
     "unknown env": (lambda root: ["dpo", "--envs", "CartPol-v1"], ["unknown environment", "CartPole-v1"]),
     "missing run dir": (lambda root: [str(root / "no-such-run")], ["no run directory or objectives file"]),
     "half-written run dir": (lambda root: [str(_half_written_run(root))], ["has not written its objectives yet", "--resume"]),
@@ -499,6 +518,38 @@ def test_bad_input_fails_before_compute_and_writes_nothing(case, tmp_path, capsy
         assert text in err, err
     assert "Traceback" not in err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no output folder
+
+
+def test_an_invalid_closed_form_is_refused_within_seconds_as_export_refuses_it(tmp_path):
+    import time
+
+    from tests.helpers import metadisco
+
+    path = _invalid_closed_form(tmp_path)
+    t0 = time.perf_counter()
+    proc = metadisco("evaluate", str(path), "--quick", timeout=60)
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode == 2, proc.stderr
+    assert "refusing to evaluate" in proc.stderr and "is not a valid drift" in proc.stderr, proc.stderr
+    assert "nonnegative" in proc.stderr and "Traceback" not in proc.stderr
+    assert elapsed < 10.0, elapsed  # jax's start-up and a grid check (about 4 s on a shared CPU), no compile
+
+
+def test_allow_invalid_evaluates_an_invalid_closed_form_with_a_warning(tmp_path, capsys, monkeypatch):
+    class Reached(Exception):
+        pass
+
+    def reached(targets, **options):
+        raise Reached([t.spec for t in targets])
+
+    monkeypatch.setattr(evaluation, "evaluate", reached)  # past the checks: where the compute starts
+    path = _invalid_closed_form(tmp_path)
+    code, _, err = cli(["evaluate", str(path), "--quick", "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "nonnegative" in err
+    with pytest.raises(Reached):
+        cli(["evaluate", str(path), "--quick", "--allow-invalid", "--out", str(tmp_path / "out")], capsys)
+    err = capsys.readouterr().err
+    assert "warning: evaluating" in err and "nonnegative" in err and "flat_at_one" in err
 
 
 def test_an_existing_output_folder_is_refused(tmp_path, capsys):

@@ -353,9 +353,9 @@ def test_training_curves_figure():
     lines = {ln.get_label(): ln for ln in fit.lines}
     best = "max member so far (selected on noise)"  # named for what it is: a maximum over noisy scores
     assert set(lines) == {"population mean", best, "ES mean (fresh seeds)", "PPO (same seeds)"}
-    assert len(lines["population mean"].get_xdata()) == 6
+    np.testing.assert_array_equal(lines["population mean"].get_xdata(), [1, 2, 3, 4, 5, 6])  # generations done
     np.testing.assert_array_equal(lines[best].get_ydata(), [12, 13, 13, 15, 15, 17])  # running max
-    np.testing.assert_array_equal(lines["ES mean (fresh seeds)"].get_xdata(), [2, 5])
+    np.testing.assert_array_equal(lines["ES mean (fresh seeds)"].get_xdata(), [3, 6])
     assert not panels(fig, "curves/health")  # rows without search health: no panel
     np.testing.assert_array_equal(lines["PPO (same seeds)"].get_ydata(), [10.5, 10.5])
     assert len(fit.collections) == 1  # the min-max band
@@ -369,6 +369,23 @@ def test_training_curves_figure():
     assert len(fit.lines) == 2 and sig.get_yscale() == "linear"
     with pytest.raises(ValueError):
         training_curves_figure([])
+
+
+def test_the_figure_the_console_and_the_report_number_a_generation_alike(tmp_path):
+    """A metrics row stores its generation 0-based; every human-facing place says how many are done."""
+    from analysis.report import write_report
+    from analysis.run_config import RunConfig
+    from metadisco.train import _update_bar
+
+    rows = metrics_rows(3, eval_at=(2,))
+    console = []
+    _update_bar(None, rows[-1], console.append, total=4)
+    (fit,) = panels(training_curves_figure(rows), "curves/fitness")
+    lines = {ln.get_label(): ln for ln in fit.lines}
+    assert console[0].startswith("gen 3/4:") and "gen 3: ES mean" in console[1]
+    assert lines["population mean"].get_xdata()[-1] == 3 == lines["ES mean (fresh seeds)"].get_xdata()[-1]
+    page = write_report(tmp_path / "report.html", tmp_path, RunConfig(), rows, {}, {}, [], "mean", {}).read_text()
+    assert "Last generation (3)" in page and "after generation 3:" in page
 
 
 def test_training_curves_show_search_health_and_the_start_point():
@@ -432,7 +449,7 @@ def test_plot_run_on_a_trained_run(trained_run):
     last = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()][-1]
     assert config["name"] in text and "CartPole-v1" in text and "Open_ES" in text
     assert "lpo (hidden=8) / " in text and "&#x27;name&#x27;" not in text  # objectives by name, not as raw sections
-    assert f"Last generation ({last['generation']})" in text and "fitness_mean" in text and "eval_mean_fitness" in text
+    assert f"Last generation ({last['generation'] + 1})" in text and "fitness_mean" in text and "eval_mean_fitness" in text
     assert "<img" in text and "src='figures/" not in text  # self-contained: no image files referenced
     assert len(plt.get_fignums()) == 0  # every figure closed
 
@@ -482,6 +499,36 @@ def test_plot_run_draws_every_applicable_figure(synthetic_run):
     text = written["report"][0].read_text()
     assert len(embedded_images(text)) == 6 and "synthetic" in text
     assert "Last evaluation" not in text  # the last row is itself evaluated
+    # what the run lacks, the report says how to make
+    assert f"Not evaluated yet: <code>metadisco evaluate {synthetic_run}</code>" in text
+    assert f"drift: not distilled yet: metadisco distil {synthetic_run}" in text
+    assert "No verdict: the config states no expectation" in text
+
+
+def test_the_report_carries_the_verdict_the_held_out_results_and_the_distillation(synthetic_run, tmp_path):
+    import dataclasses
+    import shutil
+
+    from analysis.report import write_report
+    from analysis.run_config import ExpectConfig
+    from analysis.runs import Run
+
+    run = Run(shutil.copytree(synthetic_run, tmp_path / "run"))
+    for stamp, text in (("20240101-000000", "an older table"), ("20240202-000000", "| CartPole-v1 | 1.5 |")):
+        (run.evaluation_dir / stamp).mkdir(parents=True)
+        (run.evaluation_dir / stamp / "results.md").write_text(text)
+    run.distil_dir.mkdir()
+    (run.distil_dir / "distil.json").write_text(json.dumps({"chosen": {"expression": "(r - 1)**2*Abs(A)"}}))
+    config = dataclasses.replace(run.config(), expect=ExpectConfig(beats="ppo"))
+    rows = run.metrics()
+    rows[-1] |= {"eval_diff": 2.5, "eval_diff_low": 0.5, "eval_diff_high": 4.5}
+    page = write_report(tmp_path / "report.html", run.path, config, rows, {}, {}, [], "mean", {},
+                        evaluation=plots.newest_evaluation(run), distillation=plots._distillation(run, config))
+    text = page.read_text()
+    assert "verdict: FOUND after generation 3" in text
+    assert "| CartPole-v1 | 1.5 |" in text and "an older table" not in text  # the newest evaluation
+    assert "drift: (r - 1)**2*Abs(A) (export it: metadisco export" in text
+    assert f"value_loss: not distilled yet: metadisco distil {run.path}" in text
 
 
 def test_a_figure_that_fails_is_shown_and_fails_the_run_after_the_others(synthetic_run, tmp_path, monkeypatch,

@@ -227,7 +227,7 @@ def test_every_member_of_a_space_that_claims_validity_passes_its_plugs_checks(pl
     member of these spaces DEGENERATE."""
     objective = meta_objectives.make_objective(plug, name)
     objective = objective.for_env(objective.observation_shape() or (3,))
-    assert check_objective(objective, es_member(objective, jax.random.key(seed), scale), evolved=True) == []
+    assert check_objective(objective, es_member(objective, jax.random.key(seed), scale)) == []
 
 
 def test_the_first_value_loss_mix_is_kept_for_its_runs_and_its_dead_zone_is_caught():
@@ -238,7 +238,7 @@ def test_the_first_value_loss_mix_is_kept_for_its_runs_and_its_dead_zone_is_caug
     old = ValueLossMix(version=1)
     assert not old.valid_for_every_member
     dead = {"weights": jnp.asarray([-0.72, -0.78, -0.33])}
-    [violation] = check_objective(old, dead, evolved=True)
+    [violation] = check_objective(old, dead)
     assert violation.constraint == "trains_the_critic" and "0 everywhere" in violation
     with pytest.raises(ValueError, match="version 3 does not exist"):
         ValueLossMix(version=3)

@@ -10,6 +10,7 @@ import numpy as np
 import seaborn as sns
 
 from analysis.figures.style import theme
+from analysis.runs import completed
 from analysis.search_health import NOISY_COSINE
 
 __all__ = ["training_curves_figure"]
@@ -33,7 +34,7 @@ def training_curves_figure(metrics_rows, fitness_label: str = "fitness"):
     rows = [r for r in metrics_rows if isinstance(r, dict) and "generation" in r]
     if not rows:
         raise ValueError("training_curves_figure needs at least one metrics row with a 'generation'")
-    gen = _column(rows, "generation")
+    gen = np.array([completed(r) for r in rows], float)  # generations done, as the console and report count
     mean, lo, hi = (_column(rows, k) for k in ("fitness_mean", "fitness_min", "fitness_max"))
     best = _column(rows, "best_fitness") if any("best_fitness" in r for r in rows) else hi
     best = np.fmax.accumulate(np.where(np.isnan(best), -np.inf, best))
@@ -51,7 +52,7 @@ def training_curves_figure(metrics_rows, fitness_label: str = "fitness"):
                   label="max member so far (selected on noise)")
         evals = [r for r in rows if r.get("eval_mean_fitness") is not None]
         if evals:
-            eg = _column(evals, "generation")
+            eg = np.array([completed(r) for r in evals], float)
             ax_f.plot(eg, _column(evals, "eval_mean_fitness"), color=colors[2], marker="o", markersize=4,
                       linestyle=":", linewidth=1.0, label="ES mean (fresh seeds)")
             ax_f.plot(eg, _column(evals, "eval_ppo_fitness"), color=colors[3], marker="s", markersize=4,

@@ -1,18 +1,15 @@
 """`metadisco check NAME`: run the built-in property checks of its plug point on an objective.
 
 NAME is a built-in name (with --plug when it names more than one), an installed entry point or
-`module:attr` (a class of the user's own). Each violated constraint is printed by name with a
-counterexample; the exit code is 0 when every constraint holds, 2 otherwise.
+`module:attr` (a class of the user's own). Each violated constraint is named with a
+counterexample, in the refusal `export` and `evaluate` give too (ConstraintsViolated); the exit
+code is 0 when every constraint holds, 2 otherwise.
 """
 
 from __future__ import annotations
 
 from meta_objectives.plugs import PLUGS
-from metadisco_common.errors import ConfigError, MetadiscoError
-
-
-class ConstraintsViolated(MetadiscoError):
-    """An objective that breaks a constraint of its plug point (exit code 2)."""
+from metadisco_common.errors import ConfigError
 
 
 def objective_class_named(name: str, plug: str | None = None):
@@ -42,7 +39,7 @@ def objective_class_named(name: str, plug: str | None = None):
 
 
 def run(args) -> None:
-    from meta_objectives import check_objective
+    from meta_objectives import ConstraintsViolated, check_objective
 
     cls = objective_class_named(args.name, args.plug)
     try:
@@ -50,11 +47,8 @@ def run(args) -> None:
     except Exception as e:
         raise ConfigError(f"{args.name}: building it with its default options raised {type(e).__name__}: {e}") from None
     violations = check_objective(objective, samples=args.samples, seed=args.seed)
-    for v in violations:
-        print(f"violated {v.constraint}: {v}")
     if violations:
-        raise ConstraintsViolated(f"{args.name} ({cls.plug}) violates {len(violations)} constraint(s): "
-                                  f"{', '.join(v.constraint for v in violations)}")
+        raise ConstraintsViolated(args.name, cls.plug, violations)
     print(f"{args.name} ({cls.plug}): every {cls.plug} constraint holds "
           f"(at its initial parameters and {args.samples} perturbed ones)")
 

@@ -28,7 +28,7 @@ def run(args) -> None:
         args.targets, envs=args.envs, out=args.out, inner=args.inner or [], inner_from_run=args.inner_from_run,
         suite=args.suite, seeds=args.seeds, budget=args.timesteps, tune_lr=args.tune_lr, quick=args.quick,
         progress=not args.no_progress, seed=args.seed, lr=args.lr, protocol=args.protocol,
-        bootstrap_reps=args.bootstrap,
+        bootstrap_reps=args.bootstrap, allow_invalid=args.allow_invalid,
         log=(lambda line: print(line, file=sys.stderr, flush=True)) if args.no_progress else None,
     )
     path = results.pop("out_dir")
@@ -70,6 +70,10 @@ def add(subparsers) -> None:
                         "--inner num_envs=64 --inner num_steps=16 --inner hidden=64,64 for CPU-sized Brax")
     p.add_argument("--inner-from-run", action="store_true",
                    help="use the first RUN_DIR target's inner settings (except its budget; --inner overrides)")
+    p.add_argument("--allow-invalid", action="store_true",
+                   help="evaluate a target whose objectives break their plug point's constraints (`metadisco "
+                        "check`'s: a drift < 0 somewhere, not flat at r = 1, ...) with a warning, instead of "
+                        "refusing it")
     p.add_argument("--out", help="output folder (default RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP)")
     p.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar: a line on stderr per method and environment")

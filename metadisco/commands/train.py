@@ -18,8 +18,12 @@ def run(args) -> None:
         experiment, overrides = None, [experiment, *overrides]
     if not (experiment or overrides or args.resume):  # `metadisco train`: the demo
         experiment = config_lib.DEMO_EXPERIMENT
-    # resolve() runs the jax-free checks first: a typo is reported before jax starts
-    cfg = config_lib.resolve(experiment, overrides) if (experiment or overrides or not args.resume) else None
+    if args.resume and not experiment:  # overrides apply to the run's own config: a refusal lists what they change
+        from metadisco.rundir import RunDir
+
+        cfg = config_lib.override(RunDir(args.resume).config(), overrides) if overrides else None
+    else:  # resolve() runs the jax-free checks first: a typo is reported before jax starts
+        cfg = config_lib.resolve(experiment, overrides)
 
     if args.resume:  # a second writer is refused before jax starts (jax-free check)
         from metadisco.rundir import RunDir
@@ -59,7 +63,11 @@ def add(subparsers) -> None:
                                                  "(none and no overrides: the demo)")
     p.add_argument("overrides", nargs="*", help="FIELD=VALUE overrides")
     p.add_argument("--run-dir", help="where to write the run (default runs/NAME-TIMESTAMP)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a stopped run, or extend a finished one with generations=N (the one override a "
+                        "resume accepts; never fewer than it has done). The extended run equals one started with N "
+                        "generations bit for bit, except that the old last generation keeps its comparison on fresh "
+                        "seeds where eval_every does not divide it")
     p.add_argument("--overwrite", action="store_true", help="reuse a non-empty run directory")
     p.add_argument("--stop-after", type=int, help="stop (with a checkpoint) after this many generations")
     p.add_argument("--time-limit", metavar="DURATION",
