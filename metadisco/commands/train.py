@@ -16,7 +16,7 @@ def run(args) -> None:
     experiment = args.experiment
     if experiment and "=" in experiment:  # `metadisco train es.population_size=8`: an override, not a name
         experiment, overrides = None, [experiment, *overrides]
-    if not (experiment or overrides or args.resume):  # `metadisco train`: the demo
+    if not (experiment or args.resume):  # `metadisco train [overrides]`: the demo, with the overrides
         experiment = config_lib.DEMO_EXPERIMENT
     if args.resume and not experiment:  # overrides apply to the run's own config: a refusal lists what they change
         from metadisco.rundir import RunDir
@@ -45,8 +45,8 @@ def _epilog() -> str:
 
     return textwrap.dedent(f"""\
         experiments: {', '.join(list_experiments()) or '(none)'}
-        with no experiment and no override: the demo, {DEMO_EXPERIMENT} (a robust value loss found under
-        heavy-tailed reward noise); overrides without an experiment apply to the built-in defaults (an LPO drift on CartPole-v1)
+        with no experiment: the demo, {DEMO_EXPERIMENT} (a value loss for heavy-tailed reward noise);
+        overrides without an experiment apply to the demo
         overrides (FIELD=VALUE, sections with dots), for example:
           envs=CartPole-v1,Acrobot-v1 fitness=auc_norm generations=100 seeds_per_member=2
           es.strategy=SNES es.population_size=32 es.sigma_init=0.01 es.lr=0.01
