@@ -9,7 +9,7 @@ report, evaluate, distil, export) sees the same fields with the same defaults, o
 `InnerConfig` is derived from PPO's own settings (inner_loops.ppo_config).
 
 It lives here, below `metadisco`, because the analysis side reads run directories without
-importing the engine (the layering of the README's "Design in one screen").
+importing the engine (the layering of docs/design.md).
 """
 
 from __future__ import annotations

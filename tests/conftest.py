@@ -17,7 +17,7 @@ from metadisco import compile_cache  # noqa: E402  (jax-free)
 # The suite's compilation cache, beside the user's and kept between sessions: shared by the tests
 # (set before jax starts, as the CLI does), their workers and their `metadisco` subprocesses, so a
 # program is compiled once in a session and, while the code that builds it is unchanged, never
-# again (a second `make test`: README, "Developing"). Entries are keyed on the program, jax and
+# again (a second `make test`: docs/developing.md). Entries are keyed on the program, jax and
 # XLA_FLAGS, so clones and branches share it safely; it is cleared whole when it outgrows
 # TEST_CACHE_LIMIT_BYTES (the suite stores about 44 MB per version of the code). METADISCO_CACHE_DIR,
 # if set, wins: "off" for none, an empty directory for a cold session.
@@ -78,7 +78,7 @@ def pytest_collection_modifyitems(config, items):
 
 # METADISCO_COMPILE_LOG=FILE: one JSON line per test (in this process, setup to teardown) with the
 # seconds jax spent tracing, lowering and compiling, and the number of backend compiles; with the
-# durations, it says which tests' time is compilation (README, "Developing").
+# durations, it says which tests' time is compilation (docs/developing.md).
 if os.environ.get("METADISCO_COMPILE_LOG"):
     import collections
     import json

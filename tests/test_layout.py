@@ -1,5 +1,5 @@
 """The design's layering holds: dependencies point one way, no import circle anywhere, no module
-reads another's private names, and no library file grows into a grab-bag (README "Design in one
+reads another's private names, and no library file grows into a grab-bag (docs/design.md, "Design in one
 screen")."""
 
 import ast
