@@ -108,8 +108,9 @@ def inner_config(base: dict, overrides: list[str] = ()) -> InnerConfig:
 
 def resolve(experiment: str | None = None, overrides: list[str] = ()) -> RunConfig:
     """Defaults <- experiment file <- command-line overrides, then validated. An experiment's
-    expectation ([expect]) is dropped, with the reason in expect.not_applied, when the overrides
-    change the objectives it was written for (and state no expectation of their own)."""
+    expectation ([expect]) belongs to the run it was written for: where the overrides change its
+    objectives, or turn off the checks on fresh seeds its verdict reads (eval_every=0), and state
+    no expectation of their own, it is dropped with the reason in expect.not_applied."""
     d = RunConfig().to_dict()
     written_for = None
     if experiment:
@@ -118,13 +119,23 @@ def resolve(experiment: str | None = None, overrides: list[str] = ()) -> RunConf
         if "expect" in loaded:
             written_for = objectives_signature(RunConfig.from_dict(d).objectives)
     given = parse_overrides(list(overrides))
-    cfg = validate(RunConfig.from_dict(_merge(d, given)))
-    if written_for is not None and "expect" not in given and objectives_signature(cfg.objectives) != written_for:
-        reason = (f"experiment {experiment}'s expectation ({cfg.expect.answer or 'its pass criterion'}) was written "
-                  f"for {written_for}; this run has {objectives_signature(cfg.objectives)}: it does not apply, "
-                  "and the run ends with the plain comparison, without a verdict")
-        cfg = dataclasses.replace(cfg, expect=ExpectConfig(not_applied=reason))
-    return cfg
+    d = _merge(d, given)
+    if written_for is not None and "expect" not in given:
+        reason = _expectation_lost(RunConfig.from_dict(d), written_for)
+        if reason:
+            d = {**d, "expect": {"not_applied": f"experiment {experiment}'s expectation {reason}; the run ends with the "
+                                                "plain comparison, without a verdict"}}
+    return validate(RunConfig.from_dict(d))
+
+
+def _expectation_lost(cfg: RunConfig, written_for: str) -> str | None:
+    """Why an expectation written for the objectives `written_for` does not apply to `cfg`, or None."""
+    now = objectives_signature(cfg.objectives)
+    if now != written_for:
+        return f"was written for {written_for}; this run has {now}"
+    if not cfg.eval_every:
+        return "is judged by the checks on fresh seeds, which eval_every=0 turns off"
+    return None
 
 
 def override(cfg: RunConfig, overrides: list[str] = ()) -> RunConfig:

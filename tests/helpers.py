@@ -5,6 +5,9 @@ import sys
 import time
 from pathlib import Path
 
+# The engine's defaults, RunConfig(), as a named experiment: overrides without an experiment apply
+# to the demo (`metadisco train eval_every=0` is the demo), so a test that means LPO on CartPole names it.
+LPO = ["lpo_cartpole_cpu", "fitness=final_eval"]
 TINY = ["inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64", "inner.hidden=16,16",
         "es.population_size=4", "eval_every=0"]  # CPU-sized: seconds per run
 

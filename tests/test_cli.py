@@ -9,7 +9,7 @@ import time
 import pytest
 
 from metadisco.config import list_experiments, resolve
-from tests.helpers import metadisco_in_process
+from tests.helpers import LPO, metadisco_in_process
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -50,7 +50,7 @@ def test_train_stop_resume_and_bad_input(tmp_path, capsys):
     run_dir = tmp_path / "run"
     # a time limit shorter than one generation: the first one runs (nothing is measured before it),
     # then the run stops on time with a checkpoint and the status a job script requeues on
-    code, out, err = cli("train", *TINY, "--run-dir", str(run_dir), "--time-limit", "1", "--no-progress",
+    code, out, err = cli("train", *LPO, *TINY, "--run-dir", str(run_dir), "--time-limit", "1", "--no-progress",
                          capsys=capsys)
     assert code == 75, err[-2000:]
     assert "evolving drift=lpo(hidden=8) (72 meta-parameters)" in out  # the banner, as a user writes it
@@ -65,21 +65,21 @@ def test_train_stop_resume_and_bad_input(tmp_path, capsys):
     assert "gen 2/3:" in out  # --no-progress logs one line per generation
     assert f"metadisco train --resume {run_dir}" in out  # and says how to continue
     # resuming with a changed field is refused, showing the difference
-    code, out, err = cli("train", *TINY, "es.sigma_init=0.5", "--resume", str(run_dir), capsys=capsys)
+    code, out, err = cli("train", *LPO, *TINY, "es.sigma_init=0.5", "--resume", str(run_dir), capsys=capsys)
     assert code == 2 and "es.sigma_init: 0.01 -> 0.5" in err
     code, out, err = cli("train", "--resume", str(run_dir), "--no-progress", capsys=capsys)
     assert code == 0, err[-2000:]
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 3
     assert "run directory:" in out and "metadisco plot" in out
     # an existing run directory is not overwritten
-    code, out, err = cli("train", *TINY, "--run-dir", str(run_dir), capsys=capsys)
+    code, out, err = cli("train", *LPO, *TINY, "--run-dir", str(run_dir), capsys=capsys)
     assert code == 2 and "--resume" in err
     # bad input fails at once with a message that says what to do, and creates nothing
     for bad, message in [("es.population_size=7", "odd"), ("envs=Cartpole-v1", "CartPole-v1"),
                          ("es.strategy=CMAES", "CMA_ES"), ("es.popsize=8", "population_size"),
                          ("objectives.evolve=value_loss", "objectives.value_loss=learned"),
                          ("--time-limit=ten minutes", "1h30m")]:
-        code, out, err = cli("train", bad, "--run-dir", str(tmp_path / "bad"), capsys=capsys)
+        code, out, err = cli("train", *LPO, bad, "--run-dir", str(tmp_path / "bad"), capsys=capsys)
         assert code == 2 and message in err, (bad, err)
         assert "Traceback" not in err
         assert not (tmp_path / "bad").exists()
@@ -89,7 +89,7 @@ def test_train_stop_resume_and_bad_input(tmp_path, capsys):
 
 def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(tmp_path):
     run_dir = tmp_path / "run"
-    args = [sys.executable, "-m", "metadisco.cli", "train", *TINY, "generations=1000", "--run-dir", str(run_dir),
+    args = [sys.executable, "-m", "metadisco.cli", "train", *LPO, *TINY, "generations=1000", "--run-dir", str(run_dir),
             "--no-progress"]
     # Ctrl-C as a terminal delivers it: SIGINT at its default disposition in the child, even when this
     # test runs under a launcher that ignores it (a background job of a non-interactive shell does)

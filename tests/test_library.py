@@ -17,7 +17,7 @@ from metadisco import api
 from metadisco.cli import main
 from metadisco_common.errors import MetadiscoError
 from metadisco_common.plugins import PluginError
-from tests.helpers import TINY
+from tests.helpers import LPO, TINY
 from tests.helpers import metadisco_in_process as _main_code
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -51,7 +51,7 @@ def test_the_examples_train_evaluate_and_plot_from_their_own_folder(project, mon
     for name in USER_MODULES:
         monkeypatch.delitem(sys.modules, name, raising=False)  # imported from the project, not from elsewhere
     try:
-        code, _, err = _main_code(["train", "objectives.drift=my_drifts:ScaledSquare", "envs=my_envs:Corridor",
+        code, _, err = _main_code(["train", *LPO, "objectives.drift=my_drifts:ScaledSquare", "envs=my_envs:Corridor",
                                    "generations=2", *TINY, "--run-dir", str(run_dir), "--no-progress"], capsys)
         assert code == 0, err[-3000:]
         assert all(Path(sys.modules[name].__file__).resolve().parent == project.resolve() for name in USER_MODULES)
@@ -162,14 +162,14 @@ def test_check_passes_the_example_drift_and_the_function_says_the_same(monkeypat
     ("user_objectives:Misspelled", "has no method 'drift' (found 'drfit')"),
 ])
 def test_a_bad_plugin_is_one_line_and_exit_2_before_compute(user_module, capsys, name, fragment):
-    code, _, err = _main_exit(["train", f"objectives.drift={name}", "generations=1", *TINY], capsys)
+    code, _, err = _main_exit(["train", *LPO, f"objectives.drift={name}", "generations=1", *TINY], capsys)
     assert code == 2 and fragment in err, err
     assert len(err.strip().splitlines()) == 1 and not Path("runs").exists()
 
 
 def test_a_bad_plugin_environment_is_reported_before_compute(user_module, capsys):
     for name, fragment in (("no_such_module:Env", "no module named"), ("user_objectives:Linear", "not an environment")):
-        code, _, err = _main_exit(["train", f"envs={name}", "generations=1", *TINY], capsys)
+        code, _, err = _main_exit(["train", *LPO, f"envs={name}", "generations=1", *TINY], capsys)
         assert code == 2 and fragment in err, err
 
 

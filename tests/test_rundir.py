@@ -23,7 +23,7 @@ from metadisco.engine import MetaTrainer
 from metadisco.rundir import RunDir, RunLockedError, RunWriteError
 from metadisco.train import run
 from metadisco_common.errors import EXIT_TERMINATED, MetadiscoError
-from tests.helpers import TINY, start_metadisco, wait_for_rows
+from tests.helpers import LPO, TINY, start_metadisco, wait_for_rows
 from tests.test_engine import metric_rows, quadratic_train, tiny_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -160,7 +160,7 @@ def test_sigterm_writes_a_checkpoint_and_the_resumed_run_equals_an_uninterrupted
     # member; 10 generations of it take as long as the 20 of one seed this test ran before), compiled
     # once in the suite. Only the stopped run needs a real process (the signal); the resume and the
     # reference run are in-process, through one trainer (`metadisco train --resume` is tests/test_cli.py's).
-    args = ["train", *TINY, "objectives.drift.hidden=8", "generations=10", "checkpoint_every=100", "--no-progress"]
+    args = ["train", *LPO, *TINY, "objectives.drift.hidden=8", "generations=10", "checkpoint_every=100", "--no-progress"]
     run_dir = tmp_path / "run"
     proc = start_metadisco(*args, "--run-dir", str(run_dir))
     try:

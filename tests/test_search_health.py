@@ -378,6 +378,8 @@ def test_an_expectation_does_not_outlive_the_objectives_it_was_written_for():
     row = {"generation": 9, "eval_mean_fitness": 1.0, "eval_ppo_fitness": 0.0, "eval_diff": 1.0, "eval_diff_low": 0.5,
            "eval_diff_high": 1.5}
     assert verdict(row, swapped.expect) is None  # the plain comparison only
+    unchecked = resolve("rediscover_value_loss", ["eval_every=0"])  # the demo without its checks on fresh seeds
+    assert unchecked.expect.beats == "" and "eval_every=0 turns off" in unchecked.expect.not_applied
     own = resolve("rediscover_value_loss", ["objectives.value_loss=learned_clipped", "expect.beats=start"])
     assert own.expect.beats == "start" and not own.expect.not_applied  # a user's own expectation stands
 

@@ -334,10 +334,11 @@ def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path
     (`metadisco` in this process: the command's `main`, without a process's start-up.)"""
     from meta_objectives import load_objectives
     from metadisco.cli import main
+    from tests.helpers import LPO
     from tests.helpers import TINY as TINY_RUN
 
     run_dir = tmp_path / "run"
-    main(["train", "generations=1", *TINY_RUN, "objectives.drift=drift_mix", "es.sigma_init=0.3",
+    main(["train", *LPO, "generations=1", *TINY_RUN, "objectives.drift=drift_mix", "es.sigma_init=0.3",
           "--run-dir", str(run_dir), "--no-progress"])  # a failure raises SystemExit, failing the test
     capsys.readouterr()
     main(["export", str(run_dir)])
