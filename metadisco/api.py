@@ -46,7 +46,8 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
           stop_after: int | None = None, **overrides) -> Path:
     """Meta-train (or resume) a run; returns its run directory.
 
-    config: a `RunConfig`, a named experiment or a TOML file (str), or None for the defaults.
+    config: a `RunConfig`, a named experiment or a TOML file (str), or None for the demo (as
+    `metadisco train` with no experiment).
     run_dir: where to write (default runs/NAME-TIMESTAMP, as the CLI). overrides: config fields,
     a section as a dict (es={"population_size": 4}) or a dotted name in a dict
     (**{"inner.total_timesteps": 2048}); values as on the command line. resume=True continues
@@ -67,7 +68,7 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
 
         cfg = config_lib.override(RunDir(run_dir).config(), items) if items else None
     else:
-        cfg = config_lib.resolve(None if config is None else str(config), items)
+        cfg = config_lib.resolve(config_lib.DEMO_EXPERIMENT if config is None else str(config), items)
     if run_dir is None:
         run_dir = default_run_dir(cfg)
     return run_training(cfg, run_dir, resume=resume, overwrite=overwrite, progress=progress, stop_after=stop_after)
