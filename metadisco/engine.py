@@ -284,7 +284,9 @@ class MetaTrainer:
             train = functools.partial(_at_lr, train, hp)
         else:
             train = functools.partial(_ignoring_lr, train)
-        result = jax.vmap(lambda m, f: jax.vmap(lambda k: train(k, m, f))(seeds))(pop, lr_factor)  # leaves [P, S, ...]
+        # every plug's parameters from the one source (init(key(seed)), as the comparisons and the saved
+        # objectives): a plug that does not evolve must not fall back to a train's own defaults
+        result = jax.vmap(lambda m, f: jax.vmap(lambda k: train(k, self.full_params(m), f))(seeds))(pop, lr_factor)
         f = fitness_from(result, self.cfg.fitness, baseline, p)
         bad = result.diverged | ~jnp.isfinite(f)
         return jnp.where(bad, jnp.nan, f), bad.any(1)

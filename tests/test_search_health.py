@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from analysis import search_health
+from meta_objectives import MetaObjective
 from metadisco.config import ESConfig, ExpectConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
 from metadisco.engine import MetaTrainer
 from metadisco.rundir import RunDir
@@ -394,3 +395,42 @@ def test_the_gap_closed_is_reported_only_where_the_start_is_below_ppo():
            "eval_vs_start": 0.5, "eval_vs_start_low": 0.1, "eval_vs_start_high": 0.9, "eval_gap_closed": np.nan}
     line = verdict(row, ExpectConfig(beats="start", gap_closed=0.5))
     assert line.startswith("verdict: NOT FOUND") and "no gap to close" in line and "closing" not in line
+
+
+class RandomScale(MetaObjective):
+    """A plug-in value loss c * L2 whose init draws c at random: a function-changing value, as the
+    contract allows (named tests.test_search_health:RandomScale)."""
+
+    plug = "value_loss"
+    name = "random_scale"
+
+    def init(self, key):
+        return {"c": jax.random.uniform(key, (), minval=0.5, maxval=1.5)}
+
+    def value_loss(self, params, value, target, old_value):
+        return params["c"] * 0.5 * jnp.square(value - target)
+
+
+def scale_reporting_train(key, meta_params):
+    """A stand-in inner loop whose return is 100 c, c the (not evolved) value loss's parameter it was given."""
+    ret = 100.0 * meta_params["value_loss"]["c"] + 0.0 * jnp.sum(meta_params["drift"]["w2"])
+    return stand_in_result(jnp.full((8,), ret), ret, jnp.float32(0.0))
+
+
+def test_a_plug_that_does_not_evolve_has_one_set_of_parameters_everywhere(tmp_path):
+    """A plug-in whose init draws a function-changing value: the generations, the comparisons on
+    fresh seeds and the saved objectives all use init(key(seed))'s, not each their own."""
+    from meta_objectives import load_objectives
+
+    cfg = tiny(generations=2, eval_every=2, seed=3,
+               objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8},
+                                           value_loss="tests.test_search_health:RandomScale"))
+    trainer = MetaTrainer(cfg, trains=[scale_reporting_train], ppo_trains=[constant_ppo])
+    c = float(trainer.objectives.init(jax.random.key(cfg.seed))["value_loss"]["c"])  # the run's start
+    assert abs(c - float(trainer.objectives.default_params()["value_loss"]["c"])) > 1e-3  # key(0)'s would differ
+    run(cfg, tmp_path / "r", progress=False, trainer=trainer, log=lambda _: None)
+    rows = RunDir(tmp_path / "r").metrics()
+    assert rows[0]["fitness_mean"] == pytest.approx(100 * c, rel=1e-5)  # what every member trained with
+    assert rows[-1]["eval_mean_fitness"] == pytest.approx(100 * c, rel=1e-5)  # what the comparison trained
+    _, params, _ = load_objectives(tmp_path / "r" / "objectives" / "mean.json")
+    assert float(params["value_loss"]["c"]) == pytest.approx(c)  # what was saved
