@@ -7,6 +7,7 @@
     api.plot(run)                                   # {"training": [paths], ..., "report": [path]}
     results = api.evaluate([run, "ppo"], envs="my_envs:Corridor,CartPole-v1", quick=True)
     api.distil(run)                                 # {"drift": report, ...}
+    api.export(run)                                 # Exported: the closed forms and the files written
 
 Every function raises `MetadiscoError` (a ValueError) for anything the user can fix, with the
 message the CLI prints; none raises SystemExit. An interrupted `train` (Ctrl-C) raises
@@ -20,13 +21,14 @@ you). On a CPU without it, the population runs on one device.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from metadisco_common.errors import ConfigError
+from metadisco_common.errors import ConfigError, MetadiscoError
 
-__all__ = ["distil", "evaluate", "plot", "train"]
+__all__ = ["Exported", "distil", "evaluate", "export", "plot", "train"]
 
 
 def _items(fields: dict, prefix: str = "") -> list[str]:
@@ -188,6 +190,87 @@ def distil(run_dir: str | Path, which: str = "mean", plugs: Sequence[str] | None
     check_distil_options(options.get("progress"), options.get("prior_fraction", 0.5), options.get("fit", "value"))
     rows = _visited(cfg, objectives, params, options.get("seed", 0))
     return distil_run(run, rows, objectives, params, which, plugs=plugs, **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """What `export` wrote. expressions: {plug: expression} exported; sources: {plug: where each
+    came from}; value_loss_base: PPO's value clipping applied to the value loss (None: the
+    expression is the whole loss); paths: {kind: path} written ("tex", "json", "py"; "loss.py"
+    for DiscoGen); distilled: the plugs `distil` ran for first, having no distillation yet."""
+
+    expressions: dict
+    sources: dict
+    value_loss_base: dict | None
+    paths: dict
+    distilled: tuple[str, ...] = ()
+
+
+def export(run_dir: str | Path, which: str = "mean", *, expression: str | None = None, value_loss: str | None = None,
+           candidate: int | None = None, format: str = "metadisco", name: str | None = None) -> Exported:
+    """Write a run's closed forms, as `metadisco export` (which calls this): LaTeX, a loadable
+    objectives JSON (the run's other plug points kept) and a standalone JAX module into
+    RUN_DIR/export/, or with format="discogen" a `loss.py` for DiscoGen's on-policy RL domain.
+
+    Each evolved drift or value loss is exported as: `expression` / `value_loss` where given (the
+    whole loss); else a closed-form family's member itself (no fit); else row `candidate` of
+    distil's Pareto front, or distil's chosen one (distilling first where the run has not been).
+    A value loss distilled from one on PPO's clipped base is exported with that clipping applied.
+    MetadiscoError for a candidate that does not exist, a plug with no valid candidate, or an
+    expression that breaks its plug's constraints (export refuses what `metadisco check` refuses).
+    """
+    from analysis.distillation.run import DISTILLABLE, distillable, pareto_rows, stored_report
+    from analysis.export import export_closed_form, export_discogen
+    from analysis.runs import Run
+    from meta_objectives.closed_form import closed_form_base
+
+    run = Run(run_dir)
+    cfg = run.config()
+    given = {"drift": expression, "value_loss": value_loss}
+    plugs = tuple(p for p in DISTILLABLE if given[p] is not None) or distillable(cfg)
+    objectives, params, _ = run.objectives(which)
+    expressions, sources, distilled = {}, {}, []
+    value_loss_base = None  # the expression is the whole loss, unless distilled from a clipped base
+    for plug in plugs:
+        if given[plug] is not None:
+            expressions[plug], sources[plug] = given[plug], "given"
+            continue
+        own = getattr(objectives, plug).closed_form(params.get(plug, {})) if candidate is None else None
+        if own is not None:  # a closed-form family (drift_mix, dpo_schedule): the member is its formula
+            expressions[plug], sources[plug] = own, "the evolved member's own closed form, no fit"
+            continue
+        report = stored_report(run, plug)
+        if report is None:
+            report = distil(run.path, which, plugs=(plug,))[plug]
+            distilled.append(plug)
+        if plug == "value_loss":  # a report from before closed_form_base: the run's own loss says it
+            value_loss_base = report.get("closed_form_base") or closed_form_base(objectives.value_loss)
+        if candidate is not None:
+            rows = pareto_rows(report)
+            if not 0 <= candidate < len(rows):
+                raise MetadiscoError(f"--candidate {candidate}: the {plug} distillation's Pareto front has "
+                                     f"{len(rows)} rows, numbered 0 to {len(rows) - 1} as `metadisco distil` prints "
+                                     f"them (see {run.distil_dir})")
+            expressions[plug], sources[plug] = rows[candidate]["expression"], f"Pareto front row {candidate}"
+        elif report.get("chosen"):
+            expressions[plug], sources[plug] = report["chosen"]["expression"], "distil's chosen candidate"
+        else:
+            flag = "--expression" if plug == "drift" else "--value-loss"
+            raise MetadiscoError(
+                f"distillation found no {plug} candidate that satisfies the constraints; pass one with {flag}")
+    if format == "discogen":
+        if "drift" not in expressions:
+            raise MetadiscoError("a DiscoGen loss needs a drift: this run evolved no drift; pass one with --expression")
+        paths = {"loss.py": export_discogen(expressions["drift"], run.export_dir / "discogen",
+                                            value_loss=expressions.get("value_loss"), value_loss_base=value_loss_base)}
+    else:
+        # plug points not exported as closed forms keep the run's own (fixed) objectives
+        paths = export_closed_form(expressions.get("drift"), run.export_dir,
+                                   name=name or "discovered_" + "_and_".join(expressions),
+                                   value_loss=expressions.get("value_loss"), fixed=(objectives, params),
+                                   metadata={"run_dir": str(run.path), "source": sources, "envs": list(cfg.envs)},
+                                   value_loss_base=value_loss_base)
+    return Exported(expressions, sources, value_loss_base, {k: Path(v) for k, v in paths.items()}, tuple(distilled))
 
 
 def _visited(cfg, objectives, params, seed: int = 0):

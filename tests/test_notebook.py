@@ -21,5 +21,6 @@ def test_the_quickstart_notebook_runs_top_to_bottom(tmp_path, monkeypatch, capsy
     run = namespace["run"]
     assert (run / "figures" / "training_curves.png").exists()
     assert (Path(namespace["results"]["out_dir"]) / "results.md").exists()
-    assert any(p.suffix == ".py" for p in (run / "export").iterdir())
+    exported = namespace["exported"]  # api.export's record of what it wrote
+    assert set(exported.expressions) == {"value_loss"} and exported.paths["json"].exists()
     assert "constraints the ES mean fails: none" in capsys.readouterr().out

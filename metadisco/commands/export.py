@@ -1,5 +1,6 @@
 """`metadisco export RUN_DIR`: write a run's closed forms as LaTeX, JSON and a standalone JAX module,
-or (--format discogen) as a `loss.py` for DiscoGen's on-policy RL domain.
+or (--format discogen) as a `loss.py` for DiscoGen's on-policy RL domain: metadisco.api.export does
+the work, this verb parses and prints.
 
 Exports distil's chosen closed forms, another row of its Pareto front (--candidate N, numbered as
 `metadisco distil` prints them) or ones given with --expression / --value-loss; the JSON is a
@@ -12,75 +13,30 @@ from __future__ import annotations
 
 import sys
 
-from metadisco_common.errors import MetadiscoError
-
 
 def run(args) -> None:
-    from analysis.distillation.run import DISTILLABLE, distillable, pareto_rows, stored_report
-    from analysis.export import DISCOGEN_PROGRESS_LINES, drift_uses_progress, export_closed_form, export_discogen
-    from analysis.runs import Run
-    from meta_objectives.closed_form import closed_form_base
+    from analysis.export import DISCOGEN_PROGRESS_LINES, drift_uses_progress
     from metadisco import api
 
-    run = Run(args.run_dir)
-    cfg = run.config()
-    given = {"drift": args.expression, "value_loss": args.value_loss}
-    plugs = tuple(p for p in DISTILLABLE if given[p] is not None) or distillable(cfg)
-    objectives, params, _ = run.objectives(args.which)
-    expressions, sources = {}, {}
-    value_loss_base = None  # the expression is the whole loss, unless distilled from a clipped base
-    for plug in plugs:
-        if given[plug] is not None:
-            expressions[plug], sources[plug] = given[plug], "given on the command line"
-            continue
-        own = getattr(objectives, plug).closed_form(params.get(plug, {})) if args.candidate is None else None
-        if own is not None:  # a closed-form family (drift_mix, dpo_schedule): the member is its formula
-            expressions[plug], sources[plug] = own, "the evolved member's own closed form, no fit"
-            continue
-        report = stored_report(run, plug)
-        if report is None:
-            print(f"no {plug} distillation yet: running `metadisco distil` first", file=sys.stderr)
-            report = api.distil(run.path, args.which, plugs=(plug,))[plug]
-        if plug == "value_loss":  # a report from before closed_form_base: the run's own loss says it
-            value_loss_base = report.get("closed_form_base") or closed_form_base(objectives.value_loss)
-        if args.candidate is not None:
-            rows = pareto_rows(report)
-            if not 0 <= args.candidate < len(rows):
-                raise MetadiscoError(f"--candidate {args.candidate}: the {plug} distillation's Pareto front has "
-                                     f"{len(rows)} rows, numbered 0 to {len(rows) - 1} as `metadisco distil` prints "
-                                     f"them (see {run.distil_dir})")
-            expressions[plug] = rows[args.candidate]["expression"]
-            sources[plug] = f"Pareto front row {args.candidate}"
-        elif report.get("chosen"):
-            expressions[plug], sources[plug] = report["chosen"]["expression"], "distil's chosen candidate"
-        else:
-            flag = "--expression" if plug == "drift" else "--value-loss"
-            raise MetadiscoError(
-                f"distillation found no {plug} candidate that satisfies the constraints; pass one with {flag}")
+    exported = api.export(args.run_dir, args.which, expression=args.expression, value_loss=args.value_loss,
+                          candidate=args.candidate, format=args.format, name=args.name)
+    for plug in exported.distilled:
+        print(f"no {plug} distillation yet: ran `metadisco distil` first", file=sys.stderr)
+    sources = {plug: "given on the command line" if source == "given" else source
+               for plug, source in exported.sources.items()}
+    _print_exported(exported.expressions, sources, exported.value_loss_base)
     if args.format == "discogen":
-        if "drift" not in expressions:
-            raise MetadiscoError("a DiscoGen loss needs a drift: this run evolved no drift; pass one with --expression")
-        path = export_discogen(expressions["drift"], run.export_dir / "discogen", value_loss=expressions.get("value_loss"),
-                               value_loss_base=value_loss_base)
-        _print_exported(expressions, sources, value_loss_base)
-        if "value_loss" not in expressions:
+        if "value_loss" not in exported.expressions:
             print("value loss: PPO's clipped one")
-        print(f"  loss.py: {path}\nuse it: copy it over the loss.py of DiscoGen's on-policy RL task")
-        if drift_uses_progress(expressions["drift"]):
+        print(f"  loss.py: {exported.paths['loss.py']}\nuse it: copy it over the loss.py of DiscoGen's on-policy RL task")
+        if drift_uses_progress(exported.expressions["drift"]):
             print("the drift depends on training progress p: DiscoGen's template does not pass it, so the loss "
                   "refuses to run until train.py does; before its grad_fn(...) call add:\n    "
                   + "\n    ".join(DISCOGEN_PROGRESS_LINES))
         return
-    name = args.name or "discovered_" + "_and_".join(expressions)
-    # Plug points not exported as closed forms keep the run's own (fixed) objectives.
-    paths = export_closed_form(expressions.get("drift"), run.export_dir, name=name,
-                               value_loss=expressions.get("value_loss"), fixed=(objectives, params),
-                               metadata={"run_dir": str(run.path), "source": sources, "envs": list(cfg.envs)},
-                               value_loss_base=value_loss_base)
-    _print_exported(expressions, sources, value_loss_base)
-    for kind, path in paths.items():
+    for kind, path in exported.paths.items():
         print(f"  {kind}: {path}")
-    print(f"evaluate it: metadisco evaluate {paths['json']} --quick")
+    print(f"evaluate it: metadisco evaluate {exported.paths['json']} --quick")
 
 
 def _print_exported(expressions: dict, sources: dict, value_loss_base: dict | None) -> None:
