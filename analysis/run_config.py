@@ -45,9 +45,9 @@ class ESConfig:
 
 
 # PPOConfig's fields a run does not set: fixed by the inner loop's caller (record_samples: distil;
-# eval_points, eval_max_steps: evaluate; eval_greedy: the fitness, metadisco.config.ppo_config) or
+# eval_max_steps: evaluate; eval_greedy: the fitness, metadisco.config.ppo_config) or
 # by the preset alone (activation, anneal_lr).
-FIXED_PPO_FIELDS = ("activation", "anneal_lr", "record_samples", "eval_points", "eval_max_steps", "eval_greedy")
+FIXED_PPO_FIELDS = ("activation", "anneal_lr", "record_samples", "eval_max_steps", "eval_greedy")
 
 
 def inner_config_class(ppo: type = PPOConfig) -> type:

@@ -170,8 +170,6 @@ class TrainResult:
     eval_return_greedy: jax.Array  # [] final policy, greedy actions (argmax / Gaussian mean)
     init_eval_return: jax.Array  # [] the initial policy, sampled
     init_eval_return_greedy: jax.Array  # [] the initial policy, greedy
-    eval_curve: jax.Array  # [eval_points] sampled evaluations after config.eval_updates updates
-    eval_curve_greedy: jax.Array  # [eval_points] the same, greedy
 
 
 @dataclass(frozen=True, eq=False)
@@ -529,7 +527,7 @@ def evaluate_policy(ppo: PPO, key: jax.Array, params, obs_norm: ObsNorm, env_par
 
 
 # Evaluation keys are folded out of the run's key, so training draws exactly the keys it did
-# before evaluation existed; every evaluation of a run (initial, curve, final) uses the same key:
+# before evaluation existed; every evaluation of a run (initial, final) uses the same key:
 # the same start states, so differences between them are the policy's.
 EVAL_STREAM = 0x6576616C
 
@@ -543,12 +541,7 @@ def train(ppo: PPO, key: jax.Array, meta_params: dict, hparams: PPOHyperparams |
     pytree (None: `ppo.env.default_params`). network_params: `initial_network(ppo, key)`, computed
     by the caller in a program of its own (None: initialised here).
 
-    The initial and the final policy are evaluated (`evaluate`), and with eval_points = K the
-    policy after each of `config.eval_updates` (K scans of updates, each followed by an evaluation).
-    Cost of the default evaluation (16 episodes per mode, initial and final policy) against
-    eval_episodes=0, compile excluded (benchmarks/eval_overhead.py, 5 alternating calls on 2 shared
-    CPU cores, fastest / median): CartPole-v1 preset at 5e5 steps +1.2% / +4.4%; Breakout-MinAtar
-    preset at 1e6 steps +1.5% / +1.3% (a fixed cost: a smaller share of longer runs).
+    The initial and the final policy are evaluated (`evaluate_policy`; its cost: docs/benchmarks.md).
     """
     config = ppo.config
     inputs = TrainInputs(
@@ -559,33 +552,12 @@ def train(ppo: PPO, key: jax.Array, meta_params: dict, hparams: PPOHyperparams |
     k_eval = jax.random.fold_in(key, EVAL_STREAM)
     runner = init_runner(ppo, key, inputs, network_params)
 
-    def updates(runner, first, length):
-        return jax.lax.scan(lambda runner, i: update(ppo, runner, i, inputs), runner, first + jnp.arange(length))
-
     def evaluation(runner):
         return jnp.stack(evaluate_policy(ppo, k_eval, runner.params, runner.obs_norm, inputs.env_params))
 
     init_eval = evaluation(runner)
-    if config.eval_points:
-        first, *rest = config.eval_updates
-        chunk = rest[0] - first if rest else first
-        runner, info = updates(runner, 0, first)
-        curve = [evaluation(runner)[None]]
-        if rest:
-            def segment(runner, start):
-                runner, info = updates(runner, start, chunk)
-                return runner, (info, evaluation(runner))
-
-            runner, (later, evals) = jax.lax.scan(segment, runner, first + chunk * jnp.arange(len(rest)))
-            flat = jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), later)
-            info = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), info, flat)
-            curve.append(evals)
-        curve = jnp.concatenate(curve)  # [eval_points, 2]
-        final_eval = curve[-1]
-    else:
-        runner, info = updates(runner, 0, config.num_updates)
-        final_eval = evaluation(runner)
-        curve = jnp.zeros((0, 2))
+    runner, info = jax.lax.scan(lambda runner, i: update(ppo, runner, i, inputs), runner, jnp.arange(config.num_updates))
+    final_eval = evaluation(runner)
     returns = carry_forward(info.mean_return, init_eval[0])
     tail = max(1, config.num_updates // 10)
     return TrainResult(
@@ -597,8 +569,6 @@ def train(ppo: PPO, key: jax.Array, meta_params: dict, hparams: PPOHyperparams |
         eval_return_greedy=final_eval[1],
         init_eval_return=init_eval[0],
         init_eval_return_greedy=init_eval[1],
-        eval_curve=curve[:, 0],
-        eval_curve_greedy=curve[:, 1],
     )
 
 

@@ -46,7 +46,6 @@ class PPOConfig:
     # Also play the greedy episodes (False: their scores are NaN, the sampled ones unchanged bit for
     # bit). A meta-training run plays them only when its fitness scores them (metadisco.config.ppo_config).
     eval_greedy: bool = True
-    eval_points: int = 0  # evaluations during training (the evaluation curve); the last is the final one
     eval_max_steps: int | None = None  # step cap of an evaluation episode (None: the env's time limit)
     # Heavy-tailed reward corruption of the training signal (a rediscovery problem): every reward
     # PPO learns from gets scale * t(df) noise added; episode returns and evaluations stay clean.
@@ -71,16 +70,6 @@ class PPOConfig:
         """Environment steps actually taken (total_timesteps rounded down to whole updates)."""
         return self.num_updates * self.batch_size
 
-    @property
-    def eval_updates(self) -> tuple[int, ...]:
-        """After how many updates each point of the evaluation curve is taken: `eval_points` evenly
-        spaced counts ending at num_updates (the first segment takes the remainder)."""
-        if not self.eval_points:
-            return ()
-        chunk = self.num_updates // self.eval_points
-        first = self.num_updates - chunk * (self.eval_points - 1)
-        return tuple(first + chunk * j for j in range(self.eval_points))
-
     def replace(self, **changes) -> PPOConfig:
         hp = {k: changes.pop(k) for k in list(changes) if k in PPOHyperparams._fields}
         cfg = dataclasses.replace(self, **changes)
@@ -91,9 +80,8 @@ class PPOConfig:
         for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"PPO config: {name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("eval_episodes", "eval_points"):
-            if int(getattr(self, name)) < 0:
-                raise ValueError(f"PPO config: {name} must be >= 0, got {getattr(self, name)}")
+        if int(self.eval_episodes) < 0:
+            raise ValueError(f"PPO config: eval_episodes must be >= 0, got {self.eval_episodes}")
         if self.reward_noise < 0 or self.reward_noise_df <= 0:
             raise ValueError(f"PPO config: reward_noise must be >= 0 and reward_noise_df > 0, got "
                              f"{self.reward_noise} and {self.reward_noise_df}")
@@ -110,8 +98,6 @@ class PPOConfig:
                 f"PPO config: total_timesteps = {self.total_timesteps} is less than one rollout "
                 f"(num_envs * num_steps = {self.batch_size}); raise total_timesteps."
             )
-        if self.eval_points > self.num_updates:
-            raise ValueError(f"PPO config: eval_points = {self.eval_points} exceeds the {self.num_updates} updates")
         from inner_loops.networks import ACTIVATIONS  # flax: validate runs where jax will
 
         if self.activation not in ACTIVATIONS:

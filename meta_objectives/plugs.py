@@ -75,11 +75,3 @@ def upgrade_section(section: dict, stored: bool = False) -> dict:
         out = {k: (pin_stored_version(k, v) if k in PLUGS and isinstance(v, dict) else v) for k, v in out.items()}
     return out
 
-
-def choice_name(value) -> str | None:
-    """The objective's name in a plug's section, in either form ("lpo" or {"name": "lpo", ...})."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("name"), str):
-        return value["name"]
-    return None

@@ -35,8 +35,7 @@ def stand_in_result(returns, eval_return, init_eval_return) -> TrainResult:
     return TrainResult(returns=returns, final_return=returns[-1], diverged=jnp.bool_(False),
                        visited=jnp.zeros(returns.shape + (0, 4)), eval_return=eval_return,
                        eval_return_greedy=eval_return, init_eval_return=init_eval_return,
-                       init_eval_return_greedy=init_eval_return, eval_curve=jnp.zeros(0),
-                       eval_curve_greedy=jnp.zeros(0))
+                       init_eval_return_greedy=init_eval_return)
 
 
 def quadratic_train(key, meta_params):

@@ -780,18 +780,6 @@ def test_learning_curve_never_looks_ahead_and_evaluation_is_the_policys():
     assert float(long.eval_return) > float(long.returns[long.returns.shape[0] // 2])
 
 
-@pytest.mark.slow
-def test_evaluation_curve_leaves_training_unchanged(cartpole):
-    config = TEN
-    plain = _run("CartPole-v1", config)  # key 3
-    curved = jax.jit(make_train(cartpole, config.replace(eval_points=3)))(jax.random.key(3), {})
-    assert config.replace(eval_points=3).eval_updates == (4, 7, 10)
-    assert curved.eval_curve.shape == (3,) and plain.eval_curve.shape == (0,)
-    np.testing.assert_array_equal(curved.returns, plain.returns)
-    assert float(curved.eval_curve[-1]) == float(plain.eval_return)
-    assert float(curved.eval_curve_greedy[-1]) == float(plain.eval_return_greedy)
-
-
 # --------------------------------------------------------------------------------------------
 # PureJaxRL's presets: MinAtar relu + 8 minibatches; brax normalises observations and rewards
 # --------------------------------------------------------------------------------------------
