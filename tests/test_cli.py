@@ -267,3 +267,18 @@ def test_a_refused_resume_lists_what_its_overrides_change_in_the_stored_config(t
     assert code == 2, err
     listed = [line.strip() for line in err.splitlines() if line.startswith("  ")]
     assert listed == [f"es.lr: {stored.es.lr!r} -> 0.2"], err
+
+
+def test_objectives_name_shows_what_an_objective_computes_its_options_and_parameters(capsys):
+    import meta_objectives
+
+    code, out, _ = metadisco_in_process(["objectives", "value_loss_mix"], capsys)
+    assert code == 0
+    assert "w = sparsemax([1, s_1, ..., s_K])" in out and "version = 2  (int)" in out
+    assert "['scores']: shape (2,)" in out and "(valid_for_every_member)" in out
+    for plug in meta_objectives.PLUGS:  # every registered objective shows, at its plug point
+        for name in meta_objectives.names(plug):
+            code, out, err = metadisco_in_process(["objectives", name, "--plug", plug], capsys)
+            assert code == 0 and out.startswith(f"{name} ({plug}):"), err
+    code, _, err = metadisco_in_process(["objectives", "value_los_mix"], capsys)
+    assert code == 2 and "metadisco objectives" in err
