@@ -284,8 +284,7 @@ class BraxCore:
 
     The auto-reset is brax's own (`AutoResetWrapper`, as PureJaxRL uses it): the state of the
     first reset is kept and selected with `where` when an episode ends, so a step never runs the
-    physics pipeline's init (benchmarks/brax_autoreset.py, hopper positional, 64 envs, 2 loaded
-    CPU cores: 24.8k steps/s, brax's own wrapper 24.6k, a reset per step 22.9k). Each environment therefore
+    physics pipeline's init (docs/benchmarks.md, "Brax auto-reset"). Each environment therefore
     restarts from its own first initial state; `num_envs` environments give `num_envs` distinct
     starts.
     """

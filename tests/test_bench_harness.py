@@ -13,7 +13,6 @@ import _common  # noqa: E402
 import inner_loop  # noqa: E402
 import profiling  # noqa: E402
 import suite_time  # noqa: E402
-import xla_compile_flags  # noqa: E402
 
 
 def record(impl, rate, rep, env="CartPole-v1", pop=8, devices=2, **extra):
@@ -168,21 +167,3 @@ def test_the_suite_time_floor_counts_each_program_once():
     assert s["idle_at_end_s"] == {"gw0": 30.5, "gw1": 0.0}  # gw0 finished first and waited
     assert "floor on 2 cores" in suite_time.to_text(s) and "gw0 30.5 s" in suite_time.to_text(s)
 
-
-def test_the_flag_sweep_says_how_far_a_flag_moved_the_numbers():
-    """benchmarks/xla_compile_flags.py: 0 only when every shared number is the same bit for bit."""
-    reference = [{"generation": 0, "fitness_mean": 10.0, "sigma": 0.1}, {"generation": 1, "fitness_mean": 20.0}]
-    assert xla_compile_flags.largest_relative_difference(reference, reference) == 0.0
-    moved = [{"generation": 0, "fitness_mean": 10.0, "sigma": 0.1}, {"generation": 1, "fitness_mean": 25.0}]
-    assert xla_compile_flags.largest_relative_difference(moved, reference) == pytest.approx(0.25)
-    assert xla_compile_flags.largest_relative_difference([{"fitness_mean": 0.0}], [{"fitness_mean": 1e-6}]) == 1.0
-
-
-def test_a_flag_set_splits_into_xla_flags_and_jax_switches_and_a_malformed_one_is_refused():
-    assert xla_compile_flags.flag_environment("") == {"XLA_FLAGS": ""}
-    assert xla_compile_flags.flag_environment("--xla_gpu_autotune_level=0 JAX_THREEFRY_GPU_KERNEL_LOWERING=1 "
-                                              "--xla_backend_optimization_level=2") == {
-        "XLA_FLAGS": "--xla_gpu_autotune_level=0 --xla_backend_optimization_level=2",
-        "JAX_THREEFRY_GPU_KERNEL_LOWERING": "1"}
-    with pytest.raises(SystemExit, match="neither"):
-        xla_compile_flags.flag_environment("xla_gpu_autotune_level")  # no dashes, no value
