@@ -197,7 +197,7 @@ class HeldoutConfig:
 
 @dataclass(frozen=True)
 class DistributionConfig:
-    """The training distribution each generation draws its problems from (issue 14): so that what
+    """The training distribution each generation draws its problems from: so that what
     evolution finds is not tied to one environment, one learning rate or one training length.
 
     Every draw is a function of (seed, generation) only, so a resumed run draws what it would have.
@@ -307,10 +307,10 @@ class RunConfig:
 
 # Fields that run configs once had and that were removed, with the values that ran as the code
 # runs today (None: the preset's; 1: the option off) and what became of them. Both were measured
-# and bought nothing (docs/benchmark_results/speed_changes.md, "Removed in issue 39").
+# and bought nothing (docs/benchmark_results/speed_changes.md, "optimistic resets and scan unrolling removed").
 REMOVED = {
-    ("inner", "reset_ratio"): ((None, 1), "optimistic resets, removed in issue 39"),
-    ("inner", "scan_unroll"): ((None, 1), "scan unrolling, removed in issue 39"),
+    ("inner", "reset_ratio"): ((None, 1), "optimistic resets, since removed"),
+    ("inner", "scan_unroll"): ((None, 1), "scan unrolling, since removed"),
 }
 
 

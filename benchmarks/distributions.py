@@ -1,4 +1,4 @@
-"""What meta-training over a distribution costs (issue 14, item 1): compile time and time per
+"""What meta-training over a distribution costs: compile time and time per
 generation of each lever against the fixed-point run it replaces, real PPO, one process.
 
 Settings (each a `MetaTrainer` built as `metadisco train` builds it, LPO drift, Open_ES, population

@@ -1,4 +1,4 @@
-"""Meta-training over distributions (issue 14): environments, learning rates and horizons drawn per
+"""Meta-training over distributions: environments, learning rates and horizons drawn per
 generation; antithetic pairs share their draw; only the distribution-aware fitness finds the
 optimum of a meta-problem whose answer depends on the draw."""
 

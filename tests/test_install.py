@@ -161,7 +161,7 @@ def _build_wheel(out: Path) -> Path:
 
 
 def test_wheel_ships_every_experiment_and_the_zoo_and_lists_them_from_anywhere(tmp_path):
-    # A pip-installed metadisco used to list `experiments: (none)` (issue 19): the experiments were
+    # A pip-installed metadisco used to list `experiments: (none)`: the experiments were
     # read from beside the source tree, which a wheel does not carry.
     wheel = _build_wheel(tmp_path)
     experiments = sorted(p.stem for p in (ROOT / "experiments").glob("*.toml"))

@@ -68,7 +68,7 @@ def test_only_the_command_line_imports_the_commands():
 
 
 @pytest.mark.parametrize("source", [
-    "def distil():\n    from metadisco.commands.distil import distil_for_run\n",  # metadisco/api.py before issue 27
+    "def distil():\n    from metadisco.commands.distil import distil_for_run\n",  # an earlier metadisco/api.py
     "import metadisco.commands.evaluate\n",
     "from metadisco import commands\n",
     "from .commands.evaluate import declared_heldout\n",

@@ -1,4 +1,4 @@
-"""metadisco as a library (issue 19): the user's own objective and environment in files of their
+"""metadisco as a library: the user's own objective and environment in files of their
 own, named `module:attr` or by an installed entry point, checked like built-ins; the check
 command; the Python API; plug-ins recorded by name and never executed from a run directory."""
 

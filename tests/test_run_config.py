@@ -72,12 +72,12 @@ def test_a_stored_config_with_removed_fields_at_values_that_change_nothing_still
 
 def test_the_committed_gpu_runs_configs_with_removed_fields_still_read():
     path = pathlib.Path(__file__).parents[1] / "docs/results/gpu_runs/drift_mix_minatar_gpu_seed0"
-    assert "reset_ratio" in json.loads((path / "config.json").read_text())["inner"]  # written before issue 39
+    assert "reset_ratio" in json.loads((path / "config.json").read_text())["inner"]  # written before its removal
     assert Run(path).config().envs == ("Breakout-MinAtar", "SpaceInvaders-MinAtar", "Asterix-MinAtar")
 
 
 def test_a_removed_field_that_changed_the_run_or_is_set_anew_is_refused(tmp_path):
-    with pytest.raises(RunDirError, match=r"inner.reset_ratio = 4: this run used optimistic resets, removed in issue 39"):
+    with pytest.raises(RunDirError, match=r"inner.reset_ratio = 4: this run used optimistic resets, since removed"):
         Run(_stored_run(tmp_path, reset_ratio=4)).config()
     for item in ("inner.reset_ratio=0.5", "inner.scan_unroll=1"):  # on the command line: a field like any unknown one
         with pytest.raises(ConfigError, match=rf"unknown config field '{item.split('=')[0]}'"):

@@ -1,4 +1,4 @@
-"""Search spaces made for small budgets (issue 14): the closed-form drift families, the learned
+"""Search spaces made for small budgets: the closed-form drift families, the learned
 value loss from PPO's clipped loss, and the label on the reward transform.
 
 What a user relies on: every member the ES proposes is a valid drift (not only the start), the
