@@ -2,7 +2,7 @@
 and a `loss.py` for DiscoGen's on-policy RL domain (`export_discogen`).
 
 A drift D(r, A, p) and/or a value loss L(e, t), each one expression string (see
-meta_objectives.expressions); all three files are derived from those strings, the module by the
+metadisco.meta_objectives.expressions); all three files are derived from those strings, the module by the
 printer that the in-process closed forms compile too. A value loss distilled from one on PPO's
 clipped base (learned_clipped) comes with `value_loss_base` {"base": "clipped_l2", "clip_eps"}
 (distil's report["closed_form_base"]): every form then applies PPO's value clipping to the
@@ -16,9 +16,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
-from meta_objectives.constraints import require_valid
-from meta_objectives.expressions import (
+from metadisco.core.errors import MetadiscoError
+from metadisco.core.fileio import atomic_write_text
+from metadisco.meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
+from metadisco.meta_objectives.constraints import require_valid
+from metadisco.meta_objectives.expressions import (
     DRIFT_VARIABLES,
     VALUE_LOSS_VARIABLES,
     function_source,
@@ -26,10 +28,8 @@ from meta_objectives.expressions import (
     parse_expression,
     to_latex,
 )
-from meta_objectives.io import save_objectives
-from meta_objectives.objectives import Objectives
-from metadisco_common.errors import MetadiscoError
-from metadisco_common.fileio import atomic_write_text
+from metadisco.meta_objectives.io import save_objectives
+from metadisco.meta_objectives.objectives import Objectives
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -43,7 +43,7 @@ def export_closed_form(expression: str | None, out_dir, name: str = "discovered_
     (None: keep `fixed`'s). fixed: (objectives, params) for the plug points not given here
     (default: PPO's). value_loss_base: ClosedFormValueLoss's base and clip_eps for the value loss
     (None: base "none", the expression is the whole loss). <name>.json is an objectives file that
-    `meta_objectives.load_objectives` reads back; `metadata` is stored as its "extra". <name>.py
+    `metadisco.meta_objectives.load_objectives` reads back; `metadata` is stored as its "extra". <name>.py
     imports only jax.numpy and defines drift(ratio, advantage, progress=0.0) and/or
     value_loss(value, target) (on the clipped base value_loss(value, target, old_value), and
     value_loss_expression(value, target) for the expression alone).
@@ -71,7 +71,7 @@ def export_closed_form(expression: str | None, out_dir, name: str = "discovered_
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"tex": out_dir / f"{name}.tex", "json": out_dir / f"{name}.json", "py": out_dir / f"{name}.py"}
-    tex = ["% Closed forms exported by metadisco (analysis.export).",
+    tex = ["% Closed forms exported by metadisco (metadisco.analysis.export).",
            "% Policy loss -(r A - D(r, A, p)); r = pi_new/pi_old, A normalised advantage, p = progress.",
            "% Value loss L(e, t) per sample; e = v - target, t = target."]
     for kind, _, lhs, latex, description in pieces:
@@ -105,7 +105,7 @@ def _module_source(pieces, loss: ClosedFormValueLoss | None) -> str:
 
 
 # PPO's clipped value loss as generated code: the one text that the standalone module and DiscoGen's
-# loss.py print (meta_objectives.value_loss.clipped_l2 is the in-process one).
+# loss.py print (metadisco.meta_objectives.value_loss.clipped_l2 is the in-process one).
 _PPO_CLIPPED_L2 = '''def ppo_clipped_l2(value, target, old_value, clip_eps):
     """PPO's clipped value loss per sample (PureJaxRL):
     0.5 max((v - t)^2, (v_old + clip(v - v_old, -clip_eps, clip_eps) - t)^2)."""

@@ -2,7 +2,7 @@
 
 This module defines `plot_run`, which reads a run directory, draws every figure that applies,
 saves them and writes `report.html`. The figure builders it draws with are defined in
-`analysis.figures` (each takes objects, an objective and its params or metrics rows, and returns a
+`metadisco.analysis.figures` (each takes objects, an objective and its params or metrics rows, and returns a
 matplotlib `Figure`):
 
     drift_surface_figure(drifts)          D(r, A) heatmaps side by side (one colour scale per row)
@@ -13,8 +13,8 @@ matplotlib `Figure`):
     shaping_figure(obj, p, low, high)     a learned potential Phi(s) over 2-D observation slices
     training_curves_figure(rows)          fitness and ES step size over generations
 
-Each builder lives in `analysis.figures.<what it draws>` (drift, value_loss, shaping, training;
-the shared theme in `analysis.figures.style`), the page in `analysis.report`; import them from
+Each builder lives in `metadisco.analysis.figures.<what it draws>` (drift, value_loss, shaping, training;
+the shared theme in `metadisco.analysis.figures.style`), the page in `metadisco.analysis.report`; import them from
 there. Every panel axis carries a label (`Axes.get_label()`), e.g. "surface/<title>",
 "slice/A=<a>", "value_loss/loss", "shaping/<i>,<j>", "curves/fitness", so callers and tests find
 panels without relying on their order; colour-bar axes keep matplotlib's own label "<colorbar>".
@@ -27,20 +27,20 @@ import sys
 import traceback
 from pathlib import Path
 
-from analysis.figures.drift import (
+from metadisco.analysis.figures.drift import (
     default_drift_comparison,
     drift_slices_figure,
     drift_surface_figure,
     progress_surfaces_figure,
 )
-from analysis.figures.shaping import shaping_bounds, shaping_figure
-from analysis.figures.style import PNG_DPI
-from analysis.figures.training import training_curves_figure
-from analysis.figures.value_loss import value_loss_figure
-from analysis.report import write_report
-from analysis.runs import WHICH, Run
-from metadisco_common.errors import EXIT_FAILED, MetadiscoError
-from metadisco_common.fileio import save_figure
+from metadisco.analysis.figures.shaping import shaping_bounds, shaping_figure
+from metadisco.analysis.figures.style import PNG_DPI
+from metadisco.analysis.figures.training import training_curves_figure
+from metadisco.analysis.figures.value_loss import value_loss_figure
+from metadisco.analysis.report import write_report
+from metadisco.analysis.runs import WHICH, Run
+from metadisco.core.errors import EXIT_FAILED, MetadiscoError
+from metadisco.core.fileio import save_figure
 
 FORMATS = ("png", "pdf", "svg")
 
@@ -71,7 +71,7 @@ def newest_evaluation(run: Run) -> Path | None:
 def _distillation(run: Run, config) -> dict:
     """{plug: distil's stored report, or None before `metadisco distil`} for each evolved plug point
     with closed forms."""
-    from analysis.distillation.run import DISTILLABLE, stored_report
+    from metadisco.analysis.distillation.run import DISTILLABLE, stored_report
 
     return {plug: stored_report(run, plug) for plug in DISTILLABLE if plug in config.objectives.evolve}
 
@@ -80,7 +80,7 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
              notes: list | None = None) -> dict:
     """Draw every figure that applies to a run directory; save them and report.html.
 
-    Reads the run through `analysis.runs.Run`: config.json, the complete metrics.jsonl rows and
+    Reads the run through `metadisco.analysis.runs.Run`: config.json, the complete metrics.jsonl rows and
     objectives/<which>.json (which = "mean", the ES mean, or "best", the best member seen).
     Figures go to `out_dir` (default RUN_DIR/figures) in each of `formats`; the report (PNG
     figures embedded as data URIs, the config summary, the verdict, the newest held-out

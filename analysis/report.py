@@ -1,7 +1,7 @@
 """The HTML report of a run: one self-contained page (figures embedded as PNG data URIs, the
 config summary, the verdict, the held-out evaluation and the distillation, or the command that
-makes each, the last metrics rows, notes), written by `analysis.plots.plot_run`. Generations are
-numbered as the console numbers them (`analysis.runs.completed`)."""
+makes each, the last metrics rows, notes), written by `metadisco.analysis.plots.plot_run`. Generations are
+numbered as the console numbers them (`metadisco.analysis.runs.completed`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import html
 import math
 from pathlib import Path
 
-from analysis import search_health
-from analysis.runs import completed
-from analysis.verdicts import es_mean_vs_ppo, verdict
-from metadisco_common.fileio import atomic_write_text
+from metadisco.analysis import search_health
+from metadisco.analysis.runs import completed
+from metadisco.analysis.verdicts import es_mean_vs_ppo, verdict
+from metadisco.core.fileio import atomic_write_text
 
 __all__ = ["CAPTIONS", "write_report"]
 
@@ -173,7 +173,7 @@ def _distillation_section(distillation: dict, run_dir: Path) -> list[str]:
 
 
 def _health_section(rows: list) -> list[str]:
-    """Search health over the last 10 generations (analysis.search_health), with its warning."""
+    """Search health over the last 10 generations (metadisco.analysis.search_health), with its warning."""
     recent = search_health.recent(rows)
     if recent is None:
         return []

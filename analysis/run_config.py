@@ -2,11 +2,11 @@
 
 `RunConfig` and its sections are the one typed form of a run's config. `metadisco.config` builds
 one from the defaults, an experiment file and FIELD=VALUE overrides and checks it; the run
-directory stores it resolved (RUN_DIR/config.json, `RunConfig.to_dict`); `analysis.runs.Run.config()`
+directory stores it resolved (RUN_DIR/config.json, `RunConfig.to_dict`); `metadisco.analysis.runs.Run.config()`
 reads it back with `RunConfig.from_stored`, which checks it as `metadisco train` does
-(`analysis.run_config_checks`), so every reader of a run's config (train --resume, plot, the
+(`metadisco.analysis.run_config_checks`), so every reader of a run's config (train --resume, plot, the
 report, evaluate, distil, export) sees the same fields with the same defaults, or the same error.
-`InnerConfig` is derived from PPO's own settings (inner_loops.ppo_config).
+`InnerConfig` is derived from PPO's own settings (metadisco.inner_loops.ppo_config).
 
 It lives here, below `metadisco`, because the analysis side reads run directories without
 importing the engine (the layering of docs/design.md).
@@ -21,10 +21,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.run_config_checks import check_run_config
-from inner_loops.ppo_config import PPOConfig, PPOHyperparams
-from meta_objectives.plugs import PLUGS, upgrade_section, version_option
-from metadisco_common.errors import ConfigError
+from metadisco.analysis.run_config_checks import check_run_config
+from metadisco.core.errors import ConfigError
+from metadisco.inner_loops.ppo_config import PPOConfig, PPOHyperparams
+from metadisco.meta_objectives.plugs import PLUGS, upgrade_section, version_option
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class PlugChoice:
     def typed(self, plug: str, path: str) -> PlugChoice:
         """The same choice with each option read as the type the objective declares; ConfigError
         for an unknown objective or option (with close matches) or a value of the wrong type."""
-        from meta_objectives import check_options, objective_class
+        from metadisco.meta_objectives import check_options, objective_class
 
         try:
             declared = objective_class(plug, self.name).options()
@@ -140,7 +140,7 @@ class PlugChoice:
 
     def build(self, plug: str, path: str):
         """The objective this choice names, built with its options (ConfigError if it cannot be)."""
-        from meta_objectives import make_objective
+        from metadisco.meta_objectives import make_objective
 
         choice = self.typed(plug, path)
         try:
@@ -176,7 +176,7 @@ class ObjectivesConfig:
     def build(self):
         """The meta_objectives.Objectives these sections describe, not yet sized for an environment
         (`Objectives.for_env`). Raises ConfigError for anything that cannot be built."""
-        from meta_objectives import Objectives
+        from metadisco.meta_objectives import Objectives
 
         return Objectives(**{p: getattr(self, p).build(p, f"objectives.{p}") for p in PLUGS})
 
@@ -282,12 +282,12 @@ class RunConfig:
 
     @classmethod
     def from_stored(cls, d: dict) -> RunConfig:
-        """From a run directory's config.json (`analysis.runs.Run.config`): `from_dict`, after
+        """From a run directory's config.json (`metadisco.analysis.runs.Run.config`): `from_dict`, after
         dropping the removed fields (`REMOVED`) that hold a value that ran as today's code runs,
         so a run written before their removal still reads. Any other value of one is a ConfigError
         saying what was removed; in an experiment file or an override one is an unknown field.
         A versioned family that the file does not pin ran its first version
-        (meta_objectives.plugs.VERSIONED). Checked by `check_run_config`: a value `metadisco train`
+        (metadisco.meta_objectives.plugs.VERSIONED). Checked by `check_run_config`: a value `metadisco train`
         refuses is refused here with the same ConfigError."""
         for (section, name), (inert, what) in REMOVED.items():
             stored = d.get(section)

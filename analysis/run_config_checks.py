@@ -1,11 +1,11 @@
 """The values a run's config may hold, and the checks of them that need no compute (jax-free).
 
-`check_run_config` is the one check of what a `RunConfig` (analysis.run_config) says: names from
+`check_run_config` is the one check of what a `RunConfig` (metadisco.analysis.run_config) says: names from
 the tables below, ranges and sizes, and how fields combine. It runs wherever a config is read:
 `metadisco train` (metadisco.config.validate, before jax starts) and every reader of a run
-directory (`RunConfig.from_stored`, so `analysis.runs.Run.config()`), so a hand-edited config.json
+directory (`RunConfig.from_stored`, so `metadisco.analysis.runs.Run.config()`), so a hand-edited config.json
 fails with the message an override of the same value gets. What depends on the installation
-(environment names and plug-ins: inner_loops.catalog) or needs jax (objectives, shapes) is
+(environment names and plug-ins: metadisco.inner_loops.catalog) or needs jax (objectives, shapes) is
 metadisco.config's.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 
-from metadisco_common.errors import ConfigError
+from metadisco.core.errors import ConfigError
 
 # What a fitness kind scores (its `_norm` twin divides by PPO's gain on the same score, so that the
 # initial policy scores 0 and PPO 1): kind -> (the score of a TrainResult, the field of
@@ -70,7 +70,7 @@ EXPECT_BEATS = ("", "start", "ppo")
 
 def check_run_config(cfg) -> None:
     """Raise ConfigError, saying what to do, for a value no run can have in `cfg`, a RunConfig
-    (analysis.run_config imports this module, so it is not named here): names, ranges, sizes and
+    (metadisco.analysis.run_config imports this module, so it is not named here): names, ranges, sizes and
     how fields combine. Environment names are not checked here (metadisco.config.check_static)."""
     if not cfg.envs:
         raise ConfigError("envs is empty: name at least one environment, e.g. envs=CartPole-v1")

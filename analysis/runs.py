@@ -1,6 +1,6 @@
-"""The one reader of a run directory (jax-free: `import analysis.runs` starts no jax).
+"""The one reader of a run directory (jax-free: `import metadisco.analysis.runs` starts no jax).
 
-    RUN_DIR/config.json             the resolved RunConfig (analysis.run_config), as RunConfig.to_dict
+    RUN_DIR/config.json             the resolved RunConfig (metadisco.analysis.run_config), as RunConfig.to_dict
     RUN_DIR/metrics.jsonl           one JSON line per generation
     RUN_DIR/baseline.json           PPO's returns used to normalise fitness (normalised fitness only)
     RUN_DIR/checkpoints/gen_NNNNNN.msgpack   the newest few checkpoints
@@ -36,8 +36,8 @@ import os
 import re
 from pathlib import Path
 
-from analysis.run_config import HeldoutConfig, RunConfig
-from metadisco_common.errors import ConfigError, MetadiscoError
+from metadisco.analysis.run_config import HeldoutConfig, RunConfig
+from metadisco.core.errors import ConfigError, MetadiscoError
 
 CHECKPOINT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
 
@@ -210,7 +210,7 @@ class Run:
         RunDirError when the run has not written it yet (it does at its first checkpoint) or
         when the file is not a usable objectives file.
         """
-        from meta_objectives.io import ObjectiveFileError, load_objectives
+        from metadisco.meta_objectives.io import ObjectiveFileError, load_objectives
 
         path = self.objectives_path(which)
         if not path.is_file():

@@ -2,11 +2,11 @@
 
 A TARGET is "ppo" or "dpo" (built-in baselines; "ppo[clip_eps=0.3]", "dpo[alpha=1.5]" with
 other options of their drift), zoo:NAME (a discovered objective shipped with
-metadisco, meta_objectives.discovered), an objectives JSON file (an exported closed
+metadisco, metadisco.meta_objectives.discovered), an objectives JSON file (an exported closed
 form, a run's objectives/best.json), `module:attr` (an objective class of the user's own, at its
 initial parameters, the other plug points PPO's), or a run directory (its objectives/mean.json; RUN_DIR:best
 picks best.json, RUN_DIR:init the objectives at their initial parameters). Only files are read
-here, nothing is compiled; run directories are read through `analysis.runs`. `require_valid_target`
+here, nothing is compiled; run directories are read through `metadisco.analysis.runs`. `require_valid_target`
 refuses a target whose objectives break their plug's constraints, as `metadisco check` and
 `export` do.
 """
@@ -18,13 +18,13 @@ from typing import NamedTuple
 
 import jax
 
-from analysis.run_config import HeldoutConfig
-from analysis.runs import Run, RunDirError, run_containing
-from analysis.suites import EvaluationError
-from meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, discovered, load_objectives, make_objective
-from meta_objectives.constraints import require_valid
-from metadisco_common.options import split_options
-from metadisco_common.plugins import is_import_path, load
+from metadisco.analysis.run_config import HeldoutConfig
+from metadisco.analysis.runs import Run, RunDirError, run_containing
+from metadisco.analysis.suites import EvaluationError
+from metadisco.core.options import split_options
+from metadisco.core.plugins import is_import_path, load
+from metadisco.meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, discovered, load_objectives, make_objective
+from metadisco.meta_objectives.constraints import require_valid
 
 __all__ = ["REFERENCES", "Target", "builtin", "declared_heldout", "full_params", "require_valid_target",
            "resolve_target"]
@@ -195,7 +195,7 @@ def require_valid_target(target: Target) -> None:
     """ConstraintsViolated (exit code 2) naming the target, where its parameters come from and each
     violated constraint, when one of its objectives breaks its plug point's constraints at the
     target's parameters: the checks and the wording of `metadisco check` and `export`
-    (meta_objectives.constraints). PPO's own pieces are the reference itself and are not
+    (metadisco.meta_objectives.constraints). PPO's own pieces are the reference itself and are not
     checked. Nothing is compiled."""
     ppo = builtin("ppo")
     for plug, objective in target.objectives.items():

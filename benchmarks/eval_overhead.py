@@ -39,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     import jax
 
-    from inner_loops import make_env, make_train, preset_for
+    from metadisco.inner_loops import make_env, make_train, preset_for
 
     rows = []
     for name in args.envs.split(","):

@@ -40,10 +40,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.runs import Run, completed  # noqa: E402  (jax-free)
-from analysis.verdicts import es_mean_vs_ppo, verdict  # noqa: E402
+from metadisco.analysis.runs import Run, completed  # noqa: E402  (jax-free)
+from metadisco.analysis.verdicts import es_mean_vs_ppo, verdict  # noqa: E402
+from metadisco.core.errors import EXIT_TIME_LIMIT, ConfigError  # noqa: E402
 from metadisco.time_limit import format_duration, parse_duration  # noqa: E402
-from metadisco_common.errors import EXIT_TIME_LIMIT, ConfigError  # noqa: E402
 
 QUEUE = ROOT / "benchmarks" / "gpu_queue.toml"
 STATE = ROOT / "docs" / "results" / "gpu_runs"

@@ -6,7 +6,7 @@ Both implementations train the same PPO (identical settings, checked at start-up
 - `reference`: `benchmarks/reference_ppo.py`, PureJaxRL's `make_train(config)` (for brax its
   ppo_continuous_action path: BraxGymnaxWrapper, LogWrapper, ClipAction, VecEnv,
   NormalizeVecObservation + NormalizeVecReward);
-- `metadisco`: `inner_loops.make_train(env, preset, Objectives())` (the default objectives are
+- `metadisco`: `metadisco.inner_loops.make_train(env, preset, Objectives())` (the default objectives are
   PPO: clip drift, clipped L2 value loss, no shaping), with eval_episodes=0: the reference has no
   in-run final-policy evaluation, so neither side evaluates (benchmarks/eval_overhead.py measures
   what the evaluation costs).
@@ -94,7 +94,7 @@ REFERENCE_KEYS = {
 
 def metadisco_config(env_name: str, timesteps: int, overrides=()):
     """metadisco's PPOConfig of a cell: the preset with `overrides`, no in-run evaluation."""
-    from inner_loops import preset_for
+    from metadisco.inner_loops import preset_for
 
     return preset_for(env_name).replace(total_timesteps=timesteps, eval_episodes=0, **dict(overrides))
 
@@ -104,9 +104,9 @@ def reference_config(env_name: str, timesteps: int, overrides=()) -> dict:
     metadisco's preset (with the same overrides) in every setting both have."""
     import reference_ppo
 
-    from inner_loops import preset_for, preset_name
-    from inner_loops.catalog import DEFAULT_BRAX_BACKEND
-    from meta_objectives import Objectives
+    from metadisco.inner_loops import preset_for, preset_name
+    from metadisco.inner_loops.catalog import DEFAULT_BRAX_BACKEND
+    from metadisco.meta_objectives import Objectives
 
     unknown = set(dict(overrides)) - set(REFERENCE_KEYS)
     if unknown:
@@ -152,8 +152,8 @@ def build(impl: str, env_name: str, pop: int, timesteps: int):
             return (_keys(call, pop),)
 
     elif impl == "metadisco":
-        from inner_loops import make_env, make_train
-        from meta_objectives import Objectives
+        from metadisco.inner_loops import make_env, make_train
+        from metadisco.meta_objectives import Objectives
 
         objectives = Objectives()
         cfg = metadisco_config(env_name, timesteps, overrides)

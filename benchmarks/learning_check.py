@@ -36,7 +36,7 @@ IMPLS = ("metadisco", "reference")
 def run_metadisco(env_name: str, steps: int, seeds: list[int]) -> dict:
     import jax
 
-    from inner_loops import make_env, make_train, preset_for
+    from metadisco.inner_loops import make_env, make_train, preset_for
 
     train = make_train(make_env(env_name), preset_for(env_name).replace(total_timesteps=steps))
     keys = jax.vmap(jax.random.key)(jax.numpy.asarray(seeds))
@@ -63,7 +63,7 @@ def run_reference(env_name: str, steps: int, seeds: list[int]) -> dict:
 def interval(values) -> dict:
     import numpy as np
 
-    from analysis.stats import t_interval
+    from metadisco.analysis.stats import t_interval
 
     mean, low, high = t_interval(np.asarray(values, np.float64))
     return {"mean": float(mean), "low": float(low), "high": float(high), "values": [float(v) for v in values]}

@@ -44,8 +44,8 @@ SETTINGS = {  # name -> overrides of the experiment (every row: 32 PPO runs per 
 
 
 def run_setting(experiment: str, overrides: list[str], generations: int, eval_seeds: int, root: Path) -> dict:
-    from analysis.runs import Run
     from metadisco import config as config_lib
+    from metadisco.analysis.runs import Run
     from metadisco.train import run
 
     cfg = config_lib.resolve(experiment, [*overrides, f"generations={generations}", f"eval_every={generations}",

@@ -9,7 +9,7 @@ A drift D(r, A) enters PPO's policy loss as -(r A - D) (LPO, Lu et al. 2022, eq.
 
 import jax.numpy as jnp
 
-from meta_objectives import MetaObjective
+from metadisco.meta_objectives import MetaObjective
 
 
 class ScaledSquare(MetaObjective):  # a subclass is a frozen dataclass by itself; its title: "scaled square"

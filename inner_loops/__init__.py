@@ -1,8 +1,8 @@
 """Inner loops: environments behind one interface, and PPO as one pure train function.
 
-The package imports lazily (PEP 562): `inner_loops.catalog` (environment names, preset families)
-and `inner_loops.ppo_config` (PPO's settings and presets) are jax-free, so the command line
-validates a config before jax starts; `from inner_loops import make_train` imports the module
+The package imports lazily (PEP 562): `metadisco.inner_loops.catalog` (environment names, preset families)
+and `metadisco.inner_loops.ppo_config` (PPO's settings and presets) are jax-free, so the command line
+validates a config before jax starts; `from metadisco.inner_loops import make_train` imports the module
 that defines it on first use.
 """
 
@@ -22,8 +22,8 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str):
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'inner_loops' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"inner_loops.{_EXPORTS[name]}"), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     globals()[name] = value
     return value
 

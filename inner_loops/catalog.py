@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import difflib
 
-from metadisco_common.errors import ConfigError
-from metadisco_common.options import split_options
-from metadisco_common.plugins import ENVS_GROUP, entry_points, is_import_path, load, load_entry_point
+from metadisco.core.errors import ConfigError
+from metadisco.core.options import split_options
+from metadisco.core.plugins import ENVS_GROUP, entry_points, is_import_path, load, load_entry_point
 
 BRAX_PREFIX = "brax/"
 BRAX_BACKENDS = ("spring", "positional", "generalized", "mjx")
@@ -72,7 +72,7 @@ def is_builtin_env(name: str) -> bool:
 def plugin_env_object(name: str):
     """What plug-in environment `name` (`module:attr`, or an entry point of group metadisco.envs)
     names, imported from the user's environment (PluginError naming the module otherwise);
-    `inner_loops.envs` turns it into an Env."""
+    `metadisco.inner_loops.envs` turns it into an Env."""
     if is_import_path(name):
         return load(name, "environment")
     return load_entry_point(ENVS_GROUP, name, "environment")

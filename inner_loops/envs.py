@@ -30,7 +30,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from inner_loops.catalog import (  # noqa: F401  (re-exported)
+from metadisco.core.errors import ConfigError
+from metadisco.core.plugins import PluginError
+from metadisco.inner_loops.catalog import (  # noqa: F401  (re-exported)
     BRAX_PREFIX,
     DEFAULT_BRAX_BACKEND,
     available_envs,
@@ -39,8 +41,6 @@ from inner_loops.catalog import (  # noqa: F401  (re-exported)
     is_builtin_env,
     plugin_env_object,
 )
-from metadisco_common.errors import ConfigError
-from metadisco_common.plugins import PluginError
 
 BRAX_EPISODE_LENGTH = 1000
 
@@ -322,7 +322,7 @@ def registered_brax_names() -> list[str]:
 
 # Environments from the user's own code: `envs=my_envs:Corridor`, or an installed entry point.
 #
-# What a plug-in name (metadisco_common.plugins: `module:attr` or an entry point of group
+# What a plug-in name (metadisco.core.plugins: `module:attr` or an entry point of group
 # `metadisco.envs`) may resolve to, and how it becomes an `Env` through the public wrappers:
 #
 # - a gymnax-style environment class (gymnax 1.0's API: `reset_env`/`step_env` behind

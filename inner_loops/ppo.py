@@ -17,7 +17,7 @@ value loss (PureJaxRL), to the number.
 parameters of the plugs being evolved; the others use their objective's initial parameters.
 The numbers in `PPOHyperparams` and the environment's parameters are traced (vmap over learning
 rates or episode lengths works); everything in `PPOConfig` outside `hparams` fixes shapes and
-is static. Both, and the presets, are `inner_loops.ppo_config`'s (jax-free), re-exported here.
+is static. Both, and the presets, are `metadisco.inner_loops.ppo_config`'s (jax-free), re-exported here.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from inner_loops import networks
-from inner_loops.envs import Env, EnvState, Step
-from inner_loops.ppo_config import PRESETS, PPOConfig, PPOHyperparams, preset_for  # noqa: F401  (re-exported)
-from meta_objectives import Objectives
+from metadisco.inner_loops import networks
+from metadisco.inner_loops.envs import Env, EnvState, Step
+from metadisco.inner_loops.ppo_config import PRESETS, PPOConfig, PPOHyperparams, preset_for  # noqa: F401  (re-exported)
+from metadisco.meta_objectives import Objectives
 
 
 class Transition(NamedTuple):

@@ -1,5 +1,5 @@
 """PPO's settings (jax-free): the static `PPOConfig`, the traced `PPOHyperparams` it holds, and
-the published presets. `inner_loops.ppo` runs them; `analysis.run_config` makes their fields a
+the published presets. `metadisco.inner_loops.ppo` runs them; `metadisco.analysis.run_config` makes their fields a
 run's `inner` section, so a setting added here is a run-config field (inner.NAME=VALUE).
 """
 
@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from inner_loops.catalog import preset_name
+from metadisco.inner_loops.catalog import preset_name
 
 
 class PPOHyperparams(NamedTuple):
@@ -98,7 +98,7 @@ class PPOConfig:
                 f"PPO config: total_timesteps = {self.total_timesteps} is less than one rollout "
                 f"(num_envs * num_steps = {self.batch_size}); raise total_timesteps."
             )
-        from inner_loops.networks import ACTIVATIONS  # flax: validate runs where jax will
+        from metadisco.inner_loops.networks import ACTIVATIONS  # flax: validate runs where jax will
 
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"PPO config: activation must be one of {sorted(ACTIVATIONS)}")

@@ -1,8 +1,8 @@
 """What evolves: drifts, value losses and reward shapings behind one interface (see base.py).
 
-The package imports lazily: `import meta_objectives.plugs` does not start jax (the command line
+The package imports lazily: `import metadisco.meta_objectives.plugs` does not start jax (the command line
 validates configs and reads run directories before jax is imported);
-`from meta_objectives import LPO` imports the module that defines it on first use.
+`from metadisco.meta_objectives import LPO` imports the module that defines it on first use.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ __all__ = sorted(_EXPORTS) + list(_SUBMODULES[:3])
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
-        return importlib.import_module(f"meta_objectives.{name}")
+        return importlib.import_module(f"{__name__}.{name}")
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'meta_objectives' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"meta_objectives.{_EXPORTS[name]}"), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     globals()[name] = value
     return value
 

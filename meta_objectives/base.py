@@ -9,7 +9,7 @@ split:
     objective.init(key) -> params        # reproduces the hand-designed baseline exactly
     objective.<plug method>(params, ...) # the function the PPO plug point calls
 
-The three plug points of the inner PPO (see inner_loops.ppo), their methods and signatures:
+The three plug points of the inner PPO (see metadisco.inner_loops.ppo), their methods and signatures:
 
     drift(params, ratio, advantage, progress) -> D          # >= 0, == 0 and flat at ratio == 1
     value_loss(params, value, target, old_value) -> L       # per sample
@@ -25,7 +25,7 @@ Everything else asks the objective about itself through the contract, never by i
 Adding an objective = one subclass that sets `plug` and `name` (and `title` where the name does
 not read well in a figure) and implements `init` and its plug method, in any module of the user's
 own: configs name it `module:attr` (`objectives.drift=my_drifts:ScaledSquare`), or an installed
-package registers it under the entry-point group `metadisco.objectives` (metadisco_common.plugins).
+package registers it under the entry-point group `metadisco.objectives` (metadisco.core.plugins).
 `check_contract` checks all of that when the name is resolved, for a plug-in exactly as for a
 built-in; `@register` (the built-ins) checks it at import and makes the class constructible by its
 short name.
@@ -41,9 +41,8 @@ from typing import Any, ClassVar
 
 import jax
 
-from meta_objectives.plugs import PLUG_METHODS, PLUGS, pin_stored_version
-from metadisco_common import jaxlib_guard  # noqa: F401  (refuses a deadlocking jaxlib)
-from metadisco_common.plugins import (
+from metadisco.core import jaxlib_guard  # noqa: F401  (refuses a deadlocking jaxlib)
+from metadisco.core.plugins import (
     OBJECTIVES_GROUP,
     PluginError,
     Source,
@@ -53,6 +52,7 @@ from metadisco_common.plugins import (
     load_entry_point,
     source,
 )
+from metadisco.meta_objectives.plugs import PLUG_METHODS, PLUGS, pin_stored_version
 
 Params = Any  # a pytree of float32 arrays
 
@@ -132,13 +132,13 @@ class MetaObjective:
     @property
     def valid_for_every_member(self) -> bool:
         """Whether every parameter value is a valid objective of this plug point (a search space
-        that evolution cannot leave: meta_objectives.constraints.check_objective passes at any
+        that evolution cannot leave: metadisco.meta_objectives.constraints.check_objective passes at any
         parameters; the property test draws them far from the start too)."""
         return False
 
     def closed_form(self, params: Params) -> str | None:
         """This objective at `params` as one expression string (a drift over r, A, p; a value loss
-        over e, t; see meta_objectives.expressions), equal to the plug method up to float rounding,
+        over e, t; see metadisco.meta_objectives.expressions), equal to the plug method up to float rounding,
         or None where there is none (a network; a loss that reads the old value). A parametric
         family answers it for every member, so export writes what evolved without fitting."""
         return None
@@ -238,7 +238,7 @@ def register(cls: type) -> type:
     return cls
 
 
-BUILTIN_MODULES = tuple(f"meta_objectives.{m}" for m in ("drift", "value_loss", "shaping", "closed_form", "families"))
+BUILTIN_MODULES = tuple(f"metadisco.meta_objectives.{m}" for m in ("drift", "value_loss", "shaping", "closed_form", "families"))
 
 
 def _load_builtins() -> None:

@@ -2,7 +2,7 @@
 
 The expression is the one representation (see expressions.py): the objective evaluates the
 function that `expressions.jax_module_source` exports, compiled from the same printed text; its
-LaTeX comes from `expressions.to_latex` and its JSON from `meta_objectives.io` (the spec stores
+LaTeX comes from `expressions.to_latex` and its JSON from `metadisco.meta_objectives.io` (the spec stores
 the string). Constraint checks live in constraints.py.
 """
 
@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import math
 
-from meta_objectives.base import MetaObjective, register
-from meta_objectives.expressions import (
+from metadisco.meta_objectives.base import MetaObjective, register
+from metadisco.meta_objectives.expressions import (
     VALUE_LOSS_VARIABLES,
     compile_function,
     p_sym,
     parse_expression,
     to_latex,
 )
-from meta_objectives.formulas import L2_EXPRESSION, ppo_clip_expression
-from meta_objectives.value_loss import clipped_l2_latex, value_clipping
+from metadisco.meta_objectives.formulas import L2_EXPRESSION, ppo_clip_expression
+from metadisco.meta_objectives.value_loss import clipped_l2_latex, value_clipping
 
 PPO_CLIP_EXPRESSION = ppo_clip_expression(0.2)
 VALUE_LOSS_L2_EXPRESSION = L2_EXPRESSION

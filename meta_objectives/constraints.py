@@ -22,10 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from meta_objectives.base import MetaObjective, Params
-from meta_objectives.closed_form import ClosedFormDrift
-from meta_objectives.expressions import compile_kernel
-from metadisco_common.errors import MetadiscoError
+from metadisco.core.errors import MetadiscoError
+from metadisco.meta_objectives.base import MetaObjective, Params
+from metadisco.meta_objectives.closed_form import ClosedFormDrift
+from metadisco.meta_objectives.expressions import compile_kernel
 
 
 class Violation(str):

@@ -1,10 +1,10 @@
 """The zoo: discovered objectives shipped with metadisco, each an objectives file with its provenance.
 
 The entries live in the repository's top-level zoo/ folder, installed as package data of
-meta_objectives (pyproject.toml maps `meta_objectives.zoo` onto zoo/), so that every layer can
-read them: `metadisco zoo` lists them and `metadisco evaluate zoo:NAME` (analysis.targets)
+meta_objectives (pyproject.toml maps `metadisco.meta_objectives.zoo` onto zoo/), so that every layer can
+read them: `metadisco zoo` lists them and `metadisco evaluate zoo:NAME` (metadisco.analysis.targets)
 evaluates one, and nothing below metadisco imports metadisco. An entry is a file written by
-`meta_objectives.io.save_objectives` whose "extra" holds
+`metadisco.meta_objectives.io.save_objectives` whose "extra" holds
 
     envs         the environments it was meta-trained on (evaluate flags them, never held out)
     provenance   summary (one line), plugs (what was discovered), experiment, config, commit,
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from metadisco_common.errors import MetadiscoError
+from metadisco.core.errors import MetadiscoError
 
-PACKAGE = "meta_objectives.zoo"
+PACKAGE = "metadisco.meta_objectives.zoo"
 CHECKOUT = Path(__file__).resolve().parent.parent / "zoo"  # in a checkout that is not installed
 PREFIX = "zoo:"  # how a command line names an entry: zoo:NAME
 
@@ -47,7 +47,7 @@ class Entry:
 
 
 def folder() -> Traversable:
-    """The installed zoo folder (package meta_objectives.zoo), or the checkout's zoo/."""
+    """The installed zoo folder (package metadisco.meta_objectives.zoo), or the checkout's zoo/."""
     try:
         return importlib.resources.files(PACKAGE)
     except ModuleNotFoundError:
@@ -85,8 +85,8 @@ def entry(name: str) -> Entry:
 
 
 def load(name: str):
-    """Entry `name` as (objectives, params, extra), through meta_objectives.io.load_objectives."""
-    from meta_objectives.io import load_objectives
+    """Entry `name` as (objectives, params, extra), through metadisco.meta_objectives.io.load_objectives."""
+    from metadisco.meta_objectives.io import load_objectives
 
     with importlib.resources.as_file(_file(name)) as path:  # a real file even where the package is zipped
         return load_objectives(path)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from meta_objectives._nets import apply_mlp, init_mlp
-from meta_objectives.base import MetaObjective, register
-from meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, dpo_expression, number, ppo_clip_expression
+from metadisco.meta_objectives._nets import apply_mlp, init_mlp
+from metadisco.meta_objectives.base import MetaObjective, register
+from metadisco.meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, dpo_expression, number, ppo_clip_expression
 
 
 @register

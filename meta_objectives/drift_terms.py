@@ -2,7 +2,7 @@
 
 Every term T(r, A) here is >= 0 and 0 with zero slope at r = 1 for every A (the mirror-learning
 conditions, Lu et al. 2022), so any non-negative combination of them, restricted to a sign of A
-or not, is a valid drift too. Each term is an expression string (meta_objectives.expressions),
+or not, is a valid drift too. Each term is an expression string (metadisco.meta_objectives.expressions),
 so a combination *is* a closed form: nothing is fitted to write it down.
 
     hinge_terms(x, c)        relu(x - c tanh(x/c)), relu(c tanh(x/c) - x): O(x^3) at x = 0 (DPO's shape)
@@ -79,7 +79,7 @@ def drift_library(tanh_scales=(0.5, 1.0, 2.0), clip_eps=(0.1, 0.2, 0.3)) -> list
 
 
 def mix_terms(clip_eps: float = 0.2) -> list[tuple[str, str]]:
-    """The terms of the drift-mix family (meta_objectives.families.DriftMix), PPO-clip's first:
+    """The terms of the drift-mix family (metadisco.meta_objectives.families.DriftMix), PPO-clip's first:
     PPO's kinked wall, smooth walls at the same eps, a quadratic trust region scaled by |A|, a
     KL-like log(r)^2, the squares of (r-1)A on either side of 0 (relu(-(r-1)A)^2 is the "push a good
     action back up" term that three distillations found), DPO's two hinges (alpha = 2 on (r-1)A,

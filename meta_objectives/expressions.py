@@ -11,7 +11,7 @@ One tree walker, `_source`, prints a sympy tree as array code. `function_source`
 the function that the standalone module exports (`jax_module_source`), and `compile_function`
 compiles that very text for the in-process objective, so the exported module and the objective
 run the same code. `compile_kernel` compiles the same printed body over the raw variables with
-numpy (float64 fitting in analysis.distillation) or jax.numpy. `Formula` pairs a hand-designed
+numpy (float64 fitting in metadisco.analysis.distillation) or jax.numpy. `Formula` pairs a hand-designed
 formula's plain jax.numpy function with its expression over named constants (PPO-clip's eps,
 DPO's alpha and beta; see formulas.py).
 """
@@ -30,7 +30,7 @@ import numpy as np
 import sympy as sp
 from sympy.parsing.sympy_parser import auto_number, convert_xor, parse_expr
 
-from metadisco_common.errors import MetadiscoError
+from metadisco.core.errors import MetadiscoError
 
 # ---------------------------------------------------------------------------------------------
 # Symbols and the whitelist

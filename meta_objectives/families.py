@@ -27,11 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 from optax.projections import projection_simplex
 
-from meta_objectives.base import MetaObjective, register
-from meta_objectives.drift import PPOClip
-from meta_objectives.drift_terms import SIDES, mix_terms, on_side
-from meta_objectives.expressions import compile_function
-from meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, number, ppo_clip_expression, with_constants
+from metadisco.meta_objectives.base import MetaObjective, register
+from metadisco.meta_objectives.drift import PPOClip
+from metadisco.meta_objectives.drift_terms import SIDES, mix_terms, on_side
+from metadisco.meta_objectives.expressions import compile_function
+from metadisco.meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, number, ppo_clip_expression, with_constants
 
 LOG_LIMIT = 6.0  # DPOSchedule: a constant moves at most e^6 (about 400x) away from its base value
 
@@ -300,14 +300,14 @@ class ValueLossMix(MetaObjective):
 
     def express(self, other):
         """PPO's clipped value loss at this clip range: the initial parameters."""
-        from meta_objectives.value_loss import ClippedL2
+        from metadisco.meta_objectives.value_loss import ClippedL2
 
         if isinstance(other, ClippedL2) and other.clip_eps == self.clip_eps:
             return self.default_params()
         return super().express(other)
 
     def value_loss(self, params, value, target, old_value):
-        from meta_objectives.value_loss import clipped_l2
+        from metadisco.meta_objectives.value_loss import clipped_l2
 
         w = self.weights(params)
         loss = w[0] * clipped_l2(value, target, old_value, self.clip_eps)

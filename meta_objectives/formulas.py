@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from meta_objectives.expressions import VARIABLES, ExpressionError, Formula, parse_expression
+from metadisco.meta_objectives.expressions import VARIABLES, ExpressionError, Formula, parse_expression
 
 
 def _as_drift(out, r, A, progress):

@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from meta_objectives.objectives import Objectives
-from metadisco_common.errors import MetadiscoError
-from metadisco_common.fileio import atomic_write_text
+from metadisco.core.errors import MetadiscoError
+from metadisco.core.fileio import atomic_write_text
+from metadisco.meta_objectives.objectives import Objectives
 
 FORMAT = "metadisco.objectives"
 VERSION = 1

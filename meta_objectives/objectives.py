@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import jax
 
-from meta_objectives import drift as _drift
-from meta_objectives import shaping as _shaping
-from meta_objectives import value_loss as _value_loss
-from meta_objectives.base import PLUGS, MetaObjective, from_spec
+from metadisco.meta_objectives import drift as _drift
+from metadisco.meta_objectives import shaping as _shaping
+from metadisco.meta_objectives import value_loss as _value_loss
+from metadisco.meta_objectives.base import PLUGS, MetaObjective, from_spec
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from dataclasses import field, replace
 
 import jax.numpy as jnp
 
-from meta_objectives._nets import apply_mlp, init_mlp
-from meta_objectives.base import FROM_ENV, MetaObjective, register
+from metadisco.meta_objectives._nets import apply_mlp, init_mlp
+from metadisco.meta_objectives.base import FROM_ENV, MetaObjective, register
 
 
 @register

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from meta_objectives._nets import apply_mlp, init_mlp
-from meta_objectives.base import MetaObjective, register
-from meta_objectives.formulas import L2_EXPRESSION
+from metadisco.meta_objectives._nets import apply_mlp, init_mlp
+from metadisco.meta_objectives.base import MetaObjective, register
+from metadisco.meta_objectives.formulas import L2_EXPRESSION
 
 
 def l2(value, target):

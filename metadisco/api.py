@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from metadisco_common.errors import ConfigError, MetadiscoError
+from metadisco.core.errors import ConfigError, MetadiscoError
 
 __all__ = ["Exported", "distil", "evaluate", "export", "plot", "train"]
 
@@ -82,7 +82,7 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
     """Held-out evaluation of `targets` ("ppo", "dpo", objectives files, run directories,
     RUN_DIR:best / :init, `module:attr` objectives) on `envs` (names or `module:attr`, a list or
     a comma-separated string), as `metadisco evaluate` (which calls this); `options` as
-    `analysis.evaluation.run.evaluate` (seeds, budget, quick, suite, tune_lr, lr, seed, progress,
+    `metadisco.analysis.evaluation.run.evaluate` (seeds, budget, quick, suite, tune_lr, lr, seed, progress,
     protocol, bootstrap_reps). Writes results.json/csv/md and the curves to `out` (default:
     RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP) and returns the results, with
     "out_dir" the folder written.
@@ -98,8 +98,8 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
     is refused with ConstraintsViolated before anything compiles; allow_invalid=True evaluates
     it anyway, with a warning on stderr.
     """
-    from analysis.targets import declared_heldout, require_valid_target, resolve_target
-    from meta_objectives import ConstraintsViolated
+    from metadisco.analysis.targets import declared_heldout, require_valid_target, resolve_target
+    from metadisco.meta_objectives import ConstraintsViolated
 
     if isinstance(targets, (str, Path)):
         targets = [targets]
@@ -114,8 +114,8 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
                   f"{len(e.violations)} constraint(s) ({', '.join(v.constraint for v in e.violations)}):\n  - "
                   + "\n  - ".join(e.violations), file=sys.stderr)
 
-    from analysis.evaluation import render
-    from analysis.evaluation import run as evaluation
+    from metadisco.analysis.evaluation import render
+    from metadisco.analysis.evaluation import run as evaluation
     if envs is None and options.get("suite") is None and not options.get("quick"):
         found = declared_heldout(resolved)
         if found is not None:
@@ -140,7 +140,7 @@ def _inner_settings(inner: dict | Sequence[str] | None, targets) -> dict:
     """PPO overrides for every environment: the first run target's `inner` section when `targets`
     are given (inner_from_run; its total_timesteps stays out, the budget sets it), then `inner`
     (a dict or FIELD=VALUE items), coerced and checked as `metadisco train` does inner.FIELD=VALUE."""
-    from analysis.runs import Run
+    from metadisco.analysis.runs import Run
     from metadisco.config import inner_config
 
     items = _items(inner) if isinstance(inner, dict) else list(inner or ())
@@ -159,11 +159,11 @@ def _inner_settings(inner: dict | Sequence[str] | None, targets) -> dict:
 
 
 def plot(run_dir: str | Path, **options) -> dict:
-    """Draw a run's figures and write its report (`analysis.plots.plot_run` options: out_dir,
+    """Draw a run's figures and write its report (`metadisco.analysis.plots.plot_run` options: out_dir,
     formats, which); returns {figure: [paths]}, "report": [path], and "notes": what was skipped.
     A figure that fails to draw is a bug: the others are drawn, then FigureError names it."""
-    from analysis.plots import plot_run
-    from analysis.runs import Run
+    from metadisco.analysis.plots import plot_run
+    from metadisco.analysis.runs import Run
 
     Run(run_dir).config()  # RunDirError before anything heavy
     notes: list[str] = []
@@ -180,8 +180,8 @@ def distil(run_dir: str | Path, which: str = "mean", plugs: Sequence[str] | None
     The fit runs on the points PPO visits when it trains with the run's objectives on each of its
     meta-training environments, equally many per environment, plus points from a prior.
     """
-    from analysis.distillation.run import check_distil_options, distil_run, distillable
-    from analysis.runs import Run
+    from metadisco.analysis.distillation.run import check_distil_options, distil_run, distillable
+    from metadisco.analysis.runs import Run
 
     run = Run(run_dir)
     cfg = run.config()
@@ -219,10 +219,10 @@ def export(run_dir: str | Path, which: str = "mean", *, expression: str | None =
     MetadiscoError for a candidate that does not exist, a plug with no valid candidate, or an
     expression that breaks its plug's constraints (export refuses what `metadisco check` refuses).
     """
-    from analysis.distillation.run import DISTILLABLE, distillable, pareto_rows, stored_report
-    from analysis.export import export_closed_form, export_discogen
-    from analysis.runs import Run
-    from meta_objectives.closed_form import closed_form_base
+    from metadisco.analysis.distillation.run import DISTILLABLE, distillable, pareto_rows, stored_report
+    from metadisco.analysis.export import export_closed_form, export_discogen
+    from metadisco.analysis.runs import Run
+    from metadisco.meta_objectives.closed_form import closed_form_base
 
     run = Run(run_dir)
     cfg = run.config()
@@ -278,9 +278,9 @@ def _visited(cfg, objectives, params, seed: int = 0):
     on each environment of `cfg` (the run's RunConfig), equally many per environment."""
     import jax
 
-    from analysis.distillation.run import balanced, visited_samples
-    from inner_loops import make_env
+    from metadisco.analysis.distillation.run import balanced, visited_samples
     from metadisco.config import ppo_config
+    from metadisco.inner_loops import make_env
 
     keys = jax.random.split(jax.random.key(cfg.seed + 7), len(cfg.envs))
     return balanced([visited_samples(k, make_env(env), ppo_config(cfg, env), objectives, params)

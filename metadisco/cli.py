@@ -14,7 +14,7 @@ import os
 import sys
 
 from metadisco import compile_cache
-from metadisco_common.errors import ConfigError, MetadiscoError, RunInterrupted
+from metadisco.core.errors import ConfigError, MetadiscoError, RunInterrupted
 
 
 def _setup_jax(args) -> None:

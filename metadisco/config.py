@@ -1,7 +1,7 @@
 """Run configuration: experiment files (TOML), command-line overrides, and `validate`.
 
 A run is fully described by a `RunConfig` (its schema, frozen dataclasses, is
-`analysis.run_config`'s, and the checks of its values `analysis.run_config_checks`': the run
+`metadisco.analysis.run_config`'s, and the checks of its values `metadisco.analysis.run_config_checks`': the run
 directory's reader parses and checks config.json with them too; this module exports the schema as
 the place a config is built from); the run directory stores it resolved (config.json), so any run
 can be re-created and resumed. `validate` checks a config before anything compiles: the jax-free
@@ -16,7 +16,8 @@ import json
 import tomllib
 from pathlib import Path
 
-from analysis.run_config import (
+from metadisco import resources
+from metadisco.analysis.run_config import (
     DistributionConfig,
     ESConfig,
     ExpectConfig,
@@ -27,11 +28,10 @@ from analysis.run_config import (
     RunConfig,
     read_section,
 )
-from analysis.run_config_checks import check_run_config
-from analysis.verdicts import objectives_signature
-from meta_objectives.plugs import PLUGS
-from metadisco import resources
-from metadisco_common.errors import ConfigError
+from metadisco.analysis.run_config_checks import check_run_config
+from metadisco.analysis.verdicts import objectives_signature
+from metadisco.core.errors import ConfigError
+from metadisco.meta_objectives.plugs import PLUGS
 
 # The schema's classes are part of this module's interface: a config is built here.
 __all__ = [
@@ -154,9 +154,9 @@ def validate(cfg: RunConfig) -> RunConfig:
 
 def check_static(cfg: RunConfig) -> None:
     """The checks that need neither jax nor an environment library: the environment names (a
-    plug-in is imported: inner_loops.catalog), then what the config says (`check_run_config`, the
+    plug-in is imported: metadisco.inner_loops.catalog), then what the config says (`check_run_config`, the
     check every reader of a run directory makes too)."""
-    from inner_loops.catalog import check_env_name
+    from metadisco.inner_loops.catalog import check_env_name
 
     for env in (*cfg.envs, *cfg.heldout.envs):
         check_env_name(env)
@@ -202,10 +202,10 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
 
 
 def _check_plugin_envs(names) -> None:
-    """Build each plug-in environment once (inner_loops.envs traces a reset and a step), so
+    """Build each plug-in environment once (metadisco.inner_loops.envs traces a reset and a step), so
     that one that is not an environment is reported here, before anything compiles."""
-    from inner_loops import make_env
-    from inner_loops.catalog import is_builtin_env
+    from metadisco.inner_loops import make_env
+    from metadisco.inner_loops.catalog import is_builtin_env
 
     for name in dict.fromkeys(names):
         if not is_builtin_env(name):
@@ -213,7 +213,7 @@ def _check_plugin_envs(names) -> None:
 
 
 def _obs_shape(env_name: str):
-    from inner_loops import make_env
+    from metadisco.inner_loops import make_env
 
     return make_env(env_name).obs_shape
 
@@ -221,7 +221,7 @@ def _obs_shape(env_name: str):
 def ppo_config(cfg: RunConfig, env_name: str, horizon: float = 1.0):
     """The PPO config of one meta-training environment: its preset with the run's overrides, and
     `horizon` (a fraction, distribution.horizons) of its total_timesteps."""
-    from inner_loops import preset_for
+    from metadisco.inner_loops import preset_for
 
     # greedy evaluation episodes only where the fitness scores them: the sampled score is the same
     # without them, and greedy episodes can run to the time limit (docs/benchmarks.md, "Greedy episodes")

@@ -19,15 +19,15 @@ from flax import struct
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from analysis import search_health as health
-from analysis.run_config_checks import FITNESS_SCORES
-from analysis.stats import gap_closed_ci, mean_ci, normalize_score
-from inner_loops import make_env, make_train
-from meta_objectives import Objectives
-from meta_objectives import names as objective_names
 from metadisco import strategy as strategies
+from metadisco.analysis import search_health as health
+from metadisco.analysis.run_config_checks import FITNESS_SCORES
+from metadisco.analysis.stats import gap_closed_ci, mean_ci, normalize_score
 from metadisco.config import ObjectivesConfig, RunConfig, ppo_config
-from metadisco_common.errors import ConfigError, MetadiscoError
+from metadisco.core.errors import ConfigError, MetadiscoError
+from metadisco.inner_loops import make_env, make_train
+from metadisco.meta_objectives import Objectives
+from metadisco.meta_objectives import names as objective_names
 
 
 def build_objectives(cfg: ObjectivesConfig, obs_shape) -> Objectives:
@@ -375,7 +375,7 @@ class MetaTrainer:
         return self.cfg.distribution.env_fitness == "mean"
 
     def _health_metrics(self, pop, per_seed, diverged, scores) -> dict:
-        """Search health (analysis.search_health): the agreement of the ES gradients and rankings from
+        """Search health (metadisco.analysis.search_health): the agreement of the ES gradients and rankings from
         two disjoint halves of the generation's seeds; {} with a single seed per member. scores [P]:
         the generation's scores (before the pair control variate), to tell a collapsed population."""
         seeds = per_seed.shape[-1]

@@ -1,6 +1,6 @@
 """The named experiments that ship with metadisco (experiments/*.toml), read through
 importlib.resources: the same names from a checkout, an editable install or a wheel. (The zoo of
-discovered objectives is read by meta_objectives.discovered.)
+discovered objectives is read by metadisco.meta_objectives.discovered.)
 
 jax-free. Each data folder keeps its place at the top of the repository (experiments/) and is
 installed as a subpackage of metadisco (pyproject.toml maps `metadisco.experiments` onto

@@ -1,4 +1,4 @@
-"""The writing side of a run directory (the layout and every read: analysis.runs.Run).
+"""The writing side of a run directory (the layout and every read: metadisco.analysis.runs.Run).
 
     run = RunDir(path)
     with run.lock():                 one writer per run directory (an OS lock; see `lock`)
@@ -10,7 +10,7 @@
         run.save_checkpoint(gen, tree) / run.load_checkpoint(template)
 
 Every file is written whole or not at all (temporary file + fsync + rename, through
-metadisco_common.fileio) with the umask's mode; a failed write raises RunWriteError naming the file
+metadisco.core.fileio) with the umask's mode; a failed write raises RunWriteError naming the file
 and the cause, and leaves the previous files as they were.
 """
 
@@ -24,8 +24,8 @@ import os
 import socket
 from pathlib import Path
 
-from analysis.runs import Run, RunDirError, RunWriteError, writing
-from metadisco_common.fileio import atomic_write_bytes, atomic_write_text, to_jsonable
+from metadisco.analysis.runs import Run, RunDirError, RunWriteError, writing
+from metadisco.core.fileio import atomic_write_bytes, atomic_write_text, to_jsonable
 
 __all__ = ["KEEP_CHECKPOINTS", "RunDir", "RunDirError", "RunLockedError", "RunWriteError"]
 

@@ -10,8 +10,8 @@ import inspect
 
 # The tables of strategy names (which exist, which pair members, which keep their own weights, which
 # cannot run here) and of fitness shapings are the run config's allowed values, checked before jax
-# starts: analysis.run_config_checks'.
-from analysis.run_config_checks import (  # noqa: F401  (re-exported)
+# starts: metadisco.analysis.run_config_checks'.
+from metadisco.analysis.run_config_checks import (  # noqa: F401  (re-exported)
     ANTITHETIC_STRATEGIES,
     FITNESS_SHAPING,
     STRATEGIES,

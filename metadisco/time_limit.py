@@ -4,7 +4,7 @@ A batch job with a wall-time limit (a Slurm allocation, a GPU lent for an aftern
 with a checkpoint, not be killed in the middle of a generation. Before each generation the host
 loop asks `TimeLimit.fits` whether the next step, as measured so far in this process, still ends
 inside the limit; if not, it writes a checkpoint and stops with exit status `EXIT_TIME_LIMIT`
-(metadisco_common.errors), which a job script requeues on:
+(metadisco.core.errors), which a job script requeues on:
 
     metadisco train EXPERIMENT --run-dir runs/R --time-limit 3h50m    # a first job
     metadisco train --resume runs/R --time-limit 3h50m                 # each requeued one
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from metadisco_common.errors import ConfigError
+from metadisco.core.errors import ConfigError
 
 HEADROOM = 1.2  # a step's predicted time is its slowest measured time x this (generations alternate envs)
 

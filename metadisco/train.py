@@ -30,17 +30,17 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from analysis import search_health as health
-from analysis.runs import completed
-from analysis.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
-from meta_objectives import save_objectives
-from meta_objectives.constraints import check_evolved
 from metadisco import config as config_lib
+from metadisco.analysis import search_health as health
+from metadisco.analysis.runs import completed
+from metadisco.analysis.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
+from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
+from metadisco.meta_objectives import save_objectives
+from metadisco.meta_objectives.constraints import check_evolved
 from metadisco.mirrors import Mirrors
 from metadisco.rundir import RunDir, RunDirError, RunWriteError
 from metadisco.time_limit import TimeLimit
-from metadisco_common.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
 
 
 def _checkpoint_tree(state: RunState, baseline: Baseline) -> dict:

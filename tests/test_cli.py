@@ -140,9 +140,9 @@ def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
 def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
     """The analysis chain a user runs after training a drift and a value loss together:
     distil -> export (both closed forms in one objectives file) -> evaluate the export."""
-    from meta_objectives import ClosedFormDrift, ClosedFormValueLoss, load_objectives
     from metadisco.cli import main
     from metadisco.config import ObjectivesConfig
+    from metadisco.meta_objectives import ClosedFormDrift, ClosedFormValueLoss, load_objectives
     from metadisco.train import run
     from tests.test_engine import tiny_config
 
@@ -270,7 +270,7 @@ def test_a_refused_resume_lists_what_its_overrides_change_in_the_stored_config(t
 
 
 def test_objectives_name_shows_what_an_objective_computes_its_options_and_parameters(capsys):
-    import meta_objectives
+    from metadisco import meta_objectives
 
     code, out, _ = metadisco_in_process(["objectives", "value_loss_mix"], capsys)
     assert code == 0

@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import meta_objectives as mo
-from meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
-from meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
-from meta_objectives.expressions import evaluate_numpy, evaluate_value_loss_numpy, to_jax_module_source, to_latex
-from meta_objectives.formulas import dpo_expression
+import metadisco.meta_objectives as mo
+from metadisco.meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
+from metadisco.meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
+from metadisco.meta_objectives.expressions import evaluate_numpy, evaluate_value_loss_numpy, to_jax_module_source, to_latex
+from metadisco.meta_objectives.formulas import dpo_expression
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -203,7 +203,7 @@ def test_value_loss_constraints(expr, fragment):
 def test_closed_form_value_loss_on_the_clipped_base_is_ppo_clipped_l2(tmp_path):
     """base="clipped_l2" applies PPO's value clipping to the expression: for e**2/2 it is PPO's
     clipped value loss, and it equals the bare expression where v_old = v."""
-    from meta_objectives.value_loss import clipped_l2
+    from metadisco.meta_objectives.value_loss import clipped_l2
 
     keys = jax.random.split(jax.random.key(3), 3)
     value, target, old_value = (2.0 * jax.random.normal(k, (2048,)) for k in keys)

@@ -7,14 +7,14 @@ import jax
 import numpy as np
 import pytest
 
-import meta_objectives as mo
-from analysis.distillation import data as D
-from analysis.distillation.fit import distil_drift, distil_over_progress, distil_value_loss
-from analysis.distillation.methods import drift_library, fit_dpo, fit_sparse, fit_symbolic
-from analysis.export import export_closed_form
-from meta_objectives.closed_form import ClosedFormDrift
-from meta_objectives.constraints import check_drift_constraints
-from meta_objectives.formulas import dpo_expression
+import metadisco.meta_objectives as mo
+from metadisco.analysis.distillation import data as D
+from metadisco.analysis.distillation.fit import distil_drift, distil_over_progress, distil_value_loss
+from metadisco.analysis.distillation.methods import drift_library, fit_dpo, fit_sparse, fit_symbolic
+from metadisco.analysis.export import export_closed_form
+from metadisco.meta_objectives.closed_form import ClosedFormDrift
+from metadisco.meta_objectives.constraints import check_drift_constraints
+from metadisco.meta_objectives.formulas import dpo_expression
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -197,8 +197,8 @@ def test_export_writes_drift_and_value_loss_together(tmp_path):
 def test_a_progress_dependent_drift_is_distilled_at_both_ends_and_interpolated():
     """TA-LPO drifts change over training; one static fit cannot keep that. A drift that moves
     from DPO at the start to PPO-clip at the end is recovered exactly at every progress."""
-    from meta_objectives.closed_form import PPO_CLIP_EXPRESSION
-    from meta_objectives.expressions import evaluate_numpy
+    from metadisco.meta_objectives.closed_form import PPO_CLIP_EXPRESSION
+    from metadisco.meta_objectives.expressions import evaluate_numpy
 
     target = ClosedFormDrift(f"(1 - p)*({dpo_expression(2.0, 0.6)}) + p*({PPO_CLIP_EXPRESSION})")
     report = distil_over_progress(target, seed=0, symbolic=False)
@@ -217,8 +217,8 @@ def test_a_value_loss_on_the_clipped_base_is_exported_with_its_clipping(tmp_path
     at v_old = v (where the clipping does nothing), so its expressions are over e, t alone; the
     report carries the base, and the export applies PPO's value clipping to the chosen expression
     again, in the objectives file and in the module, instead of silently dropping it."""
-    from analysis.distillation.run import distil_run_value_loss
-    from meta_objectives.closed_form import ClosedFormValueLoss
+    from metadisco.analysis.distillation.run import distil_run_value_loss
+    from metadisco.meta_objectives.closed_form import ClosedFormValueLoss
 
     learned = mo.LearnedClippedValueLoss()
     keys = jax.random.split(jax.random.key(4), 4)

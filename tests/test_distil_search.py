@@ -1,4 +1,4 @@
-"""The symbolic search whose candidates are valid by construction (analysis.distillation.search), and
+"""The symbolic search whose candidates are valid by construction (metadisco.analysis.distillation.search), and
 distillation of synthetic drifts that are not in the fitting library: each must come back as a
 valid closed form with grid R^2 >= 0.99, its slope error reported, within a small budget; the
 smooth ones (a KL penalty, an exponential wall, an f-divergence) in their own form, which agrees
@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from analysis.distillation import fit as D
-from analysis.distillation.search import DIVERGENCES, Plug, Problem, atoms, search, transform, transform_expression
-from meta_objectives.closed_form import ClosedFormDrift
-from meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
-from meta_objectives.expressions import evaluate_numpy
+from metadisco.analysis.distillation import fit as D
+from metadisco.analysis.distillation.search import DIVERGENCES, Plug, Problem, atoms, search, transform, transform_expression
+from metadisco.meta_objectives.closed_form import ClosedFormDrift
+from metadisco.meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
+from metadisco.meta_objectives.expressions import evaluate_numpy
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,7 +29,7 @@ BUDGET = {"generations": 12, "population_size": 150}
 
 
 def _random_tree(rng, terminals, depth):
-    from analysis.distillation.search import BINARY, UNARY
+    from metadisco.analysis.distillation.search import BINARY, UNARY
 
     if depth == 0 or rng.random() < 0.3:
         return ("c", float(rng.uniform(-2, 2))) if rng.random() < 0.25 else ("x", terminals[rng.integers(len(terminals))])

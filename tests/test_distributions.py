@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from inner_loops import preset_for
 from metadisco.config import DistributionConfig, ESConfig, InnerConfig, RunConfig, resolve, validate
 from metadisco.engine import MetaTrainer, centered_ranks, fetch, mirrored
+from metadisco.inner_loops import preset_for
 from metadisco.rundir import RunDir
 from metadisco.strategy import STRATEGIES, UNSUPPORTED_STRATEGIES, is_population_based, make_strategy
 from metadisco.train import run

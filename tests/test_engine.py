@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis.run_config_checks import FITNESS_KINDS
-from inner_loops.ppo import TrainResult
+from metadisco.analysis.run_config_checks import FITNESS_KINDS
 from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.core.errors import EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.engine import Baseline, MetaTrainer, NormaliserError, fetch, fitness_from
+from metadisco.inner_loops.ppo import TrainResult
 from metadisco.rundir import RunDir, RunDirError
 from metadisco.strategy import (
     ANTITHETIC_STRATEGIES,
@@ -22,7 +23,6 @@ from metadisco.strategy import (
 )
 from metadisco.time_limit import TimeLimit
 from metadisco.train import run
-from metadisco_common.errors import EXIT_TIME_LIMIT, RunInterrupted
 
 pytestmark = pytest.mark.timeout(300)
 

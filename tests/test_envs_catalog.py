@@ -5,14 +5,14 @@ import sys
 
 import pytest
 
-from inner_loops import catalog
+from metadisco.inner_loops import catalog
 
 
 @pytest.mark.timeout(120)
 def test_catalog_equals_gymnax_and_brax_registries():
     import gymnax
 
-    from inner_loops.envs import registered_brax_names
+    from metadisco.inner_loops.envs import registered_brax_names
 
     assert list(catalog.GYMNAX_ENVS) == list(gymnax.registered_envs)
     assert sorted(catalog.BRAX_ENVS) == sorted(registered_brax_names())
@@ -42,7 +42,7 @@ def test_catalog_is_jax_free():
 def test_a_variant_names_other_environment_parameters():
     """NAME[param=value,...]: a gymnax environment with other EnvParams (a held-out variant), its
     parameters checked by name and type, everything else unchanged."""
-    from metadisco_common.errors import ConfigError
+    from metadisco.core.errors import ConfigError
 
     assert catalog.env_variant("MountainCar-v0[gravity=0.003, max_steps_in_episode=300]") == (
         "MountainCar-v0", {"gravity": 0.003, "max_steps_in_episode": 300})
@@ -55,7 +55,7 @@ def test_a_variant_names_other_environment_parameters():
         with pytest.raises(ConfigError, match=message):
             catalog.check_env_name(bad)
 
-    from inner_loops import make_env
+    from metadisco.inner_loops import make_env
 
     plain, heavy = make_env("MountainCar-v0"), make_env("MountainCar-v0[gravity=0.003,max_steps_in_episode=300]")
     assert heavy.default_params.gravity == 0.003 and heavy.max_episode_steps == 300

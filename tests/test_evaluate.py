@@ -1,4 +1,4 @@
-"""`metadisco evaluate`: held-out evaluation against PPO and DPO (analysis.evaluation).
+"""`metadisco evaluate`: held-out evaluation against PPO and DPO (metadisco.analysis.evaluation).
 
 Every evaluation here uses the same tiny settings (2 seeds, 4096 steps); the tests that call
 `evaluate` directly share one compiled-program cache (`programs`). The statistics themselves
@@ -19,16 +19,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis import suites
-from analysis.evaluation import render
-from analysis.evaluation import run as evaluation
-from analysis.evaluation.programs import Programs
-from analysis.evaluation.protocol import LR_FACTORS
-from analysis.targets import resolve_target
-from inner_loops import preset_for, preset_name
-from meta_objectives import LPO, ClosedFormDrift, Objectives, PotentialShaping, save_objectives
+from metadisco.analysis import suites
+from metadisco.analysis.evaluation import render
+from metadisco.analysis.evaluation import run as evaluation
+from metadisco.analysis.evaluation.programs import Programs
+from metadisco.analysis.evaluation.protocol import LR_FACTORS
+from metadisco.analysis.targets import resolve_target
 from metadisco.cli import main
 from metadisco.config import ESConfig, InnerConfig, RunConfig
+from metadisco.inner_loops import preset_for, preset_name
+from metadisco.meta_objectives import LPO, ClosedFormDrift, Objectives, PotentialShaping, save_objectives
 from tests.helpers import metadisco_in_process as cli
 
 pytestmark = pytest.mark.timeout(300)
@@ -271,14 +271,14 @@ class NoEpisodePrograms(StandInPrograms):
 
 
 def test_no_episode_ended_reads_the_inner_loops_carried_curve():
-    from analysis.evaluation.protocol import no_episode_ended
-    from inner_loops.ppo import carry_forward
+    from metadisco.analysis.evaluation.protocol import no_episode_ended
+    from metadisco.inner_loops.ppo import carry_forward
 
     nan = np.nan
     for init in (0.36, nan):  # nan: a run without evaluation episodes
         none = carry_forward(jnp.full(6, nan), jnp.float32(init))
         late = carry_forward(jnp.array([nan, nan, nan, nan, nan, 2.0]), jnp.float32(init))  # one ended, at the end
-        run = {"returns": np.asarray([none, late], np.float64),  # as analysis.evaluation.run keeps a TrainResult
+        run = {"returns": np.asarray([none, late], np.float64),  # as metadisco.analysis.evaluation.run keeps a TrainResult
                "init_eval": np.asarray(jnp.float32([init, init]), np.float64)}
         assert no_episode_ended(run).tolist() == [True, False]
 
@@ -409,7 +409,7 @@ def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
     assert not jax.tree.all(jax.tree.map(np.array_equal, init.params["drift"], seed0))
 
     config = json.loads(run.config_path.read_text())
-    config["seed"] = "seven"  # read as analysis.runs reads every config: typed, or refused
+    config["seed"] = "seven"  # read as metadisco.analysis.runs reads every config: typed, or refused
     run.config_path.write_text(json.dumps(config))
     with pytest.raises(suites.EvaluationError, match="seed: cannot read 'seven' as int"):
         resolve_target(f"{run.path}:init")
@@ -581,7 +581,8 @@ def test_suites_have_budgets_and_appear_in_the_help_and_the_docs(capsys):
 
 
 def test_the_suites_table_is_jax_free():
-    code = "import sys, analysis.suites as s; s.help_text(); s.budget_for('brax/ant', 'quick'); print('jax' in sys.modules)"
+    code = ("import sys, metadisco.analysis.suites as s; s.help_text(); s.budget_for('brax/ant', 'quick'); "
+            "print('jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

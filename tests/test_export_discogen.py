@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis.export import export_discogen
-from inner_loops import PPOConfig, make_env
-from inner_loops.ppo import PPO, Batch, PPOHyperparams, ppo_loss
-from meta_objectives import ClosedFormDrift, ClosedFormValueLoss, Objectives
-from meta_objectives.formulas import dpo_expression
+from metadisco.analysis.export import export_discogen
+from metadisco.inner_loops import PPOConfig, make_env
+from metadisco.inner_loops.ppo import PPO, Batch, PPOHyperparams, ppo_loss
+from metadisco.meta_objectives import ClosedFormDrift, ClosedFormValueLoss, Objectives
+from metadisco.meta_objectives.formulas import dpo_expression
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -121,7 +121,7 @@ def _minimal_inputs(n=64):
 def test_a_progress_dependent_drift_never_runs_silently_at_p_zero_in_discogen(tmp_path):
     """Without config['PROGRESS'] the loss refuses, naming the two lines for train.py; with them,
     the progress it sees is metadisco's (update / NUM_UPDATES), traced through DiscoGen's jit."""
-    from analysis.export import DISCOGEN_PROGRESS_LINES, drift_uses_progress
+    from metadisco.analysis.export import DISCOGEN_PROGRESS_LINES, drift_uses_progress
 
     drift = f"(1 - p)*({dpo_expression(1.3, 0.9)}) + p*0.5*Max(0, r - 1.1)**2"
     assert drift_uses_progress(drift) and not drift_uses_progress(dpo_expression(1.3, 0.9))

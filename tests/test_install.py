@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from metadisco_common import jaxlib_guard
+from metadisco.core import jaxlib_guard
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -48,7 +48,7 @@ def test_the_guard_refuses_nothing_that_pyproject_allows():
 SEVERAL_PROGRAMS = textwrap.dedent(
     """
     import jax
-    from inner_loops import PPOConfig, make_env, make_train
+    from metadisco.inner_loops import PPOConfig, make_env, make_train
 
     # training only (final_return), 8 updates: the programs are the preset-sized ones whatever the
     # budget (it sets a scan's length), and the hang was in waiting for the second of them
@@ -138,7 +138,9 @@ def test_installed_gymnax_step_returns_the_new_six_tuple():
     assert {"final_observation", "terminated", "truncated"} <= set(info)
 
 
-PACKAGES = ("metadisco", "inner_loops", "meta_objectives", "analysis", "metadisco_common")
+# The repository's package folders and where the wheel installs each (pyproject.toml's package-dir).
+PACKAGES = {"metadisco": "metadisco", "inner_loops": "metadisco/inner_loops",
+            "meta_objectives": "metadisco/meta_objectives", "analysis": "metadisco/analysis"}
 
 
 def _build_wheel(out: Path) -> Path:
@@ -170,9 +172,11 @@ def test_wheel_ships_every_experiment_and_the_zoo_and_lists_them_from_anywhere(t
     assert {f"metadisco/experiments/{e}.toml" for e in experiments} <= members
     assert not any(m.startswith("experiments/") for m in members)  # no top-level package `experiments`
     zoo = sorted(p.stem for p in (ROOT / "zoo").glob("*.json"))
-    assert zoo and {f"meta_objectives/zoo/{z}.json" for z in zoo} <= members
-    assert not any(m.startswith("zoo/") for m in members)
-    subpackages = {str(p.parent.relative_to(ROOT)) for name in PACKAGES for p in (ROOT / name).rglob("__init__.py")}
+    assert zoo and {f"metadisco/meta_objectives/zoo/{z}.json" for z in zoo} <= members
+    assert {m.split("/")[0] for m in members} == {"metadisco", wheel.name.split("-")[0] + "-0.1.0.dist-info"}, \
+        "only metadisco is installed at the top of site-packages"
+    subpackages = {(Path(installed) / p.parent.relative_to(ROOT / folder)).as_posix()
+                   for folder, installed in PACKAGES.items() for p in (ROOT / folder).rglob("__init__.py")}
     assert {f"{s}/__init__.py" for s in subpackages} <= members, "a subpackage is missing from pyproject's packages"
 
     target = tmp_path / "installed"
@@ -184,15 +188,16 @@ def test_wheel_ships_every_experiment_and_the_zoo_and_lists_them_from_anywhere(t
     # -S: no .pth files, so the checkout's editable install is out of reach; dependencies come
     # from the venv's site-packages, metadisco only from the installed wheel.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])}
-    script = ("import metadisco, metadisco.config as c; print(metadisco.__file__); print(*c.list_experiments()); "
+    script = ("import metadisco, metadisco.config as c, metadisco.analysis as a; print(metadisco.__file__, a.__file__); "
+              "print(*c.list_experiments()); "
               "[c.load_experiment(e) for e in c.list_experiments()]; "
-              "from meta_objectives import discovered as z; print(*z.names()); "
-              "from analysis.targets import resolve_target; [resolve_target('zoo:' + n) for n in z.names()]")
+              "from metadisco.meta_objectives import discovered as z; print(*z.names()); "
+              "from metadisco.analysis.targets import resolve_target; [resolve_target('zoo:' + n) for n in z.names()]")
     proc = subprocess.run([sys.executable, "-S", "-c", script], cwd=elsewhere, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     where, listed, listed_zoo = proc.stdout.splitlines()
-    assert Path(where).is_relative_to(target), where
+    assert all(Path(w).is_relative_to(target) for w in where.split()), where
     assert listed.split() == experiments
     assert listed_zoo.split() == zoo  # the zoo from the installed wheel: every entry resolves as zoo:NAME
     proc = subprocess.run([sys.executable, "-S", "-m", "metadisco.cli", "train", "--help"], cwd=elsewhere, env=env,

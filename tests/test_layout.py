@@ -1,6 +1,5 @@
 """The design's layering holds: dependencies point one way, no import circle anywhere, no module
-reads another's private names, and no library file grows into a grab-bag (docs/design.md, "Design in one
-screen")."""
+reads another's private names, and one package is installed (docs/design.md, "Design in one screen")."""
 
 import ast
 from pathlib import Path
@@ -8,13 +7,44 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Each package may import itself and the packages after it, never those before it.
-LAYERS = ("metadisco", "analysis", "inner_loops", "meta_objectives", "metadisco_common")
-MAX_LINES = 500  # analysis/ and meta_objectives/: a file this long mixes concerns
+# The one installed package's layers, top to bottom, by module name, with the folder of each in the
+# repository (pyproject.toml's package-dir). Each layer may import itself and the layers after it.
+FOLDERS = {
+    "metadisco": "metadisco",
+    "metadisco.analysis": "analysis",
+    "metadisco.inner_loops": "inner_loops",
+    "metadisco.meta_objectives": "meta_objectives",
+    "metadisco.core": "metadisco/core",
+}
+LAYERS = tuple(FOLDERS)
 
 
-def modules(package):
-    return sorted((ROOT / package).rglob("*.py"))
+def layer_of(module: str) -> str | None:
+    """The layer `module` belongs to (the longest layer name it starts with), or None outside the package."""
+    found = [layer for layer in LAYERS if module == layer or module.startswith(layer + ".")]
+    return max(found, key=len, default=None)
+
+
+def modules(layer):
+    """The .py files of `layer`, without those of a deeper layer inside its folder."""
+    inner = [ROOT / FOLDERS[other] for other in LAYERS if other != layer and other.startswith(layer + ".")]
+    return sorted(p for p in (ROOT / FOLDERS[layer]).rglob("*.py") if not any(p.is_relative_to(d) for d in inner))
+
+
+def module_folder(module: str) -> Path:
+    """The repository folder of package `module` (metadisco.inner_loops -> inner_loops/)."""
+    layer = layer_of(module)
+    return ROOT / FOLDERS[layer] / module.removeprefix(layer).lstrip(".").replace(".", "/")
+
+
+def module_name(path: str) -> str:
+    """The installed module name of repository file `path` (inner_loops/ppo.py -> metadisco.inner_loops.ppo)."""
+    parts = path.removesuffix(".py").split("/")
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    for layer, folder in sorted(FOLDERS.items(), key=lambda kv: -len(kv[1])):
+        if parts[:len(folder.split("/"))] == folder.split("/"):
+            return ".".join([layer, *parts[len(folder.split("/")):]])
+    return ".".join(parts)
 
 
 def imported(path):
@@ -33,13 +63,24 @@ def test_dependencies_point_one_way(package):
     allowed = set(LAYERS[LAYERS.index(package):])
     bad = [f"{path.relative_to(ROOT)} imports {module}"
            for path in modules(package) for module, _ in imported(path)
-           if module.split(".")[0] in LAYERS and module.split(".")[0] not in allowed]
+           if layer_of(module) not in (None, *allowed)]
     assert not bad, bad
+
+
+def test_one_package_is_installed():
+    """Nothing but metadisco lands at the top of site-packages: every package the build lists is
+    metadisco or beneath it, and every layer's folder is mapped there."""
+    import tomllib
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {p.split(".")[0] for p in setuptools["packages"]} == {"metadisco"}
+    assert set(LAYERS) <= set(setuptools["packages"])
+    assert {layer: folder for layer, folder in FOLDERS.items() if "/" not in folder and layer != "metadisco"} \
+        == {k: v for k, v in setuptools["package-dir"].items() if k in LAYERS}
 
 
 # The command line sits on the library, never under it: what a verb and the API both need lives below both.
 COMMAND_LINE = ("metadisco/cli.py", "metadisco/commands/")
-LIBRARY = (*LAYERS, "benchmarks", "examples")
+LIBRARY = ("metadisco", "analysis", "inner_loops", "meta_objectives", "benchmarks", "examples")
 
 
 def commands_imported(source: str, package: tuple[str, ...]) -> list[str]:
@@ -61,7 +102,7 @@ def commands_imported(source: str, package: tuple[str, ...]) -> list[str]:
 
 def test_only_the_command_line_imports_the_commands():
     bad = [f"{rel} imports {', '.join(found)}"
-           for package in LIBRARY for path in modules(package)
+           for package in LIBRARY for path in sorted((ROOT / package).rglob("*.py"))
            if not (rel := path.relative_to(ROOT).as_posix()).startswith(COMMAND_LINE)
            and (found := commands_imported(path.read_text(), path.relative_to(ROOT).parent.parts))]
     assert not bad, bad
@@ -83,20 +124,14 @@ def test_no_module_imports_another_modules_private_names(package):
     bad = []
     for path in modules(package):
         for module, names in imported(path):
-            if module.split(".")[0] not in LAYERS:
+            if layer_of(module) is None:
                 continue
             private = [n for n in names if n.startswith("_") and n != "__version__"]
             # a package's own private helper modules (_nets, _compat) are its business
-            private = [n for n in private if not (ROOT / module.replace(".", "/") / f"{n}.py").exists()]
+            private = [n for n in private if not (module_folder(module) / f"{n}.py").exists()]
             if private:
                 bad.append(f"{path.relative_to(ROOT)}: from {module} import {', '.join(private)}")
     assert not bad, bad
-
-
-@pytest.mark.parametrize("package", ["analysis", "meta_objectives"])
-def test_no_library_file_is_a_grab_bag(package):
-    long = {str(p.relative_to(ROOT)): n for p in modules(package) if (n := len(p.read_text().splitlines())) > MAX_LINES}
-    assert not long, long
 
 
 # No import circles anywhere: a module never imports, directly or through others, one that imports it.
@@ -115,11 +150,7 @@ def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
     anywhere in a file (inside functions too), relative imports resolved. `from P import n` is an
     edge to P.n where that is a module, else to the module P's lazy `_EXPORTS` table names for n
     (the packages' PEP 562 re-exports), else to P."""
-    def name(path):
-        parts = path.removesuffix(".py").split("/")
-        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-    names = {name(p): p for p in sources}
+    names = {module_name(p): p for p in sources}
 
     def exports(package):
         path = names.get(package, "")
@@ -178,8 +209,8 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circle_anywhere_in_the_project():
     graph = import_graph(project_sources())
-    assert {"metadisco.cli", "inner_loops.envs", "tests.test_layout"} <= set(graph)
-    assert "metadisco_common.errors" in graph["metadisco.cli"]
+    assert {"metadisco.cli", "metadisco.inner_loops.envs", "tests.test_layout"} <= set(graph)
+    assert "metadisco.core.errors" in graph["metadisco.cli"]
     assert not import_circles(graph), import_circles(graph)
 
 

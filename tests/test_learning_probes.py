@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from inner_loops import PPOConfig, make_env, make_train
+from metadisco.inner_loops import PPOConfig, make_env, make_train
 
 # Pendulum-v1 (continuous actions, a Gaussian policy): 30 updates of 16 envs x 64 steps = 30,720
 # environment steps, 10 epochs of 8 minibatches, observation and reward normalisation, gamma 0.9

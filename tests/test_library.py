@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import meta_objectives
-from meta_objectives import load_objectives, save_objectives
-from metadisco import api
+from metadisco import api, meta_objectives
 from metadisco.cli import main
-from metadisco_common.errors import MetadiscoError
-from metadisco_common.plugins import PluginError
+from metadisco.core.errors import MetadiscoError
+from metadisco.core.plugins import PluginError
+from metadisco.meta_objectives import load_objectives, save_objectives
 from tests.helpers import LPO, TINY
 from tests.helpers import metadisco_in_process as _main_code
 
@@ -87,7 +86,7 @@ def test_the_examples_train_evaluate_and_plot_from_their_own_folder(project, mon
 BROKEN = textwrap.dedent("""
     from dataclasses import dataclass
     import jax.numpy as jnp
-    from meta_objectives import MetaObjective
+    from metadisco.meta_objectives import MetaObjective
 
     @dataclass(frozen=True)
     class Linear(MetaObjective):   # D = c A (r - 1): negative half the time, sloped at r = 1
@@ -157,7 +156,7 @@ def test_check_passes_the_example_drift_and_the_function_says_the_same(monkeypat
     ("no_such_module:Thing", "no module named 'no_such_module'"),
     ("user_objectives:Lineer", "has no attribute 'Lineer'. Did you mean Linear?"),
     ("user_objectives:not_a_class", "not an objective"),
-    ("meta_objectives.value_loss:L2", "not a drift objective"),
+    ("metadisco.meta_objectives.value_loss:L2", "not a drift objective"),
     ("user_objectives:NotFrozen", "not frozen"),
     ("user_objectives:Misspelled", "has no method 'drift' (found 'drfit')"),
 ])
@@ -175,7 +174,7 @@ def test_a_bad_plugin_environment_is_reported_before_compute(user_module, capsys
 
 EIGHT_LINES = textwrap.dedent("""
     import jax.numpy as jnp
-    from meta_objectives import MetaObjective
+    from metadisco.meta_objectives import MetaObjective
 
     class Tiny(MetaObjective):
         plug = "drift"
@@ -225,6 +224,20 @@ def test_an_objectives_file_records_the_import_path_and_reimports_it(tmp_path, m
         load_objectives(path)
 
 
+def test_a_stored_import_path_into_the_packages_metadisco_0_1_installed_at_the_top_still_loads(tmp_path):
+    """metadisco 0.1 installed meta_objectives beside metadisco; a file that names one of its
+    classes by that import path reads as the class now beneath metadisco."""
+    path = tmp_path / "old.json"
+    objectives = meta_objectives.Objectives(value_loss=meta_objectives.make_objective("value_loss", "l2"))
+    save_objectives(path, objectives, objectives.default_params(("value_loss",)))
+    doc = json.loads(path.read_text())
+    doc["spec"]["value_loss"]["name"] = "meta_objectives.value_loss:L2"
+    path.write_text(json.dumps(doc))
+    loaded, _, _ = load_objectives(path)
+    assert type(loaded.value_loss).__module__ == "metadisco.meta_objectives.value_loss"
+    assert type(loaded.value_loss) is type(objectives.value_loss)
+
+
 def test_installed_entry_points_are_resolved_and_listed(tmp_path, monkeypatch, capsys):
     site = tmp_path / "site"
     dist = site / "lab_objectives-1.2.dist-info"
@@ -242,7 +255,7 @@ def test_installed_entry_points_are_resolved_and_listed(tmp_path, monkeypatch, c
                for line in capsys.readouterr().out.splitlines())
     main(["envs"])
     assert any(line.startswith("corridor") and "lab_envs:Corridor" in line for line in capsys.readouterr().out.splitlines())
-    from inner_loops import make_env
+    from metadisco.inner_loops import make_env
 
     env = make_env("corridor")
     assert env.name == "corridor" and env.obs_shape == (8,) and env.discrete
@@ -272,8 +285,8 @@ def test_the_readme_drift_is_the_example_and_holds_its_constraints():
 
 @pytest.mark.timeout(60)
 def test_the_api_evaluates_a_run_on_the_held_out_set_it_declared(tmp_path, monkeypatch):
-    from analysis.evaluation import render
-    from analysis.evaluation import run as evaluation
+    from metadisco.analysis.evaluation import render
+    from metadisco.analysis.evaluation import run as evaluation
 
     run = tmp_path / "run"
     (run / "objectives").mkdir(parents=True)

@@ -1,7 +1,7 @@
 """Meta-objectives: drift constraints, baselines at init, formulas, vmap in training, files.
 
 The drift property tests are driven by the registry (every name in
-`meta_objectives.names("drift")`), as optax tests every entry of its optimiser table.
+`metadisco.meta_objectives.names("drift")`), as optax tests every entry of its optimiser table.
 """
 
 import functools
@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-import meta_objectives
-from inner_loops import PPOConfig, make_env, make_train
-from meta_objectives import (
+from metadisco import meta_objectives
+from metadisco.inner_loops import PPOConfig, make_env, make_train
+from metadisco.meta_objectives import (
     DPO,
     L2,
     LPO,
@@ -37,8 +37,8 @@ from meta_objectives import (
     make_objective,
     save_objectives,
 )
-from meta_objectives.constraints import perturbed_params
-from meta_objectives.shaping import monotone_transform
+from metadisco.meta_objectives.constraints import perturbed_params
+from metadisco.meta_objectives.shaping import monotone_transform
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -512,7 +512,7 @@ def test_every_shaping_is_identity_at_init_and_potential_based(name):
 def test_register_refuses_a_misspelled_plug_method_and_a_reused_name():
     from dataclasses import dataclass
 
-    from meta_objectives import MetaObjective, register
+    from metadisco.meta_objectives import MetaObjective, register
 
     with pytest.raises(TypeError, match="no method 'drift'.*'drfit'"):
         @register
@@ -557,8 +557,8 @@ def test_every_objective_is_a_frozen_dataclass_by_itself_and_a_decorator_changes
     runs a second pass that must build the same fields (metadata included) and not fail."""
     import dataclasses
 
-    from meta_objectives import MetaObjective, check_contract
-    from meta_objectives.base import FROM_ENV
+    from metadisco.meta_objectives import MetaObjective, check_contract
+    from metadisco.meta_objectives.base import FROM_ENV
 
     class Sized(MetaObjective):
         plug = "shaping"
@@ -598,7 +598,7 @@ def test_options_are_checked_with_close_matches_and_types():
 
 
 def test_hooks_answer_for_the_objective():
-    from meta_objectives import ClosedFormDrift
+    from metadisco.meta_objectives import ClosedFormDrift
 
     assert TALPO().depends_on_progress and not LPO().depends_on_progress
     assert ClosedFormDrift("p*(r - 1)**2").depends_on_progress and not ClosedFormDrift().depends_on_progress
@@ -619,8 +619,8 @@ def test_baseline_functions_equal_their_expressions(formula, constants):
     """PPO-clip and DPO are plain jnp functions beside their expression strings: on a grid of
     (r, A), the trust region's edges, r = 1 and A = 0 included, each function gives the compiled
     expression's values and gradients (d/dr, d/dA, and d/dalpha, d/dbeta, traced)."""
-    from meta_objectives.expressions import compile_function
-    from meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, dpo_drift, ppo_clip_drift
+    from metadisco.meta_objectives.expressions import compile_function
+    from metadisco.meta_objectives.formulas import DPO_FORMULA, PPO_CLIP_FORMULA, dpo_drift, ppo_clip_drift
 
     f, fn = {"ppo_clip": (PPO_CLIP_FORMULA, ppo_clip_drift), "dpo": (DPO_FORMULA, dpo_drift)}[formula]
     assert f.function is fn and f.constants == tuple(constants)
@@ -649,9 +649,9 @@ def test_baseline_functions_equal_their_expressions(formula, constants):
 
 def test_formulas_are_written_once():
     """PPO-clip and DPO: the objective, its closed form and its exported module are one formula."""
-    from meta_objectives import ClosedFormDrift
-    from meta_objectives.expressions import to_jax_module_source
-    from meta_objectives.formulas import dpo_expression, ppo_clip_expression
+    from metadisco.meta_objectives import ClosedFormDrift
+    from metadisco.meta_objectives.expressions import to_jax_module_source
+    from metadisco.meta_objectives.formulas import dpo_expression, ppo_clip_expression
 
     k_r, k_a = jax.random.split(jax.random.key(2))
     ratio = jnp.exp(0.5 * jax.random.normal(k_r, (2048,)))
@@ -700,7 +700,7 @@ def test_options_from_an_experiment_file_reach_the_objective(tmp_path):
 ])
 def test_bad_objective_options_fail_before_compute(override, message):
     from metadisco.config import resolve
-    from metadisco_common.errors import ConfigError
+    from metadisco.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         resolve(None, override.split())
@@ -733,7 +733,7 @@ def test_potential_reads_the_observation_in_its_scale_and_unit():
     """obs_scale divides each observation number before the network, scale multiplies Phi: the
     potential equals scale x the same network on obs / obs_scale; a length that does not match
     the environment is named before any compute, and the constraint checks run at its size."""
-    from meta_objectives.constraints import check_objective
+    from metadisco.meta_objectives.constraints import check_objective
 
     plain = PotentialShaping().for_env((2,))
     scaled = PotentialShaping(obs_scale=(1.0, 0.07), scale=30.0).for_env((2,))

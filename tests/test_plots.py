@@ -1,4 +1,4 @@
-"""analysis.plots: the figures' content (axes, labels, shared colour scales, lines), plot_run on run
+"""metadisco.analysis.plots: the figures' content (axes, labels, shared colour scales, lines), plot_run on run
 directories (a real tiny one and a synthetic one with every learned plug point), and `metadisco plot`."""
 
 import base64
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from matplotlib.collections import QuadMesh
 
-import meta_objectives as mo
-from analysis import plots
-from analysis.figures.drift import (
+import metadisco.meta_objectives as mo
+from metadisco.analysis import plots
+from metadisco.analysis.figures.drift import (
     GRAD_LABEL,
     SLICE_ADVANTAGES,
     default_drift_comparison,
@@ -23,13 +23,13 @@ from analysis.figures.drift import (
     drift_surface_figure,
     progress_surfaces_figure,
 )
-from analysis.figures.shaping import observation_bounds, shaping_figure
-from analysis.figures.style import A_LABEL, D_LABEL, R_LABEL
-from analysis.figures.training import training_curves_figure
-from analysis.figures.value_loss import value_loss_figure
-from meta_objectives import save_objectives
-from meta_objectives.objectives import Objectives
-from metadisco_common.errors import MetadiscoError
+from metadisco.analysis.figures.shaping import observation_bounds, shaping_figure
+from metadisco.analysis.figures.style import A_LABEL, D_LABEL, R_LABEL
+from metadisco.analysis.figures.training import training_curves_figure
+from metadisco.analysis.figures.value_loss import value_loss_figure
+from metadisco.core.errors import MetadiscoError
+from metadisco.meta_objectives import save_objectives
+from metadisco.meta_objectives.objectives import Objectives
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -172,7 +172,7 @@ def test_surrogate_gradient_of_ppo_clip_is_a_or_zero():
 def test_difference_column_is_zero_for_identical_drifts(lpo):
     """The learned - distilled column (`metadisco distil`): two identical drifts draw 0 in both rows,
     the gradient row included (the difference of the two weights, not the weight A - d(0)/dr = A)."""
-    from analysis.figures.drift import DriftDifference
+    from metadisco.analysis.figures.drift import DriftDifference
 
     obj, params = lpo
     fig = drift_surface_figure({"learned − learned": (DriftDifference(obj, params, obj, params), {})}, num=21)
@@ -183,7 +183,7 @@ def test_difference_column_is_zero_for_identical_drifts(lpo):
 
 def test_difference_column_draws_the_difference_of_the_weights(lpo):
     """For two different drifts the gradient panel is weight(a) - weight(b), panel for panel."""
-    from analysis.figures.drift import DriftDifference
+    from metadisco.analysis.figures.drift import DriftDifference
 
     obj, params = lpo
     ppo = mo.PPOClip()
@@ -200,7 +200,7 @@ def test_difference_column_has_colour_bars_and_scales_of_its_own(lpo):
     """The difference is signed and of another size than the drifts: in both rows the difference
     column has its own symmetric scale and a colour bar labelled as a difference; the drifts'
     scales are set by the drifts alone."""
-    from analysis.figures.drift import DIFF_GRAD_LABEL, DIFF_LABEL, GRAD_LABEL, DriftDifference
+    from metadisco.analysis.figures.drift import DIFF_GRAD_LABEL, DIFF_LABEL, GRAD_LABEL, DriftDifference
 
     obj, params = lpo
     ppo = mo.PPOClip()
@@ -222,7 +222,7 @@ def test_difference_column_has_colour_bars_and_scales_of_its_own(lpo):
 
 def test_closed_form_drift_surface_matches_its_objective():
     """A closed-form drift (the exported representation) draws the same surface as the objective."""
-    from meta_objectives.formulas import dpo_expression
+    from metadisco.meta_objectives.formulas import dpo_expression
 
     dpo = mo.DPO()
     fig = drift_surface_figure({"closed form": (mo.ClosedFormDrift(dpo_expression()), None),
@@ -373,8 +373,8 @@ def test_training_curves_figure():
 
 def test_the_figure_the_console_and_the_report_number_a_generation_alike(tmp_path):
     """A metrics row stores its generation 0-based; every human-facing place says how many are done."""
-    from analysis.report import write_report
-    from analysis.run_config import RunConfig
+    from metadisco.analysis.report import write_report
+    from metadisco.analysis.run_config import RunConfig
     from metadisco.train import _update_bar
 
     rows = metrics_rows(3, eval_at=(2,))
@@ -509,9 +509,9 @@ def test_the_report_carries_the_verdict_the_held_out_results_and_the_distillatio
     import dataclasses
     import shutil
 
-    from analysis.report import write_report
-    from analysis.run_config import ExpectConfig
-    from analysis.runs import Run
+    from metadisco.analysis.report import write_report
+    from metadisco.analysis.run_config import ExpectConfig
+    from metadisco.analysis.runs import Run
 
     run = Run(shutil.copytree(synthetic_run, tmp_path / "run"))
     for stamp, text in (("20240101-000000", "an older table"), ("20240202-000000", "| CartPole-v1 | 1.5 |")):
@@ -535,7 +535,7 @@ def test_a_figure_that_fails_is_shown_and_fails_the_run_after_the_others(synthet
                                                                           capsys):
     """A broken figure does not cost the others, nor does it pass unseen: its traceback goes to
     stderr, the report notes it, and plot_run raises FigureError (`metadisco plot` exits 1)."""
-    from metadisco_common.errors import EXIT_FAILED
+    from metadisco.core.errors import EXIT_FAILED
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the slices")
@@ -567,7 +567,7 @@ def test_observation_bounds_cover_cartpole():
 
 
 def test_plot_run_errors(tmp_path, synthetic_run):
-    with pytest.raises(MetadiscoError, match="no run directory"):  # RunDirError, from analysis.runs
+    with pytest.raises(MetadiscoError, match="no run directory"):  # RunDirError, from metadisco.analysis.runs
         plots.plot_run(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(MetadiscoError, match="config.json is missing"):
@@ -632,7 +632,7 @@ def test_a_potential_is_drawn_over_the_declared_box_where_the_environment_has_on
     """MountainCar declares a bounded observation box, and a random policy never leaves the
     start's neighbourhood (where a potential for reaching the flag matters least): the figure
     spans the whole box. CartPole's speeds are unbounded: the box a random policy visits."""
-    from analysis.figures.shaping import observation_bounds
+    from metadisco.analysis.figures.shaping import observation_bounds
 
     low, high = observation_bounds("MountainCar-v0")
     np.testing.assert_allclose(low, [-1.2, -0.07], rtol=1e-6)

@@ -16,7 +16,7 @@ import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from inner_loops import (
+from metadisco.inner_loops import (
     PRESETS,
     Env,
     PPOConfig,
@@ -28,10 +28,10 @@ from inner_loops import (
     preset_for,
     preset_name,
 )
-from inner_loops import envs as envs_module
-from inner_loops.catalog import DEFAULT_BRAX_BACKEND
-from inner_loops.envs import from_brax, from_gymnax
-from inner_loops.ppo import (
+from metadisco.inner_loops import envs as envs_module
+from metadisco.inner_loops.catalog import DEFAULT_BRAX_BACKEND
+from metadisco.inner_loops.envs import from_brax, from_gymnax
+from metadisco.inner_loops.ppo import (
     PPO,
     Batch,
     CriticPlan,
@@ -42,9 +42,9 @@ from inner_loops.ppo import (
     initial_network,
     ppo_loss,
 )
-from inner_loops.ppo import train as ppo_train
-from meta_objectives import LPO, Objectives
-from meta_objectives.value_loss import ClippedL2
+from metadisco.inner_loops.ppo import train as ppo_train
+from metadisco.meta_objectives import LPO, Objectives
+from metadisco.meta_objectives.value_loss import ClippedL2
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -360,7 +360,7 @@ def test_critic_values_after_the_rollout_equal_those_in_the_loop(cartpole, monke
     # Small observations get V(obs) and V(final_obs) in one critic pass after the rollout (a speed
     # change): it must give exactly what per-step passes give, through truncations, for the whole
     # training run.
-    from inner_loops import ppo as ppo_module
+    from metadisco.inner_loops import ppo as ppo_module
 
     assert np.prod(cartpole.obs_shape) <= ppo_module.CRITIC_AFTER_ROLLOUT_MAX_OBS
     after = _run("CartPole-v1", TEN)  # the shared run, built (or kept) before the patch below
@@ -378,7 +378,7 @@ def test_bootstrap_values_from_successors_equal_a_pass_over_every_final_observat
     # shorter, unknown, or `is_truncated` is the env's own), truncations included.
     import gymnax
 
-    from inner_loops import ppo as ppo_module
+    from metadisco.inner_loops import ppo as ppo_module
 
     config = PPOConfig(num_envs=8, num_steps=16, total_timesteps=4096, hidden=(16,), num_minibatches=2)
     core, params = gymnax.make(name)

@@ -16,13 +16,13 @@ import sys
 
 import pytest
 
-from analysis.distillation.run import write_output
-from analysis.runs import Run, parse_metrics
+from metadisco.analysis.distillation.run import write_output
+from metadisco.analysis.runs import Run, parse_metrics
 from metadisco.config import resolve
+from metadisco.core.errors import EXIT_TERMINATED, MetadiscoError
 from metadisco.engine import MetaTrainer
 from metadisco.rundir import RunDir, RunLockedError, RunWriteError
 from metadisco.train import run
-from metadisco_common.errors import EXIT_TERMINATED, MetadiscoError
 from tests.helpers import LPO, TINY, start_metadisco, wait_for_rows
 from tests.test_engine import metric_rows, quadratic_train, tiny_config
 

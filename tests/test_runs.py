@@ -1,4 +1,4 @@
-"""analysis.runs: the one reader of a run directory (jax-free; complete lines and files only)."""
+"""metadisco.analysis.runs: the one reader of a run directory (jax-free; complete lines and files only)."""
 
 import json
 import subprocess
@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from analysis.run_config import HeldoutConfig, InnerConfig, ObjectivesConfig, RunConfig
-from analysis.runs import Run, RunDirError, parse_metrics, run_containing
-from metadisco_common.errors import MetadiscoError
+from metadisco.analysis.run_config import HeldoutConfig, InnerConfig, ObjectivesConfig, RunConfig
+from metadisco.analysis.runs import Run, RunDirError, parse_metrics, run_containing
+from metadisco.core.errors import MetadiscoError
 
 
 def test_importing_the_reader_does_not_import_jax():

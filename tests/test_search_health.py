@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis import search_health
-from meta_objectives import MetaObjective
+from metadisco.analysis import search_health
 from metadisco.config import ESConfig, ExpectConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
 from metadisco.engine import MetaTrainer
+from metadisco.meta_objectives import MetaObjective
 from metadisco.rundir import RunDir
 from metadisco.train import health_line, run, verdict
 from tests.test_engine import stand_in_result
@@ -173,7 +173,7 @@ def test_the_progress_bar_shows_why_health_is_undefined_and_prints_the_warning()
 
 
 def test_the_report_labels_the_share_a_heuristic_and_says_why_health_is_undefined():
-    from analysis.report import _health_section
+    from metadisco.analysis.report import _health_section
 
     text = "".join(_health_section(health_rows([0] * 3 + [search_health.COLLAPSED] * 2)))
     assert "2c/(1+c) (a heuristic)" in text and "n/a in 2: every member scored the same" in text
@@ -386,7 +386,7 @@ def test_an_expectation_does_not_outlive_the_objectives_it_was_written_for():
 
 
 def test_the_gap_closed_is_reported_only_where_the_start_is_below_ppo():
-    from analysis.stats import gap_closed_ci
+    from metadisco.analysis.stats import gap_closed_ci
 
     start, ppo = np.zeros(8), np.ones(8)
     assert gap_closed_ci(np.full(8, 0.5), start, ppo)[0] == pytest.approx(0.5)
@@ -420,7 +420,7 @@ def scale_reporting_train(key, meta_params):
 def test_a_plug_that_does_not_evolve_has_one_set_of_parameters_everywhere(tmp_path):
     """A plug-in whose init draws a function-changing value: the generations, the comparisons on
     fresh seeds and the saved objectives all use init(key(seed))'s, not each their own."""
-    from meta_objectives import load_objectives
+    from metadisco.meta_objectives import load_objectives
 
     cfg = tiny(generations=2, eval_every=2, seed=3,
                objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8},

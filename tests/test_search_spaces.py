@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-import meta_objectives
-from inner_loops import make_env, make_train
-from meta_objectives import (
+from metadisco import meta_objectives
+from metadisco.inner_loops import make_env, make_train
+from metadisco.meta_objectives import (
     DPO,
     ClippedL2,
     ClosedFormDrift,
@@ -30,7 +30,7 @@ from meta_objectives import (
     PotentialShaping,
     PPOClip,
 )
-from meta_objectives.constraints import check_drift_constraints, check_objective
+from metadisco.meta_objectives.constraints import check_drift_constraints, check_objective
 from tests.test_objectives import TINY
 
 pytestmark = pytest.mark.timeout(240)
@@ -186,8 +186,8 @@ def test_a_mix_from_scratch_starts_at_no_drift_and_spans_what_it_names():
 
 
 def test_value_loss_mix_starts_at_ppo_and_is_its_closed_form_once_it_leaves_the_squared_loss():
-    from meta_objectives import ClosedFormValueLoss, ValueLossMix
-    from meta_objectives.value_loss import clipped_l2
+    from metadisco.meta_objectives import ClosedFormValueLoss, ValueLossMix
+    from metadisco.meta_objectives.value_loss import clipped_l2
 
     mix = ValueLossMix()
     k1, k2 = jax.random.split(jax.random.key(7))
@@ -233,7 +233,7 @@ def test_every_member_of_a_space_that_claims_validity_passes_its_plugs_checks(pl
 def test_the_first_value_loss_mix_is_kept_for_its_runs_and_its_dead_zone_is_caught():
     """version = 1 (relu weights) resumes the runs made with it; its members with every weight
     <= 0 (the demo's ES mean once) are a loss that is 0 everywhere, which the checks name."""
-    from meta_objectives import ValueLossMix
+    from metadisco.meta_objectives import ValueLossMix
 
     old = ValueLossMix(version=1)
     assert not old.valid_for_every_member
@@ -332,8 +332,8 @@ def test_a_ppo_run_with_drift_mix_and_learned_clipped_at_init_is_ppo_bit_for_bit
 def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path, capsys):
     """No distillation: `metadisco export RUN` writes the evolved member's own closed form.
     (`metadisco` in this process: the command's `main`, without a process's start-up.)"""
-    from meta_objectives import load_objectives
     from metadisco.cli import main
+    from metadisco.meta_objectives import load_objectives
     from tests.helpers import LPO
     from tests.helpers import TINY as TINY_RUN
 
@@ -351,9 +351,9 @@ def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path
 def test_a_stored_run_or_objectives_file_keeps_the_value_loss_mix_it_evolved():
     """Run directories and objectives files written before value_loss_mix had versions hold
     relu weights: they read (resume, evaluate) as version 1; a new config records version 2."""
-    from analysis.run_config import RunConfig
-    from meta_objectives import from_spec
+    from metadisco.analysis.run_config import RunConfig
     from metadisco.config import resolve
+    from metadisco.meta_objectives import from_spec
 
     new = resolve("rediscover_value_loss", ["generations=2"])
     stored = new.to_dict()

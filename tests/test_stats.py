@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from analysis import stats
+from metadisco.analysis import stats
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -329,7 +329,7 @@ def test_normalised_interval_with_exact_normaliser_is_the_plain_bootstrap_of_nor
 def test_default_bootstrap_bounds_are_stable_to_the_two_decimals_printed():
     """At the default replicates, two bootstrap seeds give bounds within half a unit of the last
     printed digit (evaluation prints bootstrap estimates with two decimals)."""
-    from analysis.evaluation.protocol import BOOTSTRAP_REPS
+    from metadisco.analysis.evaluation.protocol import BOOTSTRAP_REPS
 
     rng = np.random.default_rng(7)
     raw, ppo, zero = rng.normal(1.2, 0.3, (4, 2)), rng.normal(1.0, 0.2, (4, 2)), rng.normal(0.0, 0.1, (4, 2))

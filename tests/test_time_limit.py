@@ -2,8 +2,8 @@
 
 import pytest
 
+from metadisco.core.errors import ConfigError
 from metadisco.time_limit import HEADROOM, TimeLimit, format_duration, parse_duration
-from metadisco_common.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,12 +13,12 @@ import jax
 import numpy as np
 import pytest
 
-from analysis.suites import EvaluationError
-from analysis.targets import resolve_target
-from inner_loops import PPOConfig, make_env, make_train
-from inner_loops.catalog import check_env_name
-from meta_objectives import Objectives, discovered
-from meta_objectives.constraints import check_objective
+from metadisco.analysis.suites import EvaluationError
+from metadisco.analysis.targets import resolve_target
+from metadisco.inner_loops import PPOConfig, make_env, make_train
+from metadisco.inner_loops.catalog import check_env_name
+from metadisco.meta_objectives import Objectives, discovered
+from metadisco.meta_objectives.constraints import check_objective
 from tests.helpers import metadisco
 
 pytestmark = pytest.mark.timeout(240)

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
-from meta_objectives.constraints import as_drift_fn, check_drift_constraints, check_value_loss_constraints
-from meta_objectives.expressions import (
+from metadisco.core.errors import MetadiscoError
+from metadisco.meta_objectives.constraints import as_drift_fn, check_drift_constraints, check_value_loss_constraints
+from metadisco.meta_objectives.expressions import (
     DRIFT_VARIABLES,
     VALUE_LOSS_VARIABLES,
     evaluate_numpy,
     evaluate_value_loss_numpy,
     parse_expression,
 )
-from metadisco_common.errors import MetadiscoError
 
 LOG_RATIO_STD = 0.2  # default prior: log r ~ N(0, LOG_RATIO_STD^2), A ~ N(0, 1)
 GRID_R = (0.5, 2.0)

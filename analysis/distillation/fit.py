@@ -15,7 +15,7 @@ r in [0.5, 2], A in [-3, 3]. A candidate is a JSON-able dict:
    "grid": {"r2", "max_abs_error", "rmse", "weighted_rmse"}}
 
 `drift_fn(ratio, advantage, progress) -> D` is a plain callable (jax or numpy); a drift objective
-(with its params, via meta_objectives.constraints.as_drift_fn) or an expression string also work.
+(with its params, via metadisco.meta_objectives.constraints.as_drift_fn) or an expression string also work.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import itertools
 
 import numpy as np
 
-from analysis.distillation.data import (
+from metadisco.analysis.distillation.data import (
     GRID_A,
     GRID_NUM,
     GRID_R,
@@ -36,10 +36,10 @@ from analysis.distillation.data import (
     valid_subsample,
     visitation_samples,
 )
-from analysis.distillation.methods import fit_dpo, fit_sparse, fit_symbolic, value_loss_library
-from meta_objectives.constraints import check_drift_constraints
-from metadisco_common.errors import MetadiscoError
-from metadisco_common.fileio import to_jsonable
+from metadisco.analysis.distillation.methods import fit_dpo, fit_sparse, fit_symbolic, value_loss_library
+from metadisco.core.errors import MetadiscoError
+from metadisco.core.fileio import to_jsonable
+from metadisco.meta_objectives.constraints import check_drift_constraints
 
 # ---------------------------------------------------------------------------------------------
 # All together

@@ -3,11 +3,11 @@
     fit_dpo(data)                least squares of the DPO family (alpha, beta > 0)
     fit_sparse(data, library)    non-negative best subsets of a term library, plus thresholding
     fit_symbolic(data)           genetic programming whose candidates are valid by construction
-                                 (analysis.distillation.search): its Pareto front of size against error
+                                 (metadisco.analysis.distillation.search): its Pareto front of size against error
     drift_library(), value_loss_library(scale)   the term libraries fit_sparse draws from
-                                                 (drift_library lives in meta_objectives.drift_terms)
+                                                 (drift_library lives in metadisco.meta_objectives.drift_terms)
 
-`data` is a FitData (`analysis.distillation.data.prepare_drift` for a drift). Each matches what
+`data` is a FitData (`metadisco.analysis.distillation.data.prepare_drift` for a drift). Each matches what
 `data.fit` says: the target's values or its slopes along r (or e).
 """
 
@@ -19,10 +19,10 @@ import math
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from analysis.distillation.data import FitData, candidate, round_sig
-from analysis.distillation.search import Plug, Problem, search, transform_expression, tree_str
-from meta_objectives.drift_terms import drift_library
-from meta_objectives.formulas import DPO_FORMULA, dpo_expression
+from metadisco.analysis.distillation.data import FitData, candidate, round_sig
+from metadisco.analysis.distillation.search import Plug, Problem, search, transform_expression, tree_str
+from metadisco.meta_objectives.drift_terms import drift_library
+from metadisco.meta_objectives.formulas import DPO_FORMULA, dpo_expression
 
 # ---------------------------------------------------------------------------------------------
 # DPO family
@@ -135,7 +135,7 @@ def _record(chosen, subset, w, method="sparse", rel_tol=1e-4):
 
 def fit_symbolic(data: FitData, generations: int = 20, seed: int = 0, population_size: int = 200,
                  max_size: int = 15, parsimony: float = 1e-3, time_limit: float | None = None) -> dict:
-    """The valid-by-construction search (analysis.distillation.search) over `data` (at one
+    """The valid-by-construction search (metadisco.analysis.distillation.search) over `data` (at one
     progress) -> {"candidates" (the search's Pareto front as candidate dicts), "n_considered",
     "n_valid", "valid_share", "seconds", "generations", "population_size"}.
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 
-from analysis.runs import Run, RunDirError, writing
-from metadisco_common.errors import MetadiscoError
-from metadisco_common.fileio import atomic_write_text, save_figure, to_jsonable
+from metadisco.analysis.runs import Run, RunDirError, writing
+from metadisco.core.errors import MetadiscoError
+from metadisco.core.fileio import atomic_write_text, save_figure, to_jsonable
 
 DISTILLABLE = ("drift", "value_loss")
 REPORT_FILES = {"drift": "distil.json", "value_loss": "value_loss.json"}
@@ -51,7 +51,7 @@ def visited_samples(key, env, ppo_config, objectives, params, seeds: int = 2, pe
     import jax
     import numpy as np
 
-    from inner_loops import make_train
+    from metadisco.inner_loops import make_train
 
     steps = ppo_config.update_epochs * ppo_config.num_minibatches
     per_step = min(-(-per_update // steps), ppo_config.minibatch_size)
@@ -75,7 +75,7 @@ def balanced(row_sets, seed: int = 0):
 
 def check_distil_options(progress: float | None = None, prior_fraction: float = 0.5, fit: str = "value") -> None:
     """Refuse out-of-range options before any compute (MetadiscoError)."""
-    from analysis.distillation.data import FITS
+    from metadisco.analysis.distillation.data import FITS
 
     if fit not in FITS:
         raise MetadiscoError(f"--fit must be one of {', '.join(FITS)}, got {fit!r}")
@@ -177,10 +177,10 @@ def distil_run_drift(out, samples, objectives, params, symbolic, progress, seed,
     import jax
     import numpy as np
 
-    from analysis.distillation.data import sample_prior
-    from analysis.distillation.fit import distil_drift, distil_over_progress
-    from analysis.figures.drift import DriftDifference, drift_surface_figure
-    from meta_objectives import ClosedFormDrift
+    from metadisco.analysis.distillation.data import sample_prior
+    from metadisco.analysis.distillation.fit import distil_drift, distil_over_progress
+    from metadisco.analysis.figures.drift import DriftDifference, drift_surface_figure
+    from metadisco.meta_objectives import ClosedFormDrift
 
     drift, dparams = objectives.drift, params["drift"]
     over_progress = progress is None and drift.depends_on_progress
@@ -220,9 +220,9 @@ def distil_run_value_loss(out, values, targets, objectives, params, seed, symbol
     (learned_clipped) keeps its clipping, which export applies to the chosen expression."""
     import jax
 
-    from analysis.distillation.fit import distil_value_loss
-    from analysis.figures.value_loss import value_loss_figure
-    from meta_objectives.closed_form import ClosedFormValueLoss, closed_form_base
+    from metadisco.analysis.distillation.fit import distil_value_loss
+    from metadisco.analysis.figures.value_loss import value_loss_figure
+    from metadisco.meta_objectives.closed_form import ClosedFormValueLoss, closed_form_base
 
     loss, lparams = objectives.value_loss, params["value_loss"]
     loss_fn = jax.jit(lambda v, t: loss.value_loss(lparams, v, t, v))

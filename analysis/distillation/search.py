@@ -17,7 +17,7 @@ The sum of non-negative multiples of valid forms is valid, hence the non-negativ
 
 What the transform cannot guarantee is checked: finiteness (exp can overflow) and, for a value
 loss, that the gradient step moves v toward its target (e dL/de >= 0 for |e| > 1) on the check
-grid of meta_objectives.constraints. Those candidates count as considered and invalid.
+grid of metadisco.meta_objectives.constraints. Those candidates count as considered and invalid.
 
 One set of rules (`tree_values` over `_unary` / `_binary`) evaluates a tree both ways: numerically
 with directional derivatives (numpy backend; the search) and symbolically (sympy backend; the
@@ -54,7 +54,7 @@ import numpy as np
 import sympy as sp
 from scipy.optimize import least_squares, lsq_linear
 
-from meta_objectives.expressions import A_sym, e_sym, r_sym, t_sym
+from metadisco.meta_objectives.expressions import A_sym, e_sym, r_sym, t_sym
 
 DELTA = 1e-5  # the transform's dead band, larger than float32 rounding of g at the pivot
 
@@ -182,7 +182,7 @@ def constants_of(tree) -> list[float]:
 
 def with_tree_constants(tree, values):
     """`tree` (a candidate of the symbolic search) with its constant leaves replaced, in order, by
-    `values` (meta_objectives.formulas.with_constants fills a formula's named constants instead)."""
+    `values` (metadisco.meta_objectives.formulas.with_constants fills a formula's named constants instead)."""
     it = iter(values)
 
     def rebuild(t):
@@ -290,7 +290,7 @@ class Problem:
         if self.fit not in ("value", "slope"):
             raise ValueError(f"fit must be 'value' or 'slope', got {self.fit!r}")
         if self.check is None:
-            if self.plug.kind == "drift":  # meta_objectives.constraints' drift grid, coarser
+            if self.plug.kind == "drift":  # metadisco.meta_objectives.constraints' drift grid, coarser
                 R, Y = np.meshgrid(np.linspace(0.2, 3.0, 15), np.linspace(-3.0, 3.0, 13), indexing="ij")
             else:
                 R, Y = np.meshgrid(np.linspace(-10.0, 10.0, 21), np.linspace(-10.0, 10.0, 11), indexing="ij")

@@ -1,7 +1,7 @@
 """Held-out evaluation: discovered objectives against PPO and DPO on environments of your choice.
 
-    from analysis.evaluation import render, run
-    from analysis.targets import resolve_target
+    from metadisco.analysis.evaluation import render, run
+    from metadisco.analysis.targets import resolve_target
 
     targets = [resolve_target("runs/lpo-cartpole-20261101-120000"), resolve_target("dpo")]
     results = run.evaluate(targets, envs=["Acrobot-v1", "Catch-bsuite"], seeds=8, protocol="discogen")
@@ -17,8 +17,8 @@ One step a module (`metadisco.api.evaluate` and `metadisco evaluate` are the ent
     summary   per-environment intervals, PPO-normalised scores, IQM, probability of improvement
     render    markdown, CSV, the learning-curves figure, and the output folder (written atomically)
 
-The suites and budgets table is `analysis.suites` (jax-free; the CLI help is made from it) and the
-TARGET forms (ppo, dpo, an objectives file, RUN_DIR[:best|:mean|:init]) `analysis.targets`.
+The suites and budgets table is `metadisco.analysis.suites` (jax-free; the CLI help is made from it) and the
+TARGET forms (ppo, dpo, an objectives file, RUN_DIR[:best|:mean|:init]) `metadisco.analysis.targets`.
 Environments a target was meta-trained on are flagged "meta-train" and aggregated separately,
 never mixed into the held-out aggregate.
 """

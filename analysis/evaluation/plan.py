@@ -4,7 +4,7 @@
 
 A method is a target or a reference (PPO and DPO are always evaluated beside the targets); a job
 is one environment with its PPO config and budget. Every input error raises EvaluationError.
-The protocol (scores, learning-rate grid) is `analysis.evaluation.protocol`.
+The protocol (scores, learning-rate grid) is `metadisco.analysis.evaluation.protocol`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from analysis import suites
-from analysis.evaluation.programs import Programs
-from analysis.evaluation.protocol import Protocol
-from analysis.suites import EvaluationError
-from analysis.targets import REFERENCES, Target, builtin, full_params, resolve_target
-from inner_loops import Env, PPOConfig, check_env_name, preset_for
-from meta_objectives import Objectives
+from metadisco.analysis import suites
+from metadisco.analysis.evaluation.programs import Programs
+from metadisco.analysis.evaluation.protocol import Protocol
+from metadisco.analysis.suites import EvaluationError
+from metadisco.analysis.targets import REFERENCES, Target, builtin, full_params, resolve_target
+from metadisco.inner_loops import Env, PPOConfig, check_env_name, preset_for
+from metadisco.meta_objectives import Objectives
 
 __all__ = ["Method", "EnvJob", "Plan", "plan"]
 

@@ -4,7 +4,7 @@ One program per environment x PPO config x objectives structure x number of seed
 device layout: jit(train vmapped over seeds [and over a grid of hyperparameter settings]), the
 seeds split over the local devices. Hyperparameters are traced arguments, so PPO at any learning
 rate reuses one compile. The networks' initial parameters come from one small program per
-environment and PPO config (`inner_loops.ppo.initial_network`), shared by every method and grid,
+environment and PPO config (`metadisco.inner_loops.ppo.initial_network`), shared by every method and grid,
 so that the training programs compile without the initialisers. A `Programs` belongs to the evaluation that made it (pass one to
 `evaluate` to share compiles between evaluations in one process).
 """
@@ -18,9 +18,9 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from inner_loops import Env, PPOConfig, make_env
-from inner_loops.ppo import PPO, initial_network, make_train
-from meta_objectives import Objectives
+from metadisco.inner_loops import Env, PPOConfig, make_env
+from metadisco.inner_loops.ppo import PPO, initial_network, make_train
+from metadisco.meta_objectives import Objectives
 
 __all__ = ["Programs", "mesh", "hparams"]
 

@@ -7,7 +7,7 @@
     Protocol, PROTOCOLS         named protocols ("default", "discogen")
     resolve_protocol(...)       a protocol from a name and the --tune-lr shortcut
 
-A run is the dict `analysis.evaluation.run` makes from a TrainResult: "returns" [..., S, U] (the
+A run is the dict `metadisco.analysis.evaluation.run` makes from a TrainResult: "returns" [..., S, U] (the
 learning curve: mean return of the episodes that ended in each update), "eval", "eval_greedy"
 [..., S] (the final policy's mean return over complete evaluation episodes, actions sampled or
 greedy), "init_eval", "init_eval_greedy" [..., S] (the same for the initial policy) and
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.suites import EvaluationError
+from metadisco.analysis.suites import EvaluationError
 
 __all__ = ["LR_FACTORS", "BOOTSTRAP_REPS", "SCORES", "EVAL_SCORES", "TRAINING_SCORES", "Protocol", "PROTOCOLS", "score",
            "no_episode_ended", "zero", "resolve_protocol", "help_text"]
@@ -73,7 +73,7 @@ def no_episode_ended(run: dict) -> np.ndarray:
     """Per seed [..., S]: True where no training episode ended in the whole run.
 
     The learning curve carries the latest earlier value into an update in which no episode ended,
-    and the initial policy's evaluation into those before the first (inner_loops.ppo.carry_forward).
+    and the initial policy's evaluation into those before the first (metadisco.inner_loops.ppo.carry_forward).
     A seed in which none ended has its initial evaluation at every update (NaN throughout without
     evaluation episodes): its TRAINING_SCORES are that evaluation, not a return of training (long
     episodes on a short budget: Freeway-MinAtar's 2,500 steps). A curve on which episodes did end

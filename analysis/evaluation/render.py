@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.evaluation import protocol as scoring
-from analysis.evaluation import summary
-from analysis.suites import EvaluationError
-from analysis.targets import Target
-from metadisco_common.fileio import save_figure, to_jsonable
+from metadisco.analysis.evaluation import protocol as scoring
+from metadisco.analysis.evaluation import summary
+from metadisco.analysis.suites import EvaluationError
+from metadisco.analysis.targets import Target
+from metadisco.core.fileio import save_figure, to_jsonable
 
 __all__ = ["CSV_COLUMNS", "OUTPUTS", "default_out_dir", "check_out_dir", "to_markdown", "to_csv", "curves_figure",
            "save"]

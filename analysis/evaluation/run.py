@@ -20,15 +20,15 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from analysis import suites
-from analysis.evaluation import protocol as scoring
-from analysis.evaluation import summary
-from analysis.evaluation.plan import EnvJob, Method, plan
-from analysis.evaluation.programs import Programs, hparams, mesh
-from analysis.evaluation.protocol import Protocol, resolve_protocol
-from analysis.suites import EvaluationError
-from inner_loops import PPOConfig, preset_name
-from metadisco_common.fileio import to_jsonable
+from metadisco.analysis import suites
+from metadisco.analysis.evaluation import protocol as scoring
+from metadisco.analysis.evaluation import summary
+from metadisco.analysis.evaluation.plan import EnvJob, Method, plan
+from metadisco.analysis.evaluation.programs import Programs, hparams, mesh
+from metadisco.analysis.evaluation.protocol import Protocol, resolve_protocol
+from metadisco.analysis.suites import EvaluationError
+from metadisco.core.fileio import to_jsonable
+from metadisco.inner_loops import PPOConfig, preset_name
 
 __all__ = ["FORMAT", "VERSION", "evaluate"]
 
@@ -71,7 +71,7 @@ def evaluate(
     log: called with one line per method and environment as each finishes (its rate, its mean
     score, the minutes it took): what a run without a progress bar shows (`--no-progress`).
     Every input error raises EvaluationError before anything compiles. The result is plain JSON
-    (NaN as None; see `analysis.evaluation.render.save`).
+    (NaN as None; see `metadisco.analysis.evaluation.render.save`).
     """
     seeds = suites.DEFAULT_SEEDS if seeds is None else seeds
     if int(bootstrap_reps) != bootstrap_reps or bootstrap_reps < 1:

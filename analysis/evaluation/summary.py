@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis import stats
-from analysis.evaluation import protocol as scoring
-from analysis.evaluation.plan import EnvJob
-from analysis.evaluation.protocol import BOOTSTRAP_REPS, Protocol
-from analysis.targets import REFERENCES
-from inner_loops import preset_for, preset_name
+from metadisco.analysis import stats
+from metadisco.analysis.evaluation import protocol as scoring
+from metadisco.analysis.evaluation.plan import EnvJob
+from metadisco.analysis.evaluation.protocol import BOOTSTRAP_REPS, Protocol
+from metadisco.analysis.targets import REFERENCES
+from metadisco.inner_loops import preset_for, preset_name
 
 __all__ = ["CONFIDENCE", "BOOTSTRAP_REPS", "env_stats", "aggregate", "reading", "notes"]
 

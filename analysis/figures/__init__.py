@@ -6,5 +6,5 @@
     training    ES fitness and step size over generations
     style       the scoped seaborn theme, palettes, labels and heatmap helpers they share
 
-`analysis.plots` draws a whole run with them (`plot_run`); import a builder from its module here.
+`metadisco.analysis.plots` draws a whole run with them (`plot_run`); import a builder from its module here.
 """

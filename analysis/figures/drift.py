@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
-from analysis.figures.style import (
+from metadisco.analysis.figures.style import (
     A_LABEL,
     D_LABEL,
     DIVERGING,
@@ -33,7 +33,7 @@ from analysis.figures.style import (
     robust_max,
     theme,
 )
-from meta_objectives import DPO, PPOClip
+from metadisco.meta_objectives import DPO, PPOClip
 
 __all__ = [
     "DriftDifference", "GRAD_LABEL", "DIFF_LABEL", "DIFF_GRAD_LABEL", "SLICE_ADVANTAGES", "default_drift_comparison",

@@ -14,7 +14,16 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from analysis.figures.style import DIVERGING, cmap, colorbar_extend, contours, heatmap, params_or_init, robust_max, theme
+from metadisco.analysis.figures.style import (
+    DIVERGING,
+    cmap,
+    colorbar_extend,
+    contours,
+    heatmap,
+    params_or_init,
+    robust_max,
+    theme,
+)
 
 __all__ = ["OBS_NAMES", "shaping_figure", "observation_bounds", "shaping_bounds"]
 
@@ -97,7 +106,7 @@ def observation_bounds(env_name: str, num_envs: int = 16, num_steps: int = 128, 
     """(low, high), each [obs_dim] float32: the environment's declared observation box when every
     bound is finite and below 1e6 (a sparse-reward task's random policy never leaves its start,
     where a learned potential matters least); otherwise quantiles of observations a uniformly
-    random policy visits from a few resets of `env_name` (inner_loops.make_env), degenerate dims
+    random policy visits from a few resets of `env_name` (metadisco.inner_loops.make_env), degenerate dims
     +-1. Deterministic in its arguments, so results are cached per process."""
     low, high = _observation_bounds(env_name, num_envs, num_steps, seed, tuple(quantiles))
     return low.copy(), high.copy()
@@ -105,7 +114,7 @@ def observation_bounds(env_name: str, num_envs: int = 16, num_steps: int = 128, 
 
 @functools.lru_cache(maxsize=16)
 def _observation_bounds(env_name, num_envs, num_steps, seed, quantiles):
-    from inner_loops import make_env
+    from metadisco.inner_loops import make_env
 
     env = make_env(env_name)
     declared = _declared_box(env)

@@ -9,9 +9,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
-from analysis.figures.style import theme
-from analysis.runs import completed
-from analysis.search_health import NOISY_COSINE
+from metadisco.analysis.figures.style import theme
+from metadisco.analysis.runs import completed
+from metadisco.analysis.search_health import NOISY_COSINE
 
 __all__ = ["training_curves_figure"]
 
@@ -27,7 +27,7 @@ def training_curves_figure(metrics_rows, fitness_label: str = "fitness"):
     Top: population mean (line) with the min-max band, the highest member score so far (a
     maximum over noisy scores, dashed), and, on generations that were evaluated, the ES mean,
     its start point and PPO on the same fresh seeds (markers). Middle: the split-half cosine of
-    the ES gradient per generation and its 5-generation running mean (analysis.search_health);
+    the ES gradient per generation and its 5-generation running mean (metadisco.analysis.search_health);
     below the dotted line the gradient is mostly seed noise. Bottom: sigma (log scale when
     positive). Returns the Figure.
     """

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
-from analysis.figures.style import params_or_init, theme
+from metadisco.analysis.figures.style import params_or_init, theme
 
 __all__ = ["value_loss_figure"]
 

@@ -8,14 +8,14 @@ code is 0 when every constraint holds, 2 otherwise.
 
 from __future__ import annotations
 
-from meta_objectives.plugs import PLUGS
-from metadisco_common.errors import ConfigError
+from metadisco.core.errors import ConfigError
+from metadisco.meta_objectives.plugs import PLUGS
 
 
 def objective_class_named(name: str, plug: str | None = None):
     """The objective class NAME names, at `plug` or at the one plug point where it is found."""
-    from meta_objectives import objective_class
-    from metadisco_common.plugins import PluginError, is_import_path, load
+    from metadisco.core.plugins import PluginError, is_import_path, load
+    from metadisco.meta_objectives import objective_class
 
     if plug is None and is_import_path(name):
         plug = getattr(load(name, "objective"), "plug", None)
@@ -39,7 +39,7 @@ def objective_class_named(name: str, plug: str | None = None):
 
 
 def run(args) -> None:
-    from meta_objectives import ConstraintsViolated, check_objective
+    from metadisco.meta_objectives import ConstraintsViolated, check_objective
 
     cls = objective_class_named(args.name, args.plug)
     try:

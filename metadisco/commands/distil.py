@@ -1,7 +1,7 @@
 """`metadisco distil RUN_DIR`: fit closed forms to what the run evolved (its drift and/or value loss).
 
 The fit runs on the points that PPO training with the discovered objectives visits on every
-meta-training environment (analysis.distillation.run writes RUN_DIR/distil/distil.json, value_loss.json
+meta-training environment (metadisco.analysis.distillation.run writes RUN_DIR/distil/distil.json, value_loss.json
 and the figures) through `metadisco.api.distil`; this module maps the command line onto it and
 prints the Pareto fronts.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 def print_report(plug: str, report: dict) -> None:
     """The Pareto front as a numbered table (the numbers `export --candidate` takes) and the choice."""
-    from analysis.distillation.run import pareto_rows
+    from metadisco.analysis.distillation.run import pareto_rows
 
     sym = report.get("symbolic")
     for s in sym if isinstance(sym, list) else [sym] if sym else []:
@@ -35,9 +35,9 @@ def print_report(plug: str, report: dict) -> None:
 
 
 def run(args) -> None:
-    from analysis.distillation.run import REPORT_FILES
-    from analysis.runs import Run
     from metadisco import api
+    from metadisco.analysis.distillation.run import REPORT_FILES
+    from metadisco.analysis.runs import Run
 
     reports = api.distil(args.run_dir, args.which, symbolic=not args.no_symbolic, progress=args.progress,
                          seed=args.seed, prior_fraction=args.prior_fraction, fit=args.fit)

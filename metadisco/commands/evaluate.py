@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from analysis import suites
-from analysis.evaluation import protocol
-from analysis.evaluation.protocol import BOOTSTRAP_REPS
-from metadisco_common.errors import ConfigError
+from metadisco.analysis import suites
+from metadisco.analysis.evaluation import protocol
+from metadisco.analysis.evaluation.protocol import BOOTSTRAP_REPS
+from metadisco.core.errors import ConfigError
 
 
 def run(args) -> None:
@@ -21,8 +21,8 @@ def run(args) -> None:
     if args.bootstrap < 1:
         raise ConfigError(f"--bootstrap must be >= 1, got {args.bootstrap}")
 
-    from analysis.evaluation import render
     from metadisco import api
+    from metadisco.analysis.evaluation import render
 
     results = api.evaluate(
         args.targets, envs=args.envs, out=args.out, inner=args.inner or [], inner_from_run=args.inner_from_run,

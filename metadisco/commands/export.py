@@ -15,8 +15,8 @@ import sys
 
 
 def run(args) -> None:
-    from analysis.export import DISCOGEN_PROGRESS_LINES, drift_uses_progress
     from metadisco import api
+    from metadisco.analysis.export import DISCOGEN_PROGRESS_LINES, drift_uses_progress
 
     exported = api.export(args.run_dir, args.which, expression=args.expression, value_loss=args.value_loss,
                           candidate=args.candidate, format=args.format, name=args.name)
@@ -40,7 +40,7 @@ def run(args) -> None:
 
 
 def _print_exported(expressions: dict, sources: dict, value_loss_base: dict | None) -> None:
-    from meta_objectives.closed_form import ClosedFormValueLoss
+    from metadisco.meta_objectives.closed_form import ClosedFormValueLoss
 
     for plug, expression in expressions.items():
         if plug == "value_loss":

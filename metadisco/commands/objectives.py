@@ -8,7 +8,7 @@ def run(args) -> None:
     if args.name:
         _show(args.name, args.plug)
         return
-    from meta_objectives.base import listing
+    from metadisco.meta_objectives.base import listing
 
     for plug, name, source in listing():
         print(f"{plug:10s} {name:24s} {source.kind} ({source.origin}: {source.target})")
@@ -23,8 +23,8 @@ def _show(name: str, plug: str | None) -> None:
     import jax
     import numpy as np
 
-    from meta_objectives import PLUGS, make_objective, objective_class
-    from metadisco_common.errors import ConfigError
+    from metadisco.core.errors import ConfigError
+    from metadisco.meta_objectives import PLUGS, make_objective, objective_class
 
     found = []
     for p in (plug,) if plug else PLUGS:

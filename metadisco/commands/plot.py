@@ -1,4 +1,4 @@
-"""`metadisco plot RUN_DIR`: figures and a self-contained HTML report of a run (analysis.plots)."""
+"""`metadisco plot RUN_DIR`: figures and a self-contained HTML report of a run (metadisco.analysis.plots)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import sys
 
 
 def run(args) -> None:
-    from analysis.runs import Run
+    from metadisco.analysis.runs import Run
 
     Run(args.run_dir).config()  # RunDirError before anything heavy: missing directory or config.json
     formats = [f for f in args.formats.split(",") if f.strip()]
 
-    from analysis.plots import FigureError, plot_run
+    from metadisco.analysis.plots import FigureError, plot_run
 
     notes: list[str] = []
     try:

@@ -6,7 +6,7 @@ PLUG_EXPRESSION = {"drift": "D(r, A, p)", "value_loss": "L(e, t)"}
 
 
 def run(args) -> None:
-    from meta_objectives import discovered
+    from metadisco.meta_objectives import discovered
 
     if args.name is None:
         for name in discovered.names():

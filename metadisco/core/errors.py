@@ -3,7 +3,7 @@
 Every error a user can fix (a bad config, a missing or corrupt run directory, an unreadable
 objectives file, a failed write) is a `MetadiscoError` whose message says what to do; the CLI's
 `main` is the only place that turns one into a one-line message and an exit code. This module is
-jax-free and sits at the bottom of the dependency graph (metadisco_common), so every package can
+jax-free and sits at the bottom of the dependency graph (metadisco.core), so every package can
 raise it.
 """
 

@@ -9,7 +9,7 @@ An install of metadisco cannot get there: pyproject.toml requires jaxlib >= 0.11
 What this guards is the ways around those bounds: the source tree on PYTHONPATH beside a jax that
 was installed some other way (the GPU scripts do this on a host's own CUDA jax:
 benchmarks/gpu_env.sh), `pip install --no-deps`, or a jaxlib downgraded after the install.
-meta_objectives.base imports this module, so whatever builds an objective has checked it.
+metadisco.meta_objectives.base imports this module, so whatever builds an objective has checked it.
 """
 
 import sys

@@ -5,7 +5,7 @@
     fileio.py        atomic, umask-respecting writes; strict JSON; figures saved in several formats
     plugins.py       a user's code by `module:attr` or an installed entry point (objectives, envs)
     jaxlib_guard.py  refuses a jaxlib < 0.11 (it deadlocks), reachable only around pyproject's bounds
-                     (the source tree on PYTHONPATH, --no-deps); imported by meta_objectives.base
+                     (the source tree on PYTHONPATH, --no-deps); imported by metadisco.meta_objectives.base
 
 Every module but jaxlib_guard is jax-free, so the command line can check a config and read a run
 directory before jax starts.
