@@ -11,8 +11,7 @@ $(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-pytho
 demo: $(STAMP)
 	$(VENV)/bin/metadisco train $(ARGS)
 
-# The suite runs in one pytest-xdist worker per core (733 s at 35a494e on 2 idle cores from a fresh clone, 330 s
-# again with its compile cache warm: docs/developing.md); PYTEST_WORKERS=0 runs it
+# The suite runs in one pytest-xdist worker per core (its time: docs/developing.md); PYTEST_WORKERS=0 runs it
 # in this process. --dist loadfile keeps a file's tests on one worker, so a module-scoped fixture (a
 # trained run, a compiled program) is built once, not once per worker.
 PYTEST_WORKERS ?= auto

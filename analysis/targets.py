@@ -16,11 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-import jax
-
 from metadisco.analysis.run_config import HeldoutConfig
 from metadisco.analysis.runs import Run, RunDirError, run_containing
 from metadisco.analysis.suites import EvaluationError
+from metadisco.core import streams
 from metadisco.core.options import split_options
 from metadisco.core.plugins import is_import_path, load
 from metadisco.meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, discovered, load_objectives, make_objective
@@ -184,7 +183,7 @@ def _run_target(spec: str, run: Run, which: str) -> Target:
     objectives, params, extra = _usable(spec, run.objectives_path(stored), lambda: run.objectives(stored))
     where = str(run.objectives_path(stored))
     if which == "init":  # the run's own start: init(key(its seed)), as the engine draws it
-        params = objectives.init(jax.random.key(config.seed))
+        params = objectives.init(streams.root(config.seed))
         where = f"{run.path} at its initial parameters"
     label = run.path.resolve().name + ("" if which == "mean" else f":{which}")
     envs = _envs_from(config.envs) or _envs_from(extra.get("envs"))

@@ -280,8 +280,9 @@ def _visited(cfg, objectives, params, seed: int = 0):
 
     from metadisco.analysis.distillation.run import balanced, visited_samples
     from metadisco.config import ppo_config
+    from metadisco.core import streams
     from metadisco.inner_loops import make_env
 
-    keys = jax.random.split(jax.random.key(cfg.seed + 7), len(cfg.envs))
+    keys = jax.random.split(streams.key(cfg.seed, streams.Stream.DISTILLATION), len(cfg.envs))
     return balanced([visited_samples(k, make_env(env), ppo_config(cfg, env), objectives, params)
                      for k, env in zip(keys, cfg.envs)], seed)

@@ -24,6 +24,7 @@ from metadisco.analysis import search_health as health
 from metadisco.analysis.run_config_checks import FITNESS_SCORES
 from metadisco.analysis.stats import gap_closed_ci, mean_ci, normalize_score
 from metadisco.config import ObjectivesConfig, RunConfig, ppo_config
+from metadisco.core import streams
 from metadisco.core.errors import ConfigError, MetadiscoError
 from metadisco.inner_loops import make_env, make_train
 from metadisco.meta_objectives import Objectives
@@ -67,11 +68,6 @@ def mirrored(es_cfg) -> bool:
     """Whether the strategy's population is antithetic pairs (+z, -z) at members i and i + P/2."""
     return es_cfg.strategy in MIRRORED_STRATEGIES or (
         es_cfg.antithetic and es_cfg.strategy in strategies.ANTITHETIC_STRATEGIES)
-
-
-# The generation key's stream for the draw: folded out, so that a run that draws nothing splits
-# its generation key exactly as before the distribution existed.
-DRAW_STREAM = 0x64726177
 
 
 def centered_ranks(fitness, worst):
@@ -188,7 +184,7 @@ class MetaTrainer:
         self.paired = mirrored(cfg.es)
         self.objectives = build_objectives(cfg.objectives, self.envs[0].obs_shape)
         self.evolve = tuple(cfg.objectives.evolve)
-        init_params = self.objectives.init(jax.random.key(cfg.seed))
+        init_params = self.objectives.init(streams.root(cfg.seed))
         self.initial_solution = {plug: init_params[plug] for plug in self.evolve}
         self.default_params = init_params
         if not jax.tree.leaves(self.initial_solution):
@@ -231,7 +227,7 @@ class MetaTrainer:
 
     # ---------------------------------------------------------------- state
     def init(self) -> RunState:
-        key = jax.random.key(self.cfg.seed)
+        key = streams.root(self.cfg.seed)
         if strategies.is_population_based(self.es):
             z = jax.random.normal(key, (self.cfg.es.population_size, self.num_params))
             flat, unravel = jax.flatten_util.ravel_pytree(self.initial_solution)
@@ -328,7 +324,7 @@ class MetaTrainer:
         # common random numbers: every member trains on the same seeds (and envs, horizon) this
         # generation, and the two members of an antithetic pair on the same learning rate
         seeds = jax.random.split(k_seeds, self.cfg.seeds_per_member)
-        draw = self.draw(jax.random.fold_in(key, DRAW_STREAM))
+        draw = self.draw(jax.random.fold_in(key, streams.DRAW))
         per_seed, diverged = self.members_fitness(pop, draw, seeds, baseline)  # [P, k, S], [P]
         per_env = per_seed.mean(-1)
         fitness = per_env.mean(1)
@@ -438,7 +434,7 @@ class MetaTrainer:
         (check_normaliser) where PPO does not beat its initial policy."""
         if not self.cfg.fitness.endswith("_norm"):
             return self.baseline_template()
-        key = jax.random.fold_in(jax.random.key(self.cfg.seed), 2**30)
+        key = streams.key(self.cfg.seed, streams.Stream.BASELINE)
         per_seed = fetch(self._baseline(self.replicate(jax.random.key_data(key))))
         check_normaliser(per_seed, self.cfg.fitness, self.problem_names)
         return per_seed.mean()
@@ -450,11 +446,11 @@ class MetaTrainer:
 
     def generation_key(self, index: int):
         """The key of generation `index`: everything random in it (ask, seeds, draw, tell) comes from it."""
-        return jax.random.fold_in(jax.random.key(self.cfg.seed), index)
+        return streams.generation(self.cfg.seed, index)
 
     def draw_of(self, index: int) -> Draw:
         """What generation `index` trained on (its Draw): a function of (seed, generation) only."""
-        return self.draw(jax.random.fold_in(self.generation_key(index), DRAW_STREAM))
+        return self.draw(jax.random.fold_in(self.generation_key(index), streams.DRAW))
 
     def compare(self, state: RunState, baseline: Baseline, completed: int) -> dict:
         """The ES mean against PPO and against the run's start point (its initial solution), all on
@@ -462,7 +458,7 @@ class MetaTrainer:
         paired differences with 95% t-intervals, and the share of the gap from the start to PPO
         that the ES mean closed (paired bootstrap over seeds).
         `completed`: generations done (= state.generation); it picks the seeds."""
-        key = jax.random.fold_in(jax.random.key(self.cfg.seed + 1), completed)
+        key = streams.key(self.cfg.seed, streams.Stream.COMPARISON, completed)
         mean = self.replicate(fetch(self.mean_params(fetch(state))))  # host-side: same in every process
         out = [tuple(np.asarray(x, np.float64) for x in problem)
                for problem in fetch(self._compare(mean, self.replicate(jax.random.key_data(key)), baseline))]

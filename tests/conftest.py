@@ -51,8 +51,8 @@ gc.set_threshold(100_000, 50, 100)
 # loop; `make test` and CI run everything.
 
 
-# The files that take longest, longest first (summed test time in a whole-suite run at 32bdc3d;
-# test_gpu_queue.py and test_learning_probes.py, newer, by their own times: about 60 s and 20 s):
+# The files that take longest, longest first (summed test time in a whole-suite run,
+# benchmarks/suite_time.py):
 # `make test` hands whole files to its workers (--dist loadfile) in collection order, each file to
 # the first worker that is nearly done (--no-loadscope-reorder: otherwise pytest-xdist orders files
 # by their number of tests), so the long ones start first and no worker is left alone with a long

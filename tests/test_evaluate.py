@@ -520,19 +520,16 @@ def test_bad_input_fails_before_compute_and_writes_nothing(case, tmp_path, capsy
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no output folder
 
 
-def test_an_invalid_closed_form_is_refused_within_seconds_as_export_refuses_it(tmp_path):
-    import time
-
+def test_an_invalid_closed_form_is_refused_as_export_refuses_it(tmp_path):
+    """From the command line: exit 2 and the constraint named, before the compute (the next test
+    shows the refusal comes before evaluation starts)."""
     from tests.helpers import metadisco
 
     path = _invalid_closed_form(tmp_path)
-    t0 = time.perf_counter()
     proc = metadisco("evaluate", str(path), "--quick", timeout=60)
-    elapsed = time.perf_counter() - t0
     assert proc.returncode == 2, proc.stderr
     assert "refusing to evaluate" in proc.stderr and "is not a valid drift" in proc.stderr, proc.stderr
     assert "nonnegative" in proc.stderr and "Traceback" not in proc.stderr
-    assert elapsed < 10.0, elapsed  # jax's start-up and a grid check (about 4 s on a shared CPU), no compile
 
 
 def test_allow_invalid_evaluates_an_invalid_closed_form_with_a_warning(tmp_path, capsys, monkeypatch):

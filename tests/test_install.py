@@ -163,8 +163,7 @@ def _build_wheel(out: Path) -> Path:
 
 
 def test_wheel_ships_every_experiment_and_the_zoo_and_lists_them_from_anywhere(tmp_path):
-    # A pip-installed metadisco used to list `experiments: (none)`: the experiments were
-    # read from beside the source tree, which a wheel does not carry.
+    # The experiments and the zoo are package data: a wheel carries them, not the folders beside the source.
     wheel = _build_wheel(tmp_path)
     experiments = sorted(p.stem for p in (ROOT / "experiments").glob("*.toml"))
     assert experiments

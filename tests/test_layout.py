@@ -109,7 +109,7 @@ def test_only_the_command_line_imports_the_commands():
 
 
 @pytest.mark.parametrize("source", [
-    "def distil():\n    from metadisco.commands.distil import distil_for_run\n",  # an earlier metadisco/api.py
+    "def distil():\n    from metadisco.commands.distil import distil_for_run\n",  # inside a function
     "import metadisco.commands.evaluate\n",
     "from metadisco import commands\n",
     "from .commands.evaluate import declared_heldout\n",

@@ -27,6 +27,7 @@ from metadisco.analysis.evaluation.plan import EnvJob, Method, plan
 from metadisco.analysis.evaluation.programs import Programs, hparams, mesh
 from metadisco.analysis.evaluation.protocol import Protocol, resolve_protocol
 from metadisco.analysis.suites import EvaluationError
+from metadisco.core import streams
 from metadisco.core.fileio import to_jsonable
 from metadisco.inner_loops import PPOConfig, preset_name
 
@@ -80,9 +81,8 @@ def evaluate(
     programs = Programs() if programs is None else programs
     methods, jobs, suite, scale = plan(targets, programs, protocol, envs, seeds, budget, quick, suite, lr, inner)
     tuning_seeds = (protocol.tuning_seeds or seeds) if protocol.lr_factors else 0
-    root = jax.random.key(seed)
-    eval_keys = jax.random.split(jax.random.fold_in(root, 0), seeds)
-    tune_keys = jax.random.split(jax.random.fold_in(root, 1), max(tuning_seeds, 1))
+    eval_keys = jax.random.split(streams.key(seed, streams.Stream.EVALUATION, 0), seeds)
+    tune_keys = jax.random.split(streams.key(seed, streams.Stream.EVALUATION, 1), max(tuning_seeds, 1))
     _check_traces(programs, methods, jobs, eval_keys)
 
     from tqdm.auto import tqdm

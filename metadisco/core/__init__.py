@@ -4,6 +4,7 @@
                      the command line's exit codes
     fileio.py        atomic, umask-respecting writes; strict JSON; figures saved in several formats
     plugins.py       a user's code by `module:attr` or an installed entry point (objectives, envs)
+    streams.py       named random streams: which key feeds what (jax imported only when a key is made)
     jaxlib_guard.py  refuses a jaxlib < 0.11 (it deadlocks), reachable only around pyproject's bounds
                      (the source tree on PYTHONPATH, --no-deps); imported by metadisco.meta_objectives.base
 
