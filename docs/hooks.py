@@ -15,8 +15,8 @@ import ast
 import dataclasses
 import inspect
 import io
-import shutil
 import re
+import shutil
 import sys
 import tokenize
 import tomllib
