@@ -307,7 +307,7 @@ class RunConfig:
 
 # Fields that run configs once had and that were removed, with the values that ran as the code
 # runs today (None: the preset's; 1: the option off) and what became of them. Both were measured
-# and bought nothing (docs/benchmark_results/speed_changes.md, "optimistic resets and scan unrolling removed").
+# and bought nothing (CHANGELOG.md).
 REMOVED = {
     ("inner", "reset_ratio"): ((None, 1), "optimistic resets, since removed"),
     ("inner", "scan_unroll"): ((None, 1), "scan unrolling, since removed"),
