@@ -3,7 +3,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast setup bench gpu-wheels clean
+.PHONY: demo test test-fast setup bench gpu-wheels docs clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-python
 	scripts/setup-venv
@@ -22,9 +22,17 @@ PYTEST_DIST := $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile --no-loadscop
 # Exit status 5 is pytest's "no tests collected": PYTEST_ARGS chose files without such tests.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(MKDOCS) build --strict --site-dir site
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) $(PYTEST_ARGS)
 	JAX_DISABLE_MOST_OPTIMIZATIONS=0 $(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m optimised \
 	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# The documentation site (mkdocs.yml) into site/ (ignored by git); `make test` builds it too, --strict,
+# so that a broken link or API reference fails the suite.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+docs: $(STAMP)
+	$(MKDOCS) build --strict --site-dir site
+	@echo "metadisco: the documentation site is in site/ (open site/index.html, or: $(VENV)/bin/mkdocs serve)"
 
 # The edit loop: the suite without its end-to-end tests marked slow (`@pytest.mark.slow` on each).
 test-fast: $(STAMP)

@@ -31,16 +31,16 @@ from metadisco.meta_objectives.plugs import PLUGS, upgrade_section, version_opti
 class ESConfig:
     """The evolution strategy (evosax 0.3) and its schedules."""
 
-    strategy: str = "Open_ES"
-    population_size: int = 16
-    sigma_init: float = 0.01
+    strategy: str = "Open_ES"  # an evosax 0.3 strategy name (run_config_checks.STRATEGIES)
+    population_size: int = 16  # members per generation, each a candidate objective
+    sigma_init: float = 0.01  # the initial standard deviation of the search distribution
     sigma_decay: float = 1.0  # multiplied in every generation
-    sigma_limit: float = 0.001
-    lr: float = 0.01
-    lr_decay: float = 1.0
-    lr_limit: float = 0.0001
-    optimizer: str = "adam"  # adam | sgd
-    antithetic: bool = True
+    sigma_limit: float = 0.001  # sigma decays no lower than this
+    lr: float = 0.01  # the ES optimizer's learning rate on the search mean
+    lr_decay: float = 1.0  # multiplied into lr every generation
+    lr_limit: float = 0.0001  # lr decays no lower than this
+    optimizer: str = "adam"  # the ES optimizer on the search mean: adam | sgd
+    antithetic: bool = True  # mirrored sampling (members +z and -z) where the strategy takes it
     fitness_shaping: str = "auto"  # centered ranks, or the strategy's own weights (CMA-ES, NES); see strategy.py
 
 
@@ -157,10 +157,10 @@ class ObjectivesConfig:
     ObjectivesConfig(drift={"name": "lpo", "hidden": 8}).
     """
 
-    drift: PlugChoice = PlugChoice("lpo")
-    value_loss: PlugChoice = PlugChoice("clipped_l2")
-    shaping: PlugChoice = PlugChoice("none")
-    evolve: tuple[str, ...] = ("drift",)
+    drift: PlugChoice = PlugChoice("lpo")  # the policy loss's drift D(r, A) (LPO/DPO); `metadisco objectives` lists them
+    value_loss: PlugChoice = PlugChoice("clipped_l2")  # the critic's loss
+    shaping: PlugChoice = PlugChoice("none")  # a reward-shaping potential (none: rewards unchanged)
+    evolve: tuple[str, ...] = ("drift",)  # the plug points whose parameters evolution searches; the rest stay at their start
 
     def __post_init__(self):
         for plug in PLUGS:
@@ -189,9 +189,9 @@ class HeldoutConfig:
     environments a discovery is judged on are chosen before its results are seen.
     """
 
-    envs: tuple[str, ...] = ()
+    envs: tuple[str, ...] = ()  # held-out environment names (`metadisco envs` lists them)
     timesteps: int | None = None  # steps per evaluation run; None: each environment's evaluation budget
-    seeds: int = 8
+    seeds: int = 8  # training seeds per method and environment
     inner_from_run: bool = False  # evaluate with the run's inner settings (lr, rollout shape)
 
 
@@ -248,25 +248,25 @@ class ExpectConfig:
 class RunConfig:
     """One meta-training run. The defaults are the CPU demo (`metadisco train`)."""
 
-    name: str = "lpo-cartpole"
-    envs: tuple[str, ...] = ("CartPole-v1",)
+    name: str = "lpo-cartpole"  # the run's name (runs/NAME is its default directory)
+    envs: tuple[str, ...] = ("CartPole-v1",)  # the meta-training environments
     inner: InnerConfig = field(default_factory=lambda: InnerConfig(total_timesteps=32_768))
     objectives: ObjectivesConfig = field(default_factory=ObjectivesConfig)
     es: ESConfig = field(default_factory=ESConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
     distribution: DistributionConfig = field(default_factory=DistributionConfig)
     expect: ExpectConfig = field(default_factory=ExpectConfig)
-    fitness: str = "final_eval"
-    seeds_per_member: int = 2
-    generations: int = 60
-    seed: int = 0
+    fitness: str = "final_eval"  # what the ES maximises: final_eval, greedy_eval, auc or final, each also *_norm
+    seeds_per_member: int = 2  # inner training runs per member; its fitness is their mean
+    generations: int = 60  # ES generations
+    seed: int = 0  # the run's random seed (every draw is a function of it and the generation)
     eval_every: int = 10  # every k generations: ES mean vs PPO on the same fresh seeds (0: off)
-    eval_seeds: int = 8
+    eval_seeds: int = 8  # fresh seeds of each eval_every comparison
     baseline_seeds: int = 8  # seeds of the PPO run that normalises fitness (*_norm kinds)
-    checkpoint_every: int = 5
+    checkpoint_every: int = 5  # generations between checkpoints (train --resume continues from the last)
     devices: int = 0  # 0: all local devices (on CPU, one per core)
-    tensorboard: bool = False
-    mlflow: bool = False
+    tensorboard: bool = False  # also log to TensorBoard (RUN_DIR/tb; the tensorboard extra)
+    mlflow: bool = False  # also log to MLflow (the mlflow extra)
     mlflow_uri: str = ""  # empty: a local SQLite store, RUN_DIR/mlflow.db
 
     def to_dict(self) -> dict:
@@ -307,7 +307,7 @@ class RunConfig:
 
 # Fields that run configs once had and that were removed, with the values that ran as the code
 # runs today (None: the preset's; 1: the option off) and what became of them. Both were measured
-# and bought nothing (docs/benchmark_results/speed_changes.md, "optimistic resets and scan unrolling removed").
+# and bought nothing (CHANGELOG.md).
 REMOVED = {
     ("inner", "reset_ratio"): ((None, 1), "optimistic resets, since removed"),
     ("inner", "scan_unroll"): ((None, 1), "scan unrolling, since removed"),

@@ -283,14 +283,14 @@ def training_reward(ppo: PPO, inputs: TrainInputs, reward_norm: RewardNorm, obs,
 # not change during a rollout, so the values are those the loop would give, up to XLA's rounding,
 # which on the CPU can depend on a batch's shape (bitwise equal in tests/test_ppo.py; some runs of
 # the default demo round differently, as population sizes already made runs differ:
-# docs/benchmark_results/speed_changes.md). On small observations a per-step pass of num_envs rows
+# docs/benchmarks.md; the changelog lists each lever). On small observations a per-step pass of num_envs rows
 # is mostly per-operation overhead; on large ones (MinAtar's 400) deferring was slower.
 CRITIC_AFTER_ROLLOUT_MAX_OBS = 64
 
 
 class CriticPlan(NamedTuple):
     """When `collect` runs the critic (static). A choice of speed only: every plan gives the same
-    values (docs/benchmark_results/speed_changes.md; tests/test_ppo.py holds the paths equal).
+    values (docs/benchmarks.md; tests/test_ppo.py holds the paths equal).
 
     value_in_step: V(obs) in each environment step (observations of more than
         CRITIC_AFTER_ROLLOUT_MAX_OBS numbers: MinAtar), else in one pass after the rollout.

@@ -16,12 +16,12 @@ class PPOHyperparams(NamedTuple):
     """Traced numbers (leaves): vmappable, and evolution could propose them. A NamedTuple, so that
     it is a pytree without importing jax (as optax's states are)."""
 
-    lr: float = 2.5e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    lr: float = 2.5e-4  # Adam's learning rate (annealed linearly to 0 where anneal_lr)
+    gamma: float = 0.99  # the discount
+    gae_lambda: float = 0.95  # GAE's lambda
+    ent_coef: float = 0.01  # the entropy bonus's coefficient
+    vf_coef: float = 0.5  # the value loss's coefficient
+    max_grad_norm: float = 0.5  # gradients are clipped to this global norm
 
     def replace(self, **changes) -> PPOHyperparams:
         return self._replace(**changes)
@@ -31,15 +31,15 @@ class PPOHyperparams(NamedTuple):
 class PPOConfig:
     """Static structure of a PPO run (changing any of these recompiles)."""
 
-    num_envs: int = 4
-    num_steps: int = 128
-    total_timesteps: int = 500_000
-    update_epochs: int = 4
-    num_minibatches: int = 4
-    hidden: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
-    anneal_lr: bool = True
-    normalize_obs: bool = False
+    num_envs: int = 4  # parallel environments per agent
+    num_steps: int = 128  # steps per environment in one rollout
+    total_timesteps: int = 500_000  # environment steps per training run (rounded down to whole rollouts)
+    update_epochs: int = 4  # passes over each rollout
+    num_minibatches: int = 4  # minibatches per pass (must divide num_envs * num_steps)
+    hidden: tuple[int, ...] = (64, 64)  # hidden layer widths of the actor and of the critic
+    activation: str = "tanh"  # the hidden layers' activation (networks.ACTIVATIONS)
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0 over training
+    normalize_obs: bool = False  # normalise observations by their running mean and std
     normalize_reward: bool = False  # divide rewards by the running std of the discounted return
     record_samples: int = 0  # (ratio, advantage, value, target) rows kept per minibatch step, for distillation
     eval_episodes: int = 16  # final-policy evaluation episodes per mode (sampled, greedy); 0: none

@@ -155,7 +155,7 @@ def _inner_settings(inner: dict | Sequence[str] | None, targets) -> dict:
     try:
         return inner_config(base, items).overrides()
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"--inner (inner): {e}; fields: see InnerConfig in analysis/run_config.py") from None
+        raise ConfigError(f"--inner (inner): {e}; fields: see the documentation site's configuration reference") from None
 
 
 def plot(run_dir: str | Path, **options) -> dict:

@@ -53,7 +53,8 @@ def _epilog() -> str:
           objectives.drift=talpo objectives.evolve=drift,value_loss objectives.value_loss=learned
           inner.total_timesteps=50000 inner.lr=0.001 devices=2 tensorboard=true mlflow=true
           heldout.envs=Catch-bsuite,Pendulum-v1 heldout.timesteps=50000   (fixed now, used by `evaluate RUN`)
-        every field: see analysis/run_config.py (RunConfig, ESConfig, InnerConfig, ObjectivesConfig, HeldoutConfig)""")
+        every field, its default and its meaning: the documentation site's configuration reference
+        (`make docs`, then site/config/index.html)""")
 
 
 def add(subparsers) -> None:
