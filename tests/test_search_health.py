@@ -302,7 +302,7 @@ def test_a_rediscovery_problem_at_test_size_states_its_answer_and_ends_with_a_ve
     """The named rediscovery problems at test size: the expected answer and pass criterion are
     printed before the first generation, health is measured every generation, and the last line
     is the verdict on the comparison that is the point of the run. (Whether the answer is found
-    at full size is in docs/experiments.md, Part 0.)"""
+    at full size is in docs/results/rediscovery.md.)"""
     from metadisco.config import resolve
 
     # On CartPole: fitness from the training curve and no evaluation episodes, programs without the
