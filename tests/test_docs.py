@@ -1,0 +1,58 @@
+"""The README and the documentation pages, read as a reader reads them: every figure they show is
+in the repository and says which command drew it, every plot `scripts/redraw-figures` redraws comes
+from a run directory the repository holds, and no page names an issue number."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = Path(__file__).resolve().parent.parent
+# The pages a reader reads: the README and docs/'s hand-written pages. Not the tables `metadisco
+# evaluate` writes (results.md beside results.json) or the raw benchmark records.
+PAGES = [ROOT / "README.md"] + sorted(
+    p for p in (ROOT / "docs").rglob("*.md")
+    if p.name != "results.md" and "benchmark_results" not in p.parts and "gpu_runs" not in p.parts)
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.(?:png|svg|jpg))\)")
+COMMAND = re.compile(r"`(?:metadisco |scripts/)[^`]*`")
+
+
+def figures(page: Path):
+    """(line number, target, the lines around it) of every image the page embeds."""
+    lines = page.read_text().splitlines()
+    for i, line in enumerate(lines):
+        for target in IMAGE.findall(line):
+            yield i + 1, target, lines[max(0, i - 2):i + 8]
+
+
+def test_the_pages_are_found():
+    names = {p.relative_to(ROOT).as_posix() for p in PAGES}
+    assert {"README.md", "docs/results/index.md", "docs/results/minatar_drift.md"} <= names
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_figure_is_in_the_repository_and_names_the_command_that_drew_it(page):
+    for line, target, around in figures(page):
+        assert (page.parent / target).is_file(), f"{page.name}:{line}: {target} is not in the repository"
+        # a caption below the image, or (in a table) the heading cell above it
+        assert COMMAND.search(" ".join(around)), \
+            f"{page.name}:{line}: {target} names no command (`metadisco ...` or `scripts/...`) beside it"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_page_names_an_issue_number(page):
+    found = re.findall(r"\bissues? ?#?\d+|\bissue\d+", page.read_text(), flags=re.IGNORECASE)
+    assert not found, f"{page.name}: {found}"
+
+
+def test_every_run_directory_the_redraw_script_plots_is_committed():
+    script = "\n".join(line for line in (ROOT / "scripts/redraw-figures").read_text().splitlines()
+                       if not line.lstrip().startswith("#"))
+    runs = re.findall(r'plot "?(docs/results/[^"\s]+)', script)
+    assert runs, "scripts/redraw-figures plots no run directory"
+    for run in runs:
+        for seed in ("0", "1", "2") if "$seed" in run else ("",):
+            path = ROOT / run.replace("$seed", seed)
+            assert (path / "config.json").is_file() and (path / "metrics.jsonl").is_file(), path
