@@ -4,7 +4,7 @@
 one from the defaults, an experiment file and FIELD=VALUE overrides and checks it; the run
 directory stores it resolved (RUN_DIR/config.json, `RunConfig.to_dict`); `metadisco.analysis.runs.Run.config()`
 reads it back with `RunConfig.from_stored`, which checks it as `metadisco train` does
-(`metadisco.analysis.run_config_checks`), so every reader of a run's config (train --resume, plot, the
+(`metadisco.core.run_checks`), so every reader of a run's config (train --resume, plot, the
 report, evaluate, distil, export) sees the same fields with the same defaults, or the same error.
 `InnerConfig` is derived from PPO's own settings (metadisco.inner_loops.ppo_config).
 
@@ -21,8 +21,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from metadisco.analysis.run_config_checks import check_run_config
 from metadisco.core.errors import ConfigError
+from metadisco.core.run_checks import check_run_config
 from metadisco.inner_loops.ppo_config import PPOConfig, PPOHyperparams
 from metadisco.meta_objectives.plugs import PLUGS, upgrade_section, version_option
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from metadisco.core.scores import normalise
+
 __all__ = [
     "iqm",
     "mean",
@@ -26,7 +28,6 @@ __all__ = [
     "performance_profile_ci",
     "t_interval",
     "mean_ci",
-    "normalize_score",
     "normalized_ci",
     "summarize",
 ]
@@ -317,14 +318,8 @@ def normalized_ci(
     batched = _batched(aggregate_fn)
 
     def stat(sb, rb, zb):
-        return batched(normalize_score(sb, rb.mean(-2, keepdims=True), zb.mean(-2, keepdims=True)))
+        return batched(normalise(sb, rb.mean(-2, keepdims=True), zb.mean(-2, keepdims=True)))
 
     low, high = _bootstrap(stat, [s, r, z], reps, confidence, seed)
-    return float(aggregate_fn(normalize_score(s, r.mean(0), z.mean(0)))), float(low), float(high)
+    return float(aggregate_fn(normalise(s, r.mean(0), z.mean(0)))), float(low), float(high)
 
-
-def normalize_score(score, ppo, init):
-    """PPO-normalised score (score - init) / (ppo - init): 0 = the initial (untrained) policy,
-    1 = PPO. Works for negative-return environments too; numpy or jax arrays alike."""
-    denom = ppo - init
-    return (score - init) / (denom + (denom == 0) * 1e-8)

@@ -1,7 +1,7 @@
 """Run configuration: experiment files (TOML), command-line overrides, and `validate`.
 
 A run is fully described by a `RunConfig` (its schema, frozen dataclasses, is
-`metadisco.analysis.run_config`'s, and the checks of its values `metadisco.analysis.run_config_checks`': the run
+`metadisco.analysis.run_config`'s, and the checks of its values `metadisco.core.run_checks`': the run
 directory's reader parses and checks config.json with them too; this module exports the schema as
 the place a config is built from); the run directory stores it resolved (config.json), so any run
 can be re-created and resumed. `validate` checks a config before anything compiles: the jax-free
@@ -28,9 +28,9 @@ from metadisco.analysis.run_config import (
     RunConfig,
     read_section,
 )
-from metadisco.analysis.run_config_checks import check_run_config
 from metadisco.analysis.verdicts import objectives_signature
 from metadisco.core.errors import ConfigError
+from metadisco.core.run_checks import check_run_config
 from metadisco.meta_objectives.plugs import PLUGS
 
 # The schema's classes are part of this module's interface: a config is built here.

@@ -21,11 +21,12 @@ from jax.sharding import PartitionSpec as P
 
 from metadisco import strategy as strategies
 from metadisco.analysis import search_health as health
-from metadisco.analysis.run_config_checks import FITNESS_SCORES
-from metadisco.analysis.stats import gap_closed_ci, mean_ci, normalize_score
+from metadisco.analysis.stats import gap_closed_ci, mean_ci
 from metadisco.config import ObjectivesConfig, RunConfig, ppo_config
-from metadisco.core import streams
+from metadisco.core import scores, streams
 from metadisco.core.errors import ConfigError, MetadiscoError
+from metadisco.core.scores import GUARD_SE, at_worst
+from metadisco.core.strategies import ANTITHETIC_STRATEGIES, MIRRORED_STRATEGIES
 from metadisco.inner_loops import make_env, make_train
 from metadisco.meta_objectives import Objectives
 from metadisco.meta_objectives import names as objective_names
@@ -59,34 +60,20 @@ class Draw:
     lr_factor: jax.Array  # [P] factor on each env's preset lr; equal within an antithetic pair (i, i + P/2)
 
 
-# The strategies whose ask mirrors members i and i + P/2 (+z, -z) always, beside those that do it
-# with es.antithetic (strategy.ANTITHETIC_STRATEGIES); tests check the layout against evosax.
-MIRRORED_STRATEGIES = ("ARS", "ASEBO", "CR_FM_NES", "GuidedES", "NoiseReuseES", "PGPE", "PersistentES")
-
-
 def mirrored(es_cfg) -> bool:
     """Whether the strategy's population is antithetic pairs (+z, -z) at members i and i + P/2."""
     return es_cfg.strategy in MIRRORED_STRATEGIES or (
-        es_cfg.antithetic and es_cfg.strategy in strategies.ANTITHETIC_STRATEGIES)
+        es_cfg.antithetic and es_cfg.strategy in ANTITHETIC_STRATEGIES)
 
 
-def centered_ranks(fitness, worst):
+def centered_ranks(fitness, diverged):
     """Per column, the centred rank of each row in [-0.5, 0.5] (ties share their mean rank).
 
-    fitness: [P, k] (one column per environment); worst: [P] bool, rows ranked below every other
-    (diverged members). Returns [P, k].
+    fitness: [P, k] (one column per environment); diverged: [P] bool, rows tied with the column's
+    worst finite score (scores.at_worst, as the mean over environments ranks them). Returns [P, k].
     """
-    return jax.vmap(health.centred_rank_weights, in_axes=1, out_axes=1)(jnp.where(worst[:, None], jnp.nan, fitness))
-
-
-def at_worst(fitness, diverged):
-    """fitness [P] with each diverged member at the worst finite score (-1e6 where none is
-    finite): what the ES ranks. A diverged member ties the worst finite one."""
-    worst = jnp.min(jnp.where(diverged, jnp.inf, fitness))
-    return jnp.where(diverged, jnp.where(jnp.isfinite(worst), worst, -1e6), fitness)
-
-
-GUARD_SE = 2.0  # PPO's gain over its initial policy must exceed this many standard errors
+    worst = at_worst(fitness, diverged[:, None], axis=0)
+    return jax.vmap(health.centred_rank_weights, in_axes=1, out_axes=1)(worst)
 
 
 class NormaliserError(MetadiscoError):
@@ -110,9 +97,14 @@ class Baseline:
 
     @classmethod
     def of(cls, result) -> Baseline:
-        """The fields of a TrainResult (any leading axes)."""
-        scores = {field: score(result) for score, field, _ in FITNESS_SCORES.values()}
-        return cls(init_eval=result.init_eval_return, init_eval_greedy=result.init_eval_return_greedy, **scores)
+        """The fields of a TrainResult (any leading axes): every score of the registry (core.scores)."""
+        values = {kind: scores.value(result, kind) for kind in scores.SCORES}
+        return cls(init_eval=result.init_eval_return, init_eval_greedy=result.init_eval_return_greedy, **values)
+
+    def normaliser(self, kind: str):
+        """(PPO's score, the initial policy's) for fitness `kind`: the 1 and the 0 of its `_norm` twin."""
+        init = self.init_eval_greedy if scores.score_of(kind).greedy else self.init_eval
+        return getattr(self, scores.score_of(kind).name), init
 
     def mean(self) -> Baseline:
         return jax.tree.map(lambda x: x.mean(-1), self)
@@ -124,38 +116,34 @@ class Baseline:
 
 def fitness_from(result, kind: str, baseline: Baseline | None, index):
     """TrainResult (any leading axes) -> fitness of the same leading shape: the score of `kind`
-    (FITNESS_SCORES), normalised for `*_norm` kinds so that the initial policy scores 0 and PPO 1 on the
+    (core.scores), normalised for `*_norm` kinds so that the initial policy scores 0 and PPO 1 on the
     training problem `index` (an env, or an (env, horizon) pair: MetaTrainer.problems; may be traced)."""
-    name = kind.removesuffix("_norm")
-    score, ppo_field, init_field = FITNESS_SCORES[name]
-    raw = score(result)
-    if kind != name:
-        ppo, init = getattr(baseline, ppo_field), getattr(baseline, init_field)
-        raw = normalize_score(raw, ppo[index], init[index])
+    raw = scores.value(result, kind)
+    if kind.endswith("_norm"):
+        ppo, init = baseline.normaliser(kind)
+        raw = scores.normalise(raw, ppo[index], init[index])
     return raw
 
 
 def check_normaliser(per_seed: Baseline, kind: str, envs) -> None:
     """Refuse a normalised fitness where PPO's gain over its initial policy is within noise.
 
-    per_seed: fields [num_problems, seeds]; envs: their names. On each env the gain (PPO's score minus the initial
-    policy's, paired by seed) must exceed GUARD_SE standard errors of its mean; otherwise the
-    normaliser's denominator is mostly noise and that env's fitness with it (one such env
-    dominates the mean over envs). Raises NormaliserError naming every such env, with advice.
+    per_seed: fields [num_problems, seeds]; envs: their names. On each env PPO's gain over its initial
+    policy must be significant (scores.normaliser_gain, the guard evaluation applies too). Raises
+    NormaliserError naming every env where it is not, with advice.
     """
-    _, ppo_field, init_field = FITNESS_SCORES[kind.removesuffix("_norm")]
-    gain = np.asarray(getattr(per_seed, ppo_field), np.float64) - np.asarray(getattr(per_seed, init_field), np.float64)
-    mean, se = gain.mean(-1), gain.std(-1, ddof=1) / np.sqrt(gain.shape[-1])
+    ppo, init = (np.asarray(x) for x in per_seed.normaliser(kind))
+    mean, se, usable = scores.normaliser_gain(ppo, init)
     bad = [
-        f"{env}: PPO {float(np.mean(getattr(per_seed, ppo_field)[i])):.4g} vs its initial policy "
-        f"{float(np.mean(getattr(per_seed, init_field)[i])):.4g}, gain {mean[i]:+.4g} +- {se[i]:.3g} (standard error)"
+        f"{env}: PPO {float(np.mean(ppo[i])):.4g} vs its initial policy "
+        f"{float(np.mean(init[i])):.4g}, gain {mean[i]:+.4g} +- {se[i]:.3g} (standard error)"
         for i, env in enumerate(envs)
-        if not mean[i] > GUARD_SE * se[i]  # NaN fails too
+        if not usable[i]
     ]
     if bad:
         raise NormaliserError(
             f"fitness={kind} divides by PPO's gain over its initial policy, but PPO does not improve beyond "
-            f"noise ({GUARD_SE:g} standard errors over {gain.shape[-1]} baseline seeds) on:\n  " + "\n  ".join(bad)
+            f"noise ({GUARD_SE:g} standard errors over {ppo.shape[-1]} baseline seeds) on:\n  " + "\n  ".join(bad)
             + "\nGive PPO a budget it learns in (inner.total_timesteps, inner.lr), raise baseline_seeds if the "
             "gain is real but noisy, or drop that environment from envs (env@fraction: that horizon from "
             "distribution.horizons)."

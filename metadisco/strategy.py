@@ -9,15 +9,8 @@ from __future__ import annotations
 import inspect
 
 # The tables of strategy names (which exist, which pair members, which keep their own weights, which
-# cannot run here) and of fitness shapings are the run config's allowed values, checked before jax
-# starts: metadisco.analysis.run_config_checks'.
-from metadisco.analysis.run_config_checks import (  # noqa: F401  (re-exported)
-    ANTITHETIC_STRATEGIES,
-    FITNESS_SHAPING,
-    STRATEGIES,
-    UNSUPPORTED_STRATEGIES,
-    WEIGHTED_STRATEGIES,
-)
+# cannot run here) are the run config's allowed values, checked before jax starts.
+from metadisco.core.strategies import WEIGHTED_STRATEGIES
 
 
 def _shaping_fn(name: str):

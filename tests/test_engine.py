@@ -8,19 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metadisco.analysis.run_config_checks import FITNESS_KINDS
 from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
 from metadisco.core.errors import EXIT_TIME_LIMIT, RunInterrupted
+from metadisco.core.scores import FITNESS_KINDS
+from metadisco.core.strategies import ANTITHETIC_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES, WEIGHTED_STRATEGIES
 from metadisco.engine import Baseline, MetaTrainer, NormaliserError, fetch, fitness_from
 from metadisco.inner_loops.ppo import TrainResult
 from metadisco.rundir import RunDir, RunDirError
-from metadisco.strategy import (
-    ANTITHETIC_STRATEGIES,
-    STRATEGIES,
-    UNSUPPORTED_STRATEGIES,
-    WEIGHTED_STRATEGIES,
-    make_strategy,
-)
+from metadisco.strategy import make_strategy
 from metadisco.time_limit import TimeLimit
 from metadisco.train import run
 

@@ -279,7 +279,7 @@ def test_no_episode_ended_reads_the_inner_loops_carried_curve():
         none = carry_forward(jnp.full(6, nan), jnp.float32(init))
         late = carry_forward(jnp.array([nan, nan, nan, nan, nan, 2.0]), jnp.float32(init))  # one ended, at the end
         run = {"returns": np.asarray([none, late], np.float64),  # as metadisco.analysis.evaluation.run keeps a TrainResult
-               "init_eval": np.asarray(jnp.float32([init, init]), np.float64)}
+               "init_eval_return": np.asarray(jnp.float32([init, init]), np.float64)}
         assert no_episode_ended(run).tolist() == [True, False]
 
 
@@ -309,6 +309,41 @@ def test_the_table_says_where_no_training_episode_ended():
                                 programs=StandInPrograms(), bootstrap_reps=200)
     assert {e["no_episode_ended"] for e in plain["envs"]["CartPole-v1"]["methods"].values()} == {0}
     assert "no episode ended" not in render.to_markdown(plain) and not any("episode ended" in n for n in plain["notes"])
+
+
+class BarelyLearningPrograms(StandInPrograms):
+    """StandInPrograms in which PPO barely learns on Acrobot-v1: its final policy scores 0.3 above the
+    initial policy's 0 on average, +-1 over seeds (a gain within noise), while DPO scores about 100."""
+
+    def get(self, env, config, objectives, num_seeds, grid=0):
+        program = super().get(env, config, objectives, num_seeds, grid)
+        if env.name != "Acrobot-v1" or objectives.drift.name != "ppo_clip":
+            return program
+
+        def barely(keys, params, hp):
+            result = program(keys, params, hp)
+            noisy = 0.3 + jnp.tile(jnp.float32([1.0, -1.0]), len(keys) // 2)
+            return result._replace(eval_return=noisy, eval_return_greedy=noisy)
+
+        return barely
+
+
+def test_a_barely_learning_ppo_does_not_inflate_the_aggregate():
+    """Normalised by a PPO gain within noise, DPO would score hundreds of PPOs on Acrobot-v1 and
+    dominate the aggregate; the guard meta-training applies (2 standard errors of the paired gain)
+    leaves that environment out, and says why."""
+    results = evaluation.evaluate(["dpo"], envs=["CartPole-v1", "Acrobot-v1"], seeds=4, budget=4096, progress=False,
+                                  programs=BarelyLearningPrograms(), bootstrap_reps=200)
+    acrobot = results["envs"]["Acrobot-v1"]
+    gain = np.asarray(acrobot["normaliser"]["ppo"]) - np.asarray(acrobot["normaliser"]["zero"])
+    assert 0 < gain.mean() < 2 * gain.std(ddof=1) / 2  # a positive gain, as the old rule accepted, within noise
+    assert "ppo-flat" in acrobot["flags"] and "standard errors" in acrobot["excluded_from_aggregate"]
+    assert acrobot["methods"]["dpo"]["norm_mean"] is None
+    held_out = results["aggregate"]["held_out"]
+    assert held_out["envs"] == ["CartPole-v1"]
+    assert held_out["methods"]["dpo"]["mean"]["point"] == pytest.approx(
+        results["envs"]["CartPole-v1"]["methods"]["dpo"]["norm_mean"])
+    assert any(n.startswith("Acrobot-v1: PPO's gain over its initial policy") for n in results["notes"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """metadisco.analysis.run_config: the one schema of a run's config (jax-free), checked by
-metadisco.analysis.run_config_checks wherever a config is read; InnerConfig is PPO's own settings."""
+metadisco.core.run_checks wherever a config is read; InnerConfig is PPO's own settings."""
 
 import dataclasses
 import json

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from metadisco.analysis import stats
+from metadisco.core.scores import normalise
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -294,12 +295,12 @@ def test_property_poi_antisymmetric(pair):
     assert stats.probability_of_improvement(x, y) == pytest.approx(_brute_poi(x, y))
 
 
-def test_normalize_score_maps_initial_policy_to_0_and_ppo_to_1():
+def test_normalise_maps_initial_policy_to_0_and_ppo_to_1():
     # a negative-return environment (Acrobot-like): init -500, PPO -100
-    assert stats.normalize_score(-500.0, -100.0, -500.0) == 0.0
-    assert stats.normalize_score(-100.0, -100.0, -500.0) == 1.0
-    assert stats.normalize_score(-80.0, -100.0, -500.0) > 1.0
-    np.testing.assert_allclose(stats.normalize_score(np.array([20.0, 260.0]), 260.0, 20.0), [0.0, 1.0])
+    assert normalise(-500.0, -100.0, -500.0) == 0.0
+    assert normalise(-100.0, -100.0, -500.0) == 1.0
+    assert normalise(-80.0, -100.0, -500.0) > 1.0
+    np.testing.assert_allclose(normalise(np.array([20.0, 260.0]), 260.0, 20.0), [0.0, 1.0])
 
 
 # ------------------------------------------------------------- the normaliser's uncertainty
@@ -316,12 +317,12 @@ def test_normalised_intervals_carry_the_normalisers_noise():
         p_exact, lo_exact, hi_exact = stats.normalized_ci(raw, exact_ppo, zero, agg, REPS, seed=0)
         assert p_noisy == pytest.approx(p_exact)  # same point estimate
         assert hi_noisy - lo_noisy > 1.5 * (hi_exact - lo_exact)  # a wider interval
-        assert p_exact == pytest.approx(agg(stats.normalize_score(raw, exact_ppo, zero.mean(0))))
+        assert p_exact == pytest.approx(agg(normalise(raw, exact_ppo, zero.mean(0))))
 
 
 def test_normalised_interval_with_exact_normaliser_is_the_plain_bootstrap_of_normalised_scores():
     raw, ppo, zero = _rand(6, 2, seed=1, loc=5.0), np.array([[3.0, 4.0]]), np.array([[1.0, 0.5]])
-    norm = stats.normalize_score(raw, ppo, zero)
+    norm = normalise(raw, ppo, zero)
     assert stats.normalized_ci(raw, ppo, zero, stats.mean, REPS, seed=4) == pytest.approx(
         stats.stratified_bootstrap_ci(norm, stats.mean, REPS, seed=4))
 

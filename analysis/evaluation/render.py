@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from metadisco.analysis.evaluation import protocol as scoring
 from metadisco.analysis.evaluation import summary
+from metadisco.analysis.evaluation.protocol import LABELS
 from metadisco.analysis.suites import EvaluationError
 from metadisco.analysis.targets import Target
 from metadisco.core.fileio import save_figure, to_jsonable
@@ -162,7 +162,7 @@ def to_markdown(results: dict) -> str:
 
 CSV_COLUMNS = [
     "method", "role", "env", "group", "flags", "seeds", "budget", "lr", "score", "mean", "ci_low", "ci_high",
-    "normalized", "norm_ci_low", "norm_ci_high", "diverged", *scoring.SCORES,
+    "normalized", "norm_ci_low", "norm_ci_high", "diverged", *LABELS,
 ]
 
 

@@ -21,13 +21,12 @@ import jax
 import numpy as np
 
 from metadisco.analysis import suites
-from metadisco.analysis.evaluation import protocol as scoring
 from metadisco.analysis.evaluation import summary
 from metadisco.analysis.evaluation.plan import EnvJob, Method, plan
 from metadisco.analysis.evaluation.programs import Programs, hparams, mesh
 from metadisco.analysis.evaluation.protocol import Protocol, resolve_protocol
 from metadisco.analysis.suites import EvaluationError
-from metadisco.core import streams
+from metadisco.core import scores, streams
 from metadisco.core.fileio import to_jsonable
 from metadisco.inner_loops import PPOConfig, preset_name
 
@@ -115,7 +114,7 @@ def evaluate(
             program = programs.get(job.env, job.config, objectives, seeds)
             runs[m.label] = _run(program, eval_keys, params, hparams(job.config, lr=rate)) | {"lr": rate}
             if log is not None:
-                mean = np.nanmean(scoring.score(runs[m.label], protocol.score, protocol.tail))
+                mean = np.nanmean(scores.value(runs[m.label], protocol.score, protocol.tail))
                 log(f"{job.name}: {m.label} at lr {rate:.3g}: {protocol.score} {mean:.4g} over {seeds} seeds "
                     f"({(time.time() - t0) / 60:.1f} min into this environment)")
         env_results[job.name] = {"runs": runs, "tuning": tuning or None, "time_s": time.time() - t0}
@@ -184,29 +183,31 @@ def _check_traces(programs: Programs, methods: list[Method], jobs: list[EnvJob],
                 ) from None
 
 
+# The arrays of a TrainResult an evaluation keeps (metadisco.core.scores reads them by these names).
+RUN_ARRAYS = ("returns", "eval_return", "eval_return_greedy", "init_eval_return", "init_eval_return_greedy")
+
+
 def _run(program, keys, params, hp) -> dict:
+    """{name: array} of the TrainResult of `program` on seeds `keys`: returns [..., S, U], the
+    others [..., S] (float64), diverged [..., S] bool."""
     result = jax.device_get(program(keys, params, hp))
-    return {
-        "returns": np.asarray(result.returns, np.float64),  # [..., S, U]
-        "eval": np.asarray(result.eval_return, np.float64),  # [..., S] the final policy, sampled
-        "eval_greedy": np.asarray(result.eval_return_greedy, np.float64),
-        "init_eval": np.asarray(result.init_eval_return, np.float64),  # [..., S] the initial policy
-        "init_eval_greedy": np.asarray(result.init_eval_return_greedy, np.float64),
-        "diverged": np.asarray(result.diverged, bool),  # [..., S]
-    }
+    return {name: np.asarray(getattr(result, name), np.float64) for name in RUN_ARRAYS} | {
+        "diverged": np.asarray(result.diverged, bool)}
 
 
 def _tune(programs: Programs, job: EnvJob, method: Method, protocol: Protocol, keys) -> dict:
     """`method` over the protocol's learning-rate grid on the tuning seeds `keys` -> the grid, its
-    mean `select` score per rate (a diverged or non-finite seed makes a rate's score -inf), the best."""
+    mean `select` score per rate (a diverged or non-finite seed ties the worst finite seed of the grid:
+    scores.at_worst), the best."""
     base = float(job.config.hparams.lr)
     lrs = [f * base for f in protocol.lr_factors]
     hp = hparams(job.config)
     grid_hp = jax.tree.map(lambda x: np.full((len(lrs),), x, np.float32), hp).replace(lr=np.asarray(lrs, np.float32))
     objectives, params = method.program
     program = programs.get(job.env, job.config, objectives, len(keys), grid=len(lrs))
-    values = scoring.score(_run(program, keys, params, grid_hp), protocol.select, protocol.tail)  # [G, S]
-    means = np.where(np.isfinite(values), values, -np.inf).mean(1)
+    run = _run(program, keys, params, grid_hp)
+    values = scores.value(run, protocol.select, protocol.tail)  # [G, S]
+    means = scores.at_worst(values, run["diverged"] | ~np.isfinite(values), none_finite=-np.inf).mean(1)
     best = best_rate(means, protocol.lr_factors)
     return {
         "lrs": lrs, "factors": list(protocol.lr_factors), "select": protocol.select,

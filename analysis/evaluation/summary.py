@@ -1,20 +1,23 @@
 """The statistics of an evaluation, from the raw runs of every method on every environment.
 
-Per environment: each method's mean score (the protocol's headline score, at the learning rate
-it was scored at) with a Student-t 95% interval, and its score normalised by PPO,
-(score - zero) / (ppo - zero), zero = the initial policy's mean evaluation (`protocol.zero`) and
-ppo = PPO's mean score (0 = the initial policy, 1 = PPO; PPO at its tuned rate when the protocol
-tunes). Every kind of score is reported as a column (final-policy evaluation sampled and greedy,
-the end of training, the learning-curve AUC). The normalised
-intervals, per environment and in the aggregates (IQM and mean over environments), come from a
-stratified bootstrap that resamples PPO's and the initial policy's seeds along with the method's,
-so they carry the normaliser's noise. The probability of improvement (over PPO, DPO and every
-other method) is computed within each environment, where normalising changes nothing. Held-out
-and meta-train environments are aggregated apart.
+Per environment: each method's mean score (the protocol's headline score, at the learning rate it
+was scored at) with a Student-t 95% interval, and its score normalised by PPO, (score - zero) / (ppo
+- zero), zero = the initial policy's mean evaluation (`scores.zero`) and ppo = PPO's mean score (0 =
+the initial policy, 1 = PPO; PPO at its tuned rate when the protocol tunes). Scores, zero,
+normalisation, the normaliser's guard and the treatment of a diverged seed are
+metadisco.core.scores', as in meta-training: a seed that diverged (or scored non-finite) ties the
+worst finite score of any method's seed on that environment (`scores.at_worst`). Every kind of score
+is reported as a column (final-policy evaluation sampled and greedy, the end of training, the
+learning-curve AUC). The normalised intervals, per environment and in the aggregates (IQM and mean
+over environments), come from a stratified bootstrap that resamples PPO's and the initial policy's
+seeds along with the method's, so they carry the normaliser's noise. The probability of improvement
+(over PPO, DPO and every other method) is computed within each environment, where normalising
+changes nothing. Held-out and meta-train environments are aggregated apart.
 
-An environment where PPO's mean score does not exceed the initial policy's ("ppo-flat") has no
-usable normaliser: its raw scores are reported but it is left out of both aggregates.
-"ppo-weak" marks one where PPO's 95% interval still includes the initial score (kept, flagged).
+An environment where PPO's gain over the initial policy (paired by seed) is not above
+scores.GUARD_SE standard errors ("ppo-flat": `scores.normaliser_gain`, the guard meta-training's
+normalised fitness applies) has no usable normaliser: its raw scores are reported but it is left
+out of both aggregates, so that a PPO that barely learnt cannot inflate them.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from metadisco.analysis import stats
-from metadisco.analysis.evaluation import protocol as scoring
 from metadisco.analysis.evaluation.plan import EnvJob
-from metadisco.analysis.evaluation.protocol import BOOTSTRAP_REPS, Protocol
+from metadisco.analysis.evaluation.protocol import BOOTSTRAP_REPS, LABELS, Protocol, no_episode_ended
 from metadisco.analysis.targets import REFERENCES
+from metadisco.core import scores
 from metadisco.inner_loops import preset_for, preset_name
 
 __all__ = ["CONFIDENCE", "BOOTSTRAP_REPS", "env_stats", "aggregate", "reading", "notes"]
@@ -33,51 +36,64 @@ __all__ = ["CONFIDENCE", "BOOTSTRAP_REPS", "env_stats", "aggregate", "reading", 
 CONFIDENCE = 0.95
 
 
-def _finite_or(x: np.ndarray, fill: float) -> np.ndarray:
-    return np.where(np.isfinite(x), x, fill)
+def scored(runs: dict, labels: list[str], kind: str, tail: float) -> tuple[dict, dict]:
+    """Every method's values [S] of score `kind` on one environment, each diverged or non-finite seed
+    at the worst finite value of any method's seed there (NaN where none is finite) ->
+    ({label: values}, {label: [S] bool, the seeds so placed})."""
+    values = np.stack([np.asarray(scores.value(runs[m], kind, tail), np.float64) for m in labels])  # [M, S]
+    bad = np.stack([np.asarray(runs[m]["diverged"], bool) for m in labels]) | ~np.isfinite(values)
+    placed = scores.at_worst(values, bad, none_finite=np.nan)
+    return dict(zip(labels, placed)), dict(zip(labels, bad))
+
+
+def normaliser(ppo_run: dict, ppo_seeds: np.ndarray, kind: str) -> tuple[np.ndarray, str | None]:
+    """The initial policy's values [S] of `kind` (PPO's run's), and why PPO's values `ppo_seeds` [S]
+    cannot normalise (None where they can: scores.normaliser_gain)."""
+    zero = np.asarray(scores.zero(ppo_run, kind), np.float64)
+    if not np.isfinite(zero).all():
+        return zero, ("the initial policy has no evaluation (eval_episodes = 0), so a normalised score has no 0: "
+                      "this environment is left out of the aggregates")
+    mean, se, usable = scores.normaliser_gain(ppo_seeds, zero)
+    if usable:
+        return zero, None
+    return zero, (f"PPO's gain over its initial policy ({float(np.mean(ppo_seeds)):.4g} vs {float(np.mean(zero)):.4g}: "
+                  f"{mean:+.4g} +- {se:.3g} standard error, paired over {len(zero)} seeds) is not above "
+                  f"{scores.GUARD_SE:g} standard errors: no usable normaliser, so this environment is left out of "
+                  "the aggregates")
 
 
 def env_stats(job: EnvJob, labels: list[str], env_result: dict, protocol: Protocol,
               reps: int = BOOTSTRAP_REPS, seed: int = 0) -> dict:
     """One environment's entry of the results: flags, normaliser, and per method its scores (every
-    kind of SCORES, the headline one with its interval), learning rate, normalised scores and
-    learning-curve band. `env_result` is {"runs": {label: {"returns" [S, U], "diverged" [S],
-    "lr"}}, "tuning": {label: ...} | None, "time_s"}."""
+    kind of score, the headline one with its interval), learning rate, normalised scores and
+    learning-curve band. `env_result` is {"runs": {label: run (protocol's docstring) | {"lr"}},
+    "tuning": {label: ...} | None, "time_s"}."""
     runs = env_result["runs"]
     kind = protocol.score
-    zero_seeds = scoring.zero(runs["ppo"], kind)
-    init = float(np.nanmean(zero_seeds))
-    zero_seeds = _finite_or(zero_seeds, init)
-    ppo_seeds = _finite_or(scoring.score(runs["ppo"], kind, protocol.tail), init)
-    ppo_mean = float(ppo_seeds.mean())
+    values, placed = scored(runs, labels, kind, protocol.tail)
+    ppo_seeds = values["ppo"]
+    zero_seeds, excluded = normaliser(runs["ppo"], ppo_seeds, kind)
+    init, ppo_mean = float(np.mean(zero_seeds)), float(np.mean(ppo_seeds))
+    columns = {label: scored(runs, labels, label, protocol.tail)[0] if label != kind else values for label in LABELS}
     flags = []
     if job.meta_train_for:
         flags.append("meta-train")
-    flat = not (ppo_mean - init > 0)
-    if flat:
+    if excluded:
         flags.append("ppo-flat")
-    elif len(ppo_seeds) > 1 and stats.mean_ci(ppo_seeds, CONFIDENCE)[1] <= init:
-        flags.append("ppo-weak")
-    excluded = None
-    if flat:
-        excluded = (f"PPO's mean score ({ppo_mean:.4g}) does not exceed the initial policy's ({init:.4g}): "
-                    "no normaliser, so this environment is left out of the aggregates")
     methods = {}
     for label in labels:
         run = runs[label]
-        values = scoring.score(run, kind, protocol.tail)
-        nonfinite = int((~np.isfinite(values)).sum())
-        clean = _finite_or(values, init)  # a non-finite score counts as the initial policy's
+        clean = values[label]
         mean, low, high = stats.mean_ci(clean, CONFIDENCE)
         entry = {
             "lr": run["lr"], "scores": clean, "mean": mean, "ci_low": low, "ci_high": high,
-            "columns": _columns(run, protocol),
-            "diverged": int(run["diverged"].sum()), "nonfinite": nonfinite,
-            "no_episode_ended": int(scoring.no_episode_ended(run).sum()),  # seeds: training scores = initial evaluation
+            "columns": {k: _mean_or_none(columns[k][label]) for k in LABELS},
+            "diverged": int(run["diverged"].sum()), "nonfinite": int(placed[label].sum()),
+            "no_episode_ended": int(no_episode_ended(run).sum()),  # seeds: training scores = initial evaluation
             "normalized": None, "norm_mean": None, "norm_ci_low": None, "norm_ci_high": None,
         }
-        if not flat:
-            entry["normalized"] = np.asarray(stats.normalize_score(clean, ppo_mean, init), np.float64)
+        if not excluded:
+            entry["normalized"] = np.asarray(scores.normalise(clean, ppo_mean, init), np.float64)
             entry["norm_mean"], entry["norm_ci_low"], entry["norm_ci_high"] = stats.normalized_ci(
                 clean[:, None], ppo_seeds[:, None], zero_seeds[:, None], stats.mean, reps, CONFIDENCE, seed)
         curves = np.where(np.isfinite(run["returns"]), run["returns"], np.nan)
@@ -102,14 +118,8 @@ def env_stats(job: EnvJob, labels: list[str], env_result: dict, protocol: Protoc
     }
 
 
-def _columns(run: dict, protocol: Protocol) -> dict:
-    """{kind: mean over the seeds with a finite value (None if none)} for every kind of SCORES."""
-    out = {}
-    for kind in scoring.SCORES:
-        values = scoring.score(run, kind, protocol.tail)
-        finite = values[np.isfinite(values)]
-        out[kind] = float(finite.mean()) if finite.size else None
-    return out
+def _mean_or_none(values: np.ndarray) -> float | None:
+    return float(values.mean()) if np.isfinite(values).all() else None
 
 
 def _poi(x, y, reps: int, seed: int) -> dict:
@@ -176,13 +186,11 @@ def notes(results: dict, jobs: list[EnvJob], tune_lr: bool) -> list[str]:
     for name, r in results["envs"].items():
         if r["excluded_from_aggregate"]:
             out.append(f"{name}: {r['excluded_from_aggregate']}.")
-        if "ppo-weak" in r["flags"]:
-            out.append(f"{name}: PPO's 95% interval includes the initial policy's score; normalised scores there are "
-                       "noisy (their intervals carry PPO's noise).")
         for m, e in r["methods"].items():
             if e["diverged"] or e["nonfinite"]:
-                out.append(f"{name}: {m} diverged in {e['diverged']} of {len(e['scores'])} seeds "
-                           f"({e['nonfinite']} non-finite scores counted as the initial policy's).")
+                out.append(f"{name}: {m} diverged in {e['diverged']} of {len(e['scores'])} seeds; {e['nonfinite']} "
+                           "seeds (diverged or non-finite) are scored as the worst finite seed of any method on this "
+                           "environment, as meta-training ranks a diverged member.")
         none_ended = _no_episode_note(r, protocol)
         if none_ended:
             out.append(f"{name}: {none_ended}")
@@ -208,7 +216,7 @@ def _no_episode_note(env: dict, protocol: dict) -> str | None:
     else:
         who = ", ".join(f"{k} of {n} seeds of {m}" for m, (k, n) in methods.items())
     columns = f'"training, last {protocol["tail"]:.0%}" and "auc"'
-    if protocol["score"] in scoring.TRAINING_SCORES:
+    if scores.score_of(protocol["score"]).needs == "curve":
         columns += " (and so the score)"
     return (f"no training episode ended in {who} within the budget of {env['budget']:,} steps: there {columns} "
             "are the initial policy's evaluation, not a return of training (the learning curve holds it until an "

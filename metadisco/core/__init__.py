@@ -5,6 +5,10 @@
     fileio.py        atomic, umask-respecting writes; strict JSON; figures saved in several formats
     plugins.py       a user's code by `module:attr` or an installed entry point (objectives, envs)
     streams.py       named random streams: which key feeds what (jax imported only when a key is made)
+    scores.py        the score registry over a TrainResult's arrays (meta-training's fitness and
+                     evaluation's scores), the normaliser's guard and the rank of a diverged run
+    strategies.py    the evolution strategies a run may name, and what each needs
+    run_checks.py    the checks of a run config's values that need no compute (check_run_config)
     jaxlib_guard.py  refuses a jaxlib < 0.11 (it deadlocks), reachable only around pyproject's bounds
                      (the source tree on PYTHONPATH, --no-deps); imported by metadisco.meta_objectives.base
 

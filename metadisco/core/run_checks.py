@@ -1,12 +1,12 @@
-"""The values a run's config may hold, and the checks of them that need no compute (jax-free).
+"""The checks of a run's config that need no compute (jax-free), and the values of its small enumerations.
 
 `check_run_config` is the one check of what a `RunConfig` (metadisco.analysis.run_config) says: names from
-the tables below, ranges and sizes, and how fields combine. It runs wherever a config is read:
-`metadisco train` (metadisco.config.validate, before jax starts) and every reader of a run
-directory (`RunConfig.from_stored`, so `metadisco.analysis.runs.Run.config()`), so a hand-edited config.json
-fails with the message an override of the same value gets. What depends on the installation
-(environment names and plug-ins: metadisco.inner_loops.catalog) or needs jax (objectives, shapes) is
-metadisco.config's.
+the tables (here, metadisco.core.strategies and metadisco.core.scores), ranges and sizes, and how
+fields combine. It runs wherever a config is read: `metadisco train` (metadisco.config.validate,
+before jax starts) and every reader of a run directory (`RunConfig.from_stored`, so
+`metadisco.analysis.runs.Run.config()`), so a hand-edited config.json fails with the message an
+override of the same value gets. What depends on the installation (environment names and plug-ins:
+metadisco.inner_loops.catalog) or needs jax (objectives, shapes) is metadisco.config's.
 """
 
 from __future__ import annotations
@@ -14,51 +14,15 @@ from __future__ import annotations
 import difflib
 
 from metadisco.core.errors import ConfigError
-
-# What a fitness kind scores (its `_norm` twin divides by PPO's gain on the same score, so that the
-# initial policy scores 0 and PPO 1): kind -> (the score of a TrainResult, the field of
-# metadisco.engine.Baseline holding PPO's score, the field holding the initial policy's). The
-# default, final_eval, is the field's (LPO scores the final policy over complete evaluation
-# episodes): sampled actions, because that stochastic policy is the one PPO optimises and the one
-# whose episodes make the learning curve, so the initial policy's sampled evaluation is a consistent
-# zero; a greedy policy can loop until the time limit in deterministic games, a different agent from
-# the one trained. greedy_eval scores it for those who want it; auc is the learning curve's mean,
-# final its last 10%.
-FITNESS_SCORES = {
-    "final_eval": (lambda r: r.eval_return, "final_eval", "init_eval"),
-    "greedy_eval": (lambda r: r.eval_return_greedy, "greedy_eval", "init_eval_greedy"),
-    "auc": (lambda r: r.returns.mean(-1), "auc", "init_eval"),
-    "final": (lambda r: r.final_return, "final", "init_eval"),
-}
-FITNESS_KINDS = tuple(score + norm for score in FITNESS_SCORES for norm in ("", "_norm"))
-
-# evosax 0.3.2 `evosax.algorithms.algorithms` (metadisco.strategy builds them); tests/test_engine.py
-# checks these tables against evosax.
-STRATEGIES = (
-    "ARS", "ASEBO", "CMAAnchoredLES", "CMA_ES", "CR_FM_NES", "DES", "DifferentialEvolution", "DiffusionEvolution",
-    "ESMC", "EvoTF_ES", "GESMR_GA", "GradientlessDescent", "GuidedES", "HillClimbing", "LES", "LGA", "LM_MA_ES",
-    "MA_ES", "MR15_GA", "NoiseReuseES", "Open_ES", "PGPE", "PSO", "PersistentES", "RandomSearch", "Rm_ES",
-    "SAMR_GA", "SNES", "SV_CMA_ES", "SV_Open_ES", "Sep_CMA_ES", "SimpleES", "SimpleGA", "SimulatedAnnealing",
-    "iAMaLGaM_Full", "iAMaLGaM_Univariate", "xNES",
+from metadisco.core.scores import FITNESS_KINDS, score_of
+from metadisco.core.strategies import (
+    ANTITHETIC_STRATEGIES,
+    ES_OPTIMIZERS,
+    FITNESS_SHAPING,
+    STRATEGIES,
+    UNSUPPORTED_STRATEGIES,
+    WEIGHTED_STRATEGIES,
 )
-# The strategies that take `use_antithetic_sampling` (they pair members +z, -z).
-ANTITHETIC_STRATEGIES = ("EvoTF_ES", "Open_ES", "SV_Open_ES")
-# The strategies whose update takes recombination weights (evosax's weights_fitness_shaping_fn):
-# their fitness shaping is part of the algorithm and cannot be replaced.
-WEIGHTED_STRATEGIES = ("CMA_ES", "CR_FM_NES", "DES", "LM_MA_ES", "MA_ES", "Rm_ES", "SNES", "SV_CMA_ES",
-                       "Sep_CMA_ES", "SimpleES", "xNES")
-# Strategies that need more than a population size and a solution to be built.
-UNSUPPORTED_STRATEGIES = {
-    "RandomSearch": "it needs a sampling function, which a config cannot name",
-    "SV_CMA_ES": "Stein variational strategies evolve several populations at once",
-    "SV_Open_ES": "Stein variational strategies evolve several populations at once",
-}
-# "auto": centered ranks (the published LPO/OPEN/EvIL setting), except for the weighted strategies,
-# which keep their own recombination weights; "default": always the strategy's own evosax default
-# (centered ranks for Open_ES and PGPE, raw fitness for ARS and the
-# genetic algorithms, recombination weights for CMA-ES and the NES family).
-FITNESS_SHAPING = ("auto", "default", "centered_rank", "z_score", "normalize", "raw")
-ES_OPTIMIZERS = ("adam", "sgd")
 
 # How DistributionConfig's draws are shared and how per-environment fitness is combined.
 LR_DRAWS = ("pair", "generation")
@@ -70,8 +34,8 @@ EXPECT_BEATS = ("", "start", "ppo")
 
 def check_run_config(cfg) -> None:
     """Raise ConfigError, saying what to do, for a value no run can have in `cfg`, a RunConfig
-    (metadisco.analysis.run_config imports this module, so it is not named here): names, ranges, sizes and
-    how fields combine. Environment names are not checked here (metadisco.config.check_static)."""
+    (metadisco.analysis.run_config, read by attribute): names, ranges, sizes and how fields combine.
+    Environment names are not checked here (metadisco.config.check_static)."""
     if not cfg.envs:
         raise ConfigError("envs is empty: name at least one environment, e.g. envs=CartPole-v1")
     trained_on = [e for e in cfg.heldout.envs if e in cfg.envs]
@@ -131,7 +95,7 @@ def _check_fitness(cfg) -> None:
             f"{len(cfg.envs)} meta-training environments need a normalised fitness so that their returns "
             f"can be averaged: use fitness={cfg.fitness}_norm"
         )
-    if cfg.inner.eval_episodes == 0 and "eval" in cfg.fitness:
+    if cfg.inner.eval_episodes == 0 and score_of(cfg.fitness).needs == "evaluation":
         raise ConfigError(f"fitness={cfg.fitness} scores evaluation episodes: inner.eval_episodes must be >= 1")
     if cfg.fitness.endswith("_norm") and cfg.baseline_seeds < 2:
         raise ConfigError(
