@@ -354,16 +354,16 @@ def test_ppo_critic_does_not_bootstrap_through_termination():
 
 
 def test_a_truncated_step_bootstraps_from_its_final_observation():
-    # With a time limit of num_steps, rollouts cross truncations: there V(final_obs) is the value of
-    # where the episode got to, not of the next episode's first observation; elsewhere it is the
-    # value of the next observation (the same state, no reset in between).
+    # With a time limit of 5 steps, a rollout of 16 truncates each environment three times: there
+    # V(final_obs) is the value of where the episode got to, not of the next episode's first
+    # observation; elsewhere it is the value of the next observation (the same state, no reset).
     import gymnax
 
     from metadisco.inner_loops import ppo as ppo_module
 
     config = PPOConfig(num_envs=8, num_steps=16, total_timesteps=4096, hidden=(16,), num_minibatches=2)
     core, params = gymnax.make("CartPole-v1")
-    env = from_gymnax(core, params.replace(max_steps_in_episode=config.num_steps), "CartPole-v1")
+    env = from_gymnax(core, params.replace(max_steps_in_episode=5), "CartPole-v1")
     ppo = ppo_module.PPO.create(env, config)
     inputs = ppo_module.TrainInputs(ppo.objectives.merge({}, ppo.default_meta_params), config.hparams,
                                     env.default_params)
@@ -371,7 +371,7 @@ def test_a_truncated_step_bootstraps_from_its_final_observation():
     traj = jax.jit(lambda r: ppo_module.collect(ppo, r, inputs)[1])(runner)  # [T, N]
     value, next_value = np.asarray(traj.value), np.asarray(traj.next_value)
     truncated, done = np.asarray(traj.truncated), np.asarray(traj.done)
-    assert truncated.sum() >= 3, "the rollout must cross truncations for this test to mean anything"
+    assert truncated[:-1].sum() >= 16, "the rollout must cross truncations for this test to mean anything"
     carries_on = ~done[:-1]
     np.testing.assert_allclose(next_value[:-1][carries_on], value[1:][carries_on], rtol=0, atol=1e-5)
     assert not np.allclose(next_value[:-1][truncated[:-1]], value[1:][truncated[:-1]], atol=1e-3)  # not V(reset obs)
