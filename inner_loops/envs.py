@@ -94,10 +94,6 @@ class Env:
     action_high: float | None
     scalar_action: bool = False  # the core takes a scalar continuous action (a Box of shape ())
     max_episode_steps: int | None = None  # the time limit of `default_params` (caps evaluation episodes)
-    truncates_only_at_time_limit: bool = False  # `truncated` means only that the time limit was reached
-    # Where that limit is: params.max_steps_in_episode (gymnax's `is_truncated`), or, False, the
-    # core's own, `max_episode_steps` whatever the parameters (brax: `BraxCore.episode_length`).
-    time_limit_in_params: bool = True
 
     @property
     def library(self) -> str:
@@ -107,15 +103,6 @@ class Env:
         params = self.default_params if params is None else params
         obs, inner = self.core.reset(key, params)
         return obs, EnvState(inner, jnp.float32(0.0), jnp.int32(0))
-
-    def time_limit(self, params: Any) -> int | None:
-        """The episode length at which, and only at which, an episode is truncated under `params`:
-        None unless truncation is known to mean only that and the limit is a number. Read from the
-        parameters' values (`time_limit_in_params`; None where they are traced, e.g. passed into
-        jit) or the core's own, never from which object `params` is: a copy answers the same."""
-        if not self.truncates_only_at_time_limit:
-            return None
-        return _time_limit(params) if self.time_limit_in_params else self.max_episode_steps
 
     def step(self, key: jax.Array, state: EnvState, action: jax.Array, params: Any = None) -> Step:
         """action: [] int (discrete) or [num_actions] float (continuous; clipped to the bounds)."""
@@ -210,9 +197,7 @@ def from_gymnax(env, params: Any = None, name: str | None = None) -> Env:
     info["final_observation"]); `params`: its default parameters (None: `env.default_params`).
 
     The spaces are read from `env.action_space(params)` (a `Discrete` with `.n`, or a `Box` with
-    `.shape`, `.low`, `.high`) and `env.observation_space(params).shape`. A gymnax `Environment`
-    that keeps gymnax's `step` and `is_truncated` has a known time limit (`Env.time_limit`), which
-    lets PPO's rollout take bootstrap values from the next observation's value.
+    `.shape`, `.low`, `.high`) and `env.observation_space(params).shape`.
     """
     params = env.default_params if params is None else params
     action_space = env.action_space(params)
@@ -233,17 +218,7 @@ def from_gymnax(env, params: Any = None, name: str | None = None) -> Env:
         action_high=high,
         scalar_action=not discrete and not action_space.shape,
         max_episode_steps=_time_limit(params),
-        truncates_only_at_time_limit=_truncates_only_at_time_limit(env),
     )
-
-
-def _truncates_only_at_time_limit(env) -> bool:
-    """Whether `env` keeps gymnax's own `is_truncated` (state.time >= params.max_steps_in_episode) and
-    its auto-resetting `step` (so a step that ends no episode returns final_observation as obs)."""
-    from gymnax.environments.environment import Environment
-
-    own = type(env)
-    return isinstance(env, Environment) and own.is_truncated is Environment.is_truncated and own.step is Environment.step
 
 
 def _time_limit(params) -> int | None:
@@ -266,8 +241,6 @@ def from_brax(env, name: str, episode_length: int = BRAX_EPISODE_LENGTH) -> Env:
         action_low=-1.0,
         action_high=1.0,
         max_episode_steps=episode_length,
-        truncates_only_at_time_limit=True,
-        time_limit_in_params=False,
     )
 
 

@@ -8,10 +8,11 @@
 `make_train` binds `train` to a `PPO` record (env, config, objectives, network: the static half
 of a run); `train` puts the traced half in one `TrainInputs` pytree (objective parameters,
 hyperparameters, environment parameters). The file reads top to bottom as the run does:
-`init_runner`; then per update (`update`, PureJaxRL's `_update_step`), `collect` a rollout (its
-`env_step` is PureJaxRL's `_env_step`) and `bootstrap_values`, `gae`, and `update_epoch` x epochs
-of minibatch steps on `ppo_loss`; `train` scans the updates. With the default `Objectives()` this is PPO-clip with PPO's clipped
-value loss (PureJaxRL), to the number.
+`init_runner`; then per update (`update`, PureJaxRL's `_update_step`), `collect` a rollout with
+its values (its `env_step` is PureJaxRL's `_env_step`), `gae`, and `update_epoch` x epochs of
+minibatch steps on `ppo_loss`; `train` scans the updates. With the default `Objectives()` this is
+PPO-clip with PPO's clipped value loss (PureJaxRL), to the number, except that a truncated
+episode bootstraps from the value of its final observation.
 
 `meta_params` is a dict keyed by plug point ("drift", "value_loss", "shaping") holding the
 parameters of the plugs being evolved; the others use their objective's initial parameters.
@@ -23,7 +24,6 @@ is static. Both, and the presets, are `metadisco.inner_loops.ppo_config`'s (jax-
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -39,14 +39,14 @@ from metadisco.meta_objectives import Objectives
 
 
 class Transition(NamedTuple):
-    """One environment step of all environments; leaves [num_steps, num_envs, ...] after `collect`.
-
-    What the environment step gives, and nothing else: the critic's values are `Values`.
-    """
+    """One environment step of all environments; leaves [num_steps, num_envs, ...] after `collect`."""
 
     obs: jax.Array  # [..., *obs_shape] the observation acted on, as the environment gave it
     action: jax.Array  # [...] int, or [..., num_actions] float
     log_prob: jax.Array  # [...] log pi_old(action | normalised obs)
+    value: jax.Array  # [...] V(obs) of the acting critic
+    next_value: jax.Array  # [...] V(final_obs), the state the step reached before any auto-reset
+    #                        (bootstrapped from where truncated; GAE multiplies it by 0 where terminated)
     reward: jax.Array  # [...] the training reward (`training_reward`); episode returns stay raw
     terminated: jax.Array  # [...] bool: the episode ended; no bootstrap
     truncated: jax.Array  # [...] bool: the time limit ended it; bootstrap from the final observation
@@ -56,14 +56,6 @@ class Transition(NamedTuple):
     def done(self) -> jax.Array:
         """[...] bool: an episode ended (terminated or truncated)."""
         return self.terminated | self.truncated
-
-
-class Values(NamedTuple):
-    """The critic's values of a rollout (`bootstrap_values`), [num_steps, num_envs] each."""
-
-    value: jax.Array  # V(obs[t])
-    next_value: jax.Array  # V(final_obs[t]), the state step t reached before any auto-reset; at a
-    #                        terminated step any number (GAE multiplies it by 0)
 
 
 class Batch(NamedTuple):
@@ -278,107 +270,30 @@ def training_reward(ppo: PPO, inputs: TrainInputs, reward_norm: RewardNorm, obs,
     return reward_norm, reward
 
 
-# Observations of at most this many numbers (classic control, brax) get their critic values in
-# one critic pass over the whole rollout after it; the loop runs the actor alone. The parameters do
-# not change during a rollout, so the values are those the loop would give, up to XLA's rounding,
-# which on the CPU can depend on a batch's shape (bitwise equal in tests/test_ppo.py; some runs of
-# the default demo round differently, as population sizes already made runs differ:
-# docs/benchmarks.md; the changelog lists each lever). On small observations a per-step pass of num_envs rows
-# is mostly per-operation overhead; on large ones (MinAtar's 400) deferring was slower.
-CRITIC_AFTER_ROLLOUT_MAX_OBS = 64
+def collect(ppo: PPO, runner: Runner, inputs: TrainInputs) -> tuple[Runner, Transition]:
+    """Roll the policy num_steps steps in num_envs environments (PureJaxRL's `_env_step`, scanned).
 
-
-class CriticPlan(NamedTuple):
-    """When `collect` runs the critic (static). A choice of speed only: every plan gives the same
-    values (docs/benchmarks.md; tests/test_ppo.py holds the paths equal).
-
-    value_in_step: V(obs) in each environment step (observations of more than
-        CRITIC_AFTER_ROLLOUT_MAX_OBS numbers: MinAtar), else in one pass after the rollout.
-    from_successor: V(final_obs[t]) is V(obs[t + 1]) unless step t ended an episode, and a
-        terminated step bootstraps nothing; so when an environment cannot be truncated twice in
-        one rollout (its time limit, its only truncation, is at least num_steps: `Env.time_limit`),
-        each environment keeps its last truncated final observation, and the critic values T + 2
-        rows of N instead of 2T. Else every final observation is valued (in the step with
-        value_in_step, else after the rollout).
+    Each step acts on the normalised observation with the actor and values it with the critic,
+    steps every environment, values the observation the step reached before any auto-reset
+    (`Step.final_obs`: what a truncated step bootstraps from), and records the transition.
+    Returns (runner, Transition [num_steps, num_envs, ...]).
     """
-
-    value_in_step: bool
-    from_successor: bool
-
-    @classmethod
-    def of(cls, ppo: PPO, env_params) -> CriticPlan:
-        time_limit = ppo.env.time_limit(env_params)
-        return cls(value_in_step=math.prod(ppo.env.obs_shape) > CRITIC_AFTER_ROLLOUT_MAX_OBS,
-                   from_successor=time_limit is not None and time_limit >= ppo.config.num_steps)
-
-
-def collect(ppo: PPO, runner: Runner, inputs: TrainInputs) -> tuple[Runner, Transition, Values]:
-    """Roll the policy num_steps steps in num_envs environments, then value the rollout.
-
-    `env_step` is PureJaxRL's `_env_step` (act on the normalised observation, step every
-    environment, record the transition), plus the critic's share of the step as `CriticPlan` says;
-    `bootstrap_values` does the rest after the rollout. Returns (runner, Transition [T, N, ...],
-    Values [T, N]).
-    """
-    env, network, config = ppo.env, ppo.network, ppo.config
+    env, network = ppo.env, ppo.network
     norm = normaliser(ppo, runner.obs_norm)  # fixed during a rollout
-    plan = CriticPlan.of(ppo, inputs.env_params)
 
-    def critic(params, obs):
-        return network.apply(params, obs, method=network.value)
-
-    def env_step(carry, _):
-        runner, kept = carry
+    def env_step(runner, _):
         key, k_act, k_env = jax.random.split(runner.key, 3)
-        obs = norm(runner.obs)
-        pi = network.apply(runner.params, obs, method=network.policy)
+        pi, value = network.apply(runner.params, norm(runner.obs))
         action, log_prob = networks.sample(env.discrete, pi, k_act)
         step = env.step_batch(k_env, runner.env_state, action, inputs.env_params)
+        next_value = network.apply(runner.params, norm(step.final_obs), method=network.value)
         reward_norm, reward = training_reward(ppo, inputs, runner.reward_norm, runner.obs, step, k_env)
-        transition = Transition(runner.obs, action, log_prob, reward, step.terminated, step.truncated,
-                                step.episode_return)
-        # The critic's share of the step (CriticPlan). `kept`: each environment's last truncated final
-        # observation, what from_successor bootstraps from (unread, and compiled away, otherwise).
-        # `share`: without from_successor every final observation; with value_in_step, the values of
-        # (obs, *those) instead.
-        final_obs = norm(step.final_obs)
-        kept = jnp.where(step.truncated.reshape(step.truncated.shape + (1,) * len(env.obs_shape)), final_obs, kept)
-        finals = () if plan.from_successor else (final_obs,)
-        share = tuple(critic(runner.params, x) for x in (obs, *finals)) if plan.value_in_step else finals
+        transition = Transition(runner.obs, action, log_prob, value, next_value, reward, step.terminated,
+                                step.truncated, step.episode_return)
         runner = runner._replace(env_state=step.state, obs=step.obs, reward_norm=reward_norm, key=key)
-        return (runner, kept), (transition, share)
+        return runner, transition
 
-    (runner, kept), (traj, share) = jax.lax.scan(env_step, (runner, jnp.zeros_like(norm(runner.obs))), None,
-                                                  config.num_steps)
-    tail = jnp.stack([kept, norm(runner.obs)])
-    values = bootstrap_values(plan, functools.partial(critic, runner.params), norm(traj.obs), traj.truncated,
-                              share, tail)
-    return runner, traj, values
-
-
-def bootstrap_values(plan: CriticPlan, critic, obs, truncated, share: tuple, tail) -> Values:
-    """The value bootstrapping: V(obs[t]) and V(final_obs[t]) of a rollout, from what its steps left.
-
-    critic: normalised observations [..., *obs_shape] -> values [...]; obs: [T, N, *obs_shape]
-    normalised; truncated: [T, N] bool; share: what the steps kept, stacked over T (`collect`):
-    (final_obs,), or () with plan.from_successor; with plan.value_in_step, the values of (obs, *those);
-    tail: [2, N, *obs_shape], each environment's last truncated final observation, then obs[T].
-
-    Two decisions, one after the other. What the bootstrap reads is the tail (from_successor) or every final
-    observation; its values and V(obs) come from the steps (value_in_step; the tail is valued here)
-    or from one critic pass here. Then V(final_obs[t]) is the final observation's value, or
-    (from_successor) V(obs[t + 1]) except at a truncation, where it is the kept observation's.
-    """
-    if plan.value_in_step:
-        value, *finals = share
-        bootstrap = critic(tail) if plan.from_successor else finals[0]
-    else:  # one pass of [T + 2, N] or [2T, N]
-        values = critic(jnp.concatenate([obs, tail if plan.from_successor else share[0]]))
-        value, bootstrap = values[: obs.shape[0]], values[obs.shape[0]:]
-    if not plan.from_successor:  # every final observation valued
-        return Values(value, bootstrap)
-    successor = jnp.concatenate([value[1:], bootstrap[1:]])  # V(obs[t + 1]), t < T
-    return Values(value, jnp.where(truncated, bootstrap[0], successor))
+    return jax.lax.scan(env_step, runner, None, ppo.config.num_steps)
 
 
 def gae(values, next_values, rewards, terminated, done, gamma, gae_lambda):
@@ -457,12 +372,12 @@ def update(ppo: PPO, runner: Runner, update_idx, inputs: TrainInputs) -> tuple[R
     config, hp = ppo.config, inputs.hp
     progress = update_idx / config.num_updates
     norm = normaliser(ppo, runner.obs_norm)
-    runner, traj, values = collect(ppo, runner, inputs)
+    runner, traj = collect(ppo, runner, inputs)
     terminated = traj.terminated.astype(jnp.float32)
     done = traj.done.astype(jnp.float32)
-    adv, targets = gae(values.value, values.next_value, traj.reward, terminated, done, hp.gamma, hp.gae_lambda)
+    adv, targets = gae(traj.value, traj.next_value, traj.reward, terminated, done, hp.gamma, hp.gae_lambda)
 
-    batch = Batch(norm(traj.obs), traj.action, traj.log_prob, values.value, adv, targets)  # [T, N, ...]
+    batch = Batch(norm(traj.obs), traj.action, traj.log_prob, traj.value, adv, targets)  # [T, N, ...]
     key, k_epochs = jax.random.split(runner.key)
     (params, opt_state), (losses, samples) = jax.lax.scan(
         lambda train_state, k: update_epoch(ppo, k, train_state, batch, progress, inputs),

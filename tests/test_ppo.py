@@ -4,7 +4,6 @@ Compiled train functions are shared through module-scoped fixtures (a PPO compil
 seconds on the CPU); every config here is small.
 """
 
-import copy
 import dataclasses
 import functools
 from dataclasses import dataclass
@@ -34,7 +33,6 @@ from metadisco.inner_loops.envs import from_brax, from_gymnax
 from metadisco.inner_loops.ppo import (
     PPO,
     Batch,
-    CriticPlan,
     ObsNorm,
     RewardNorm,
     carry_forward,
@@ -54,7 +52,7 @@ TINY = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), n
 # only the learning curve.
 TINY_NO_EVAL = TINY.replace(eval_episodes=0)
 # TINY at 10 updates with 4 evaluation episodes: the one plain CartPole run (key 3) that the
-# evaluation-curve, critic-pass, reward-noise and classic-preset tests share (`_run` keeps it).
+# evaluation-curve, reward-noise and classic-preset tests share (`_run` keeps it).
 TEN = TINY.replace(total_timesteps=TINY.batch_size * 10, eval_episodes=4)
 
 
@@ -355,119 +353,28 @@ def test_ppo_critic_does_not_bootstrap_through_termination():
     np.testing.assert_allclose(targets, 1.0, atol=0.05)
 
 
-@pytest.mark.slow
-def test_critic_values_after_the_rollout_equal_those_in_the_loop(cartpole, monkeypatch):
-    # Small observations get V(obs) and V(final_obs) in one critic pass after the rollout (a speed
-    # change): it must give exactly what per-step passes give, through truncations, for the whole
-    # training run.
-    from metadisco.inner_loops import ppo as ppo_module
-
-    assert np.prod(cartpole.obs_shape) <= ppo_module.CRITIC_AFTER_ROLLOUT_MAX_OBS
-    after = _run("CartPole-v1", TEN)  # the shared run, built (or kept) before the patch below
-    monkeypatch.setattr(ppo_module, "CRITIC_AFTER_ROLLOUT_MAX_OBS", 0)
-    in_loop = jax.jit(make_train(cartpole, TEN, Objectives()))(jax.random.key(3), {})
-    for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(in_loop), strict=True):
-        np.testing.assert_array_equal(a, b)
-
-
-@pytest.mark.parametrize("name", ["CartPole-v1", "Breakout-MinAtar"])  # critic after the rollout / in it
-def test_bootstrap_values_from_successors_equal_a_pass_over_every_final_observation(name):
-    # A speed change: with a time limit >= num_steps, V(final_obs[t]) is taken from V(obs[t + 1]),
-    # and from one kept final observation per environment where step t was a truncation. It must
-    # equal what a critic pass over every final observation gives (the path when the limit is
-    # shorter, unknown, or `is_truncated` is the env's own), truncations included.
+def test_a_truncated_step_bootstraps_from_its_final_observation():
+    # With a time limit of 5 steps, a rollout of 16 truncates each environment three times: there
+    # V(final_obs) is the value of where the episode got to, not of the next episode's first
+    # observation; elsewhere it is the value of the next observation (the same state, no reset).
     import gymnax
 
     from metadisco.inner_loops import ppo as ppo_module
 
     config = PPOConfig(num_envs=8, num_steps=16, total_timesteps=4096, hidden=(16,), num_minibatches=2)
-    core, params = gymnax.make(name)
-    fast = from_gymnax(core, params.replace(max_steps_in_episode=config.num_steps), name)
-    every = dataclasses.replace(fast, truncates_only_at_time_limit=False)
-    assert fast.time_limit(fast.default_params) == 16 and every.time_limit(every.default_params) is None
-
-    def rollouts(env):
-        ppo = ppo_module.PPO.create(env, config)
-        inputs = ppo_module.TrainInputs(ppo.objectives.merge({}, ppo.default_meta_params), config.hparams,
-                                        env.default_params)
-        runner = ppo_module.init_runner(ppo, jax.random.key(0), inputs)
-
-        def one_rollout(runner, _):
-            runner, traj, values = ppo_module.collect(ppo, runner, inputs)
-            return runner, (traj, values)
-
-        return jax.jit(lambda r: jax.lax.scan(one_rollout, r, None, 6))(runner)[1]
-
-    (got, got_values), (want, want_values) = rollouts(fast), rollouts(every)
-    assert ppo_module.CriticPlan.of(PPO.create(fast, config), fast.default_params).from_successor
-    assert not ppo_module.CriticPlan.of(PPO.create(every, config), every.default_params).from_successor
-    bootstraps = ~np.asarray(got.terminated)  # a terminated step's next_value is multiplied by 0
-    np.testing.assert_array_equal(np.asarray(got_values.next_value)[bootstraps],
-                                  np.asarray(want_values.next_value)[bootstraps])
-    np.testing.assert_array_equal(got_values.value, want_values.value)
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        np.testing.assert_array_equal(a, b)
-    truncated = np.asarray(got.truncated)
-    assert truncated.sum() >= 3, "the rollouts must cross truncations for this test to mean anything"
-    value = np.asarray(got_values.value)  # [rollouts, T, N]
-    successor = np.concatenate([value[:, 1:], np.full_like(value[:, :1], np.nan)], 1)
-    assert not np.allclose(np.asarray(got_values.next_value)[truncated], successor[truncated])  # not V(reset obs)
-
-
-def test_time_limit_is_known_only_when_it_is_the_only_truncation(cartpole):
-    assert cartpole.time_limit(cartpole.default_params) == 500
-    assert cartpole.time_limit(cartpole.default_params.replace(max_steps_in_episode=200)) == 200
-    traced = jax.jit(lambda p: jnp.float32(cartpole.time_limit(p) is None))(cartpole.default_params)
-    assert traced == 1.0  # under jit, parameters passed in are traced: not a static limit
-    assert _probe_env("truncated", 3).time_limit(environment.EnvParams(max_steps_in_episode=3)) is None  # own is_truncated
-
-    class OwnStep(type(cartpole.core)):  # a step of its own may not auto-reset as gymnax's does
-        def step(self, key, state, action, params=None):
-            return super().step(key, state, action, params)
-
-    assert from_gymnax(OwnStep(), cartpole.default_params).time_limit(cartpole.default_params) is None
-
-
-@struct.dataclass
-class _SlideState:
-    obs: jax.Array
-    reward: jax.Array
-    done: jax.Array
-
-
-class _Slide:
-    """A brax-style `Env` (reset(key), step(state, action)) without physics: a point in the plane
-    pushed by the action, rewarded for staying near the origin; it never terminates."""
-
-    observation_size, action_size = 2, 1
-
-    def reset(self, key):
-        return _SlideState(jax.random.uniform(key, (2,), minval=-1.0, maxval=1.0), jnp.float32(0.0), jnp.float32(0.0))
-
-    def step(self, state, action):
-        obs = state.obs + 0.1 * jnp.concatenate([action, -action])
-        return _SlideState(obs, -jnp.sum(obs**2), jnp.float32(0.0))
-
-
-@pytest.mark.parametrize("name", ["CartPole-v1", "brax-style"])
-def test_a_copy_of_the_environment_parameters_takes_the_same_critic_plan_bit_for_bit(name):
-    # The critic plan reads the time limit from the parameters' values (gymnax) or the core
-    # (brax: its episode length, whatever the parameters), never from which object they are.
-    env = make_env(name) if name != "brax-style" else from_brax(_Slide(), name, episode_length=20)
-    config = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 4, hidden=(8,), num_minibatches=2,
-                       eval_episodes=2)
-    ppo = PPO.create(env, config)
-    copies = [jax.tree.map(lambda x: x, env.default_params), copy.deepcopy(env.default_params)]
-    assert all(c is not env.default_params for c in copies)
-    plan = CriticPlan.of(ppo, env.default_params)
-    assert plan.from_successor and all(CriticPlan.of(ppo, c) == plan for c in copies)
-    if name == "brax-style":  # brax's limit is the core's, so it is known for parameters passed into jit too
-        assert jax.jit(lambda p: jnp.float32(env.time_limit(p) == 20))(env.default_params) == 1.0
-    train = make_train(env, config)
-    want = jax.jit(lambda k: train(k, {}))(jax.random.key(0))
-    got = jax.jit(lambda k: train(k, {}, None, copies[0]))(jax.random.key(0))
-    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
-        np.testing.assert_array_equal(a, b)
+    core, params = gymnax.make("CartPole-v1")
+    env = from_gymnax(core, params.replace(max_steps_in_episode=5), "CartPole-v1")
+    ppo = ppo_module.PPO.create(env, config)
+    inputs = ppo_module.TrainInputs(ppo.objectives.merge({}, ppo.default_meta_params), config.hparams,
+                                    env.default_params)
+    runner = ppo_module.init_runner(ppo, jax.random.key(0), inputs)
+    traj = jax.jit(lambda r: ppo_module.collect(ppo, r, inputs)[1])(runner)  # [T, N]
+    value, next_value = np.asarray(traj.value), np.asarray(traj.next_value)
+    truncated, done = np.asarray(traj.truncated), np.asarray(traj.done)
+    assert truncated[:-1].sum() >= 16, "the rollout must cross truncations for this test to mean anything"
+    carries_on = ~done[:-1]
+    np.testing.assert_allclose(next_value[:-1][carries_on], value[1:][carries_on], rtol=0, atol=1e-5)
+    assert not np.allclose(next_value[:-1][truncated[:-1]], value[1:][truncated[:-1]], atol=1e-3)  # not V(reset obs)
 
 
 def test_cartpole_time_limit_is_truncation(cartpole):
