@@ -16,7 +16,7 @@ The three plug points of the inner PPO (see metadisco.inner_loops.ppo), their me
     shape_reward(params, obs, reward, next_obs, terminated, gamma) -> shaped reward
 
 Everything else asks the objective about itself through the contract, never by its name:
-`title` (figures, reports), `depends_on_progress`, `plotted` (drawn even when not evolved),
+`title` (figures, reports), `depends_on_progress`, `drawn_when_fixed` (drawn even when not evolved),
 `valid_for_every_member` (a search space that holds only valid objectives),
 `closed_form(params)` (the objective as one expression, where it has one),
 `reads_observations` / `for_env(obs_shape)` / `incompatibility(obs_shape, env_name)`,
@@ -124,7 +124,7 @@ class MetaObjective:
         return False
 
     @property
-    def plotted(self) -> bool:
+    def drawn_when_fixed(self) -> bool:
         """Whether analysis draws this objective even when the run did not evolve it: a learned
         network or a discovered closed form (not a hand-designed baseline)."""
         return self.learned
@@ -143,7 +143,7 @@ class MetaObjective:
         family answers it for every member, so export writes what evolved without fitting."""
         return None
 
-    def express(self, other: MetaObjective) -> Params | None:
+    def params_reproducing(self, other: MetaObjective) -> Params | None:
         """Parameters at which this objective computes what `other` computes at its default
         parameters, bit for bit (so one compiled program trains both), or None where it cannot.
         Itself: `other`'s defaults. A family that contains another objective exactly says so

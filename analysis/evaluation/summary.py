@@ -67,19 +67,19 @@ def env_stats(job: EnvJob, labels: list[str], env_result: dict, protocol: Protoc
         run = runs[label]
         values = scoring.score(run, kind, protocol.tail)
         nonfinite = int((~np.isfinite(values)).sum())
-        clean = _finite_or(values, init)  # a non-finite score counts as the initial policy's
-        mean, low, high = stats.mean_ci(clean, CONFIDENCE)
+        scores = _finite_or(values, init)  # a non-finite score counts as the initial policy's
+        mean, low, high = stats.mean_ci(scores, CONFIDENCE)
         entry = {
-            "lr": run["lr"], "scores": clean, "mean": mean, "ci_low": low, "ci_high": high,
+            "lr": run["lr"], "scores": scores, "mean": mean, "ci_low": low, "ci_high": high,
             "columns": _columns(run, protocol),
             "diverged": int(run["diverged"].sum()), "nonfinite": nonfinite,
             "no_episode_ended": int(scoring.no_episode_ended(run).sum()),  # seeds: training scores = initial evaluation
             "normalized": None, "norm_mean": None, "norm_ci_low": None, "norm_ci_high": None,
         }
         if not flat:
-            entry["normalized"] = np.asarray(stats.normalize_score(clean, ppo_mean, init), np.float64)
+            entry["normalized"] = np.asarray(stats.normalize_score(scores, ppo_mean, init), np.float64)
             entry["norm_mean"], entry["norm_ci_low"], entry["norm_ci_high"] = stats.normalized_ci(
-                clean[:, None], ppo_seeds[:, None], zero_seeds[:, None], stats.mean, reps, CONFIDENCE, seed)
+                scores[:, None], ppo_seeds[:, None], zero_seeds[:, None], stats.mean, reps, CONFIDENCE, seed)
         curves = np.where(np.isfinite(run["returns"]), run["returns"], np.nan)
         band = stats.t_interval(curves, CONFIDENCE)
         entry["curve"] = {"mean": band[0], "low": band[1], "high": band[2], "seeds": curves}
