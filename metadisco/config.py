@@ -133,7 +133,7 @@ def _nest(pairs) -> dict:
     return out
 
 
-def _given(overrides: Overrides) -> dict:
+def _nested(overrides: Overrides) -> dict:
     """Overrides of either form -> nested dict (`nest_overrides`, `parse_overrides`)."""
     if isinstance(overrides, Mapping):
         return nest_overrides(overrides)
@@ -144,7 +144,7 @@ def inner_config(base: dict, overrides: Overrides = ()) -> InnerConfig:
     """PPO overrides from a stored `inner` section updated by `overrides` (typed values by field, or
     FIELD=VALUE items), read and checked as `metadisco train` reads inner.FIELD=VALUE (evaluate's
     --inner and --inner-from-run)."""
-    return read_section(InnerConfig, _merge(base, _given(overrides)), "inner.")
+    return read_section(InnerConfig, _merge(base, _nested(overrides)), "inner.")
 
 
 def resolve(experiment: str | None = None, overrides: Overrides = ()) -> RunConfig:
@@ -160,7 +160,7 @@ def resolve(experiment: str | None = None, overrides: Overrides = ()) -> RunConf
         d = _merge(d, loaded)
         if "expect" in loaded:
             written_for = objectives_signature(RunConfig.from_dict(d).objectives)
-    given = _given(overrides)
+    given = _nested(overrides)
     d = _merge(d, given)
     if written_for is not None and "expect" not in given:
         reason = _expectation_lost(RunConfig.from_dict(d), written_for)
@@ -182,7 +182,7 @@ def _expectation_lost(cfg: RunConfig, written_for: str) -> str | None:
 
 def override(cfg: RunConfig, overrides: Overrides = ()) -> RunConfig:
     """`cfg` updated by `overrides` (as `resolve` applies them), then validated."""
-    return validate(RunConfig.from_dict(_merge(cfg.to_dict(), _given(overrides))))
+    return validate(RunConfig.from_dict(_merge(cfg.to_dict(), _nested(overrides))))
 
 
 def validate(cfg: RunConfig) -> RunConfig:
