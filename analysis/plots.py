@@ -144,7 +144,7 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
         # Each objective says whether it is worth drawing (learned, or a discovered closed form);
         # whatever the run evolved is drawn too.
         drift, vl, shaping = objectives.drift, objectives.value_loss, objectives.shaping
-        if drift.plotted or "drift" in evolve:
+        if drift.drawn_when_fixed or "drift" in evolve:
             title = drift.title if drift.learned or "drift" not in evolve else f"evolved {drift.title}"
             title += f" [{which}]" if drift.learned or "drift" in evolve else ""
             drifts = default_drift_comparison(drift, params.get("drift"), title)
@@ -152,9 +152,9 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
             emit("drift_slices", lambda: drift_slices_figure(drifts))
             if drift.depends_on_progress:
                 emit("progress_surfaces", lambda: progress_surfaces_figure(drift, params.get("drift")))
-        if vl.plotted or "value_loss" in evolve:
+        if vl.drawn_when_fixed or "value_loss" in evolve:
             emit("value_loss", lambda: value_loss_figure(vl, params.get("value_loss")))
-        if shaping.plotted or "shaping" in evolve:
+        if shaping.drawn_when_fixed or "shaping" in evolve:
             low, high, names = shaping_bounds(shaping, list(config.envs), notes)
             emit("shaping", lambda: shaping_figure(shaping, params.get("shaping"), low, high, dim_names=names))
     if report:

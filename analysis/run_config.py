@@ -322,7 +322,9 @@ def _unwrap_optional(tp):
 
 
 def _coerce(value, tp, path: str):
-    """Convert a TOML/JSON/command-line value to the annotated field type."""
+    """Convert a TOML/JSON/command-line value, or a typed one from the Python API, to the annotated
+    field type: a string as the command line writes it ("64,64", "true"), or a value of the type
+    (an int for a float too; a single value for a tuple is its one item)."""
     hints_tp = _unwrap_optional(tp)
     if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and hints_tp is not str):
         return None
@@ -331,6 +333,8 @@ def _coerce(value, tp, path: str):
         (item_tp, *_) = typing.get_args(hints_tp)
         if isinstance(value, str):
             value = [v for v in value.split(",") if v.strip()]
+        elif not isinstance(value, (list, tuple)):
+            value = [value]
         return tuple(_coerce(v.strip() if isinstance(v, str) else v, item_tp, path) for v in value)
     try:
         if hints_tp is bool:
@@ -340,7 +344,11 @@ def _coerce(value, tp, path: str):
                 if value.lower() in ("false", "0", "no", "off"):
                     return False
                 raise ValueError
+            if not (isinstance(value, bool) or value in (0, 1)):
+                raise ValueError
             return bool(value)
+        if isinstance(value, bool) and hints_tp in (int, float):
+            raise ValueError
         if hints_tp is int:
             number = float(value) if isinstance(value, str) else value
             if isinstance(number, float) and not number.is_integer():

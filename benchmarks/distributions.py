@@ -55,7 +55,7 @@ def measure(name: str, change: dict, pop: int, seeds: int, timesteps: int, repea
         metrics = fetch(metrics)
         times.append(time.perf_counter() - t0)
         d = fetch(trainer.draw_of(gen))
-        drawn.append(trainer.problem_names[int(d.envs[0]) * len(trainer.horizons) + int(d.horizon)]
+        drawn.append(trainer.problems[int(d.envs[0]) * len(trainer.horizons) + int(d.horizon)].name
                      if trainer.env_slots == 1 else "all")
     later = times[1:]
     by_draw = {k: _common.median([t for t, d in zip(later, drawn[1:]) if d == k]) for k in sorted(set(drawn[1:]))}

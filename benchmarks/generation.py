@@ -137,7 +137,7 @@ def measure(devices: int, pops: list[int], timesteps: int | None, seeds: int, re
         ask_tell_med, fetch_med = _common.median(ask_tell_s[1:]), _common.median(fetch_s)
         _common.emit({
             "pop": pop, "devices": devices, "mesh_devices": int(mesh.size), "seeds_per_member": cfg.seeds_per_member,
-            "steps_per_run": trainer.ppo_configs[0].steps_per_run, "steps_per_generation": trainer.steps_per_generation,
+            "steps_per_run": trainer.envs[0].ppo_config.steps_per_run, "steps_per_generation": trainer.steps_per_generation,
             "num_params": trainer.num_params,
             "generation_s": gen, "members_s": train, "overhead_s": gen - train, "overhead_pct": 100 * (gen - train) / gen,
             "ask_tell_s": ask_tell_med, "fetch_s": fetch_med,

@@ -120,13 +120,13 @@ def reference_config(env_name: str, timesteps: int, overrides=()) -> dict:
     fields = {**{k: getattr(pc, k) for k in REFERENCE_KEYS if hasattr(pc, k)},
               **{k: getattr(pc.hparams, k) for k in REFERENCE_KEYS if hasattr(pc.hparams, k)}}
     objectives = Objectives()
-    ours = {REFERENCE_KEYS[k]: v for k, v in fields.items()}
-    ours |= {"HIDDEN": pc.hidden, "NORMALIZE_ENV": (pc.normalize_obs, pc.normalize_reward),
-             "CLIP_EPS": getattr(objectives.drift, "clip_eps", None),
-             "VALUE_CLIP_EPS": getattr(objectives.value_loss, "clip_eps", None)}
-    theirs = {**ref, "HIDDEN": (ref.get("HIDDEN", 64),) * 2, "VALUE_CLIP_EPS": ref["CLIP_EPS"],
-              "NORMALIZE_ENV": (bool(ref.get("NORMALIZE_ENV")),) * 2}
-    differ = {k: (theirs[k], v) for k, v in ours.items() if theirs[k] != v}
+    metadisco_settings = {REFERENCE_KEYS[k]: v for k, v in fields.items()}
+    metadisco_settings |= {"HIDDEN": pc.hidden, "NORMALIZE_ENV": (pc.normalize_obs, pc.normalize_reward),
+                           "CLIP_EPS": getattr(objectives.drift, "clip_eps", None),
+                           "VALUE_CLIP_EPS": getattr(objectives.value_loss, "clip_eps", None)}
+    reference_settings = {**ref, "HIDDEN": (ref.get("HIDDEN", 64),) * 2, "VALUE_CLIP_EPS": ref["CLIP_EPS"],
+                          "NORMALIZE_ENV": (bool(ref.get("NORMALIZE_ENV")),) * 2}
+    differ = {k: (reference_settings[k], v) for k, v in metadisco_settings.items() if reference_settings[k] != v}
     if differ:
         raise SystemExit(f"{env_name}: reference and metadisco settings differ (reference, metadisco): {differ}")
     return ref

@@ -16,7 +16,7 @@ The three plug points of the inner PPO (see metadisco.inner_loops.ppo), their me
     shape_reward(params, obs, reward, next_obs, terminated, gamma) -> shaped reward
 
 Everything else asks the objective about itself through the contract, never by its name:
-`title` (figures, reports), `depends_on_progress`, `plotted` (drawn even when not evolved),
+`title` (figures, reports), `depends_on_progress`, `drawn_when_fixed` (drawn even when not evolved),
 `valid_for_every_member` (a search space that holds only valid objectives),
 `closed_form(params)` (the objective as one expression, where it has one),
 `reads_observations` / `for_env(obs_shape)` / `incompatibility(obs_shape, env_name)`,
@@ -59,6 +59,9 @@ Params = Any  # a pytree of float32 arrays
 _REGISTRY: dict[str, dict[str, type]] = {plug: {} for plug in PLUGS}
 OPTION_TYPES = (bool, int, float, str, tuple[int, ...], tuple[float, ...], tuple[str, ...])
 FROM_ENV = "from_env"  # field metadata key: an option the environment sets (through `for_env`)
+# Contract hooks that metadisco 0.1 named otherwise: a plug-in that still defines the old name
+# would be silently ignored, so its class is refused where it is defined.
+RENAMED_HOOKS = {"plotted": "drawn_when_fixed", "express": "params_reproducing"}
 
 
 class MetaObjective:
@@ -79,6 +82,10 @@ class MetaObjective:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         own = vars(cls)
+        renamed = [f"{old} (now {new})" for old, new in RENAMED_HOOKS.items() if old in own]
+        if renamed:
+            raise TypeError(f"{cls.__qualname__} defines {', '.join(renamed)}: rename it to the hook's "
+                            "current name, or metadisco never calls it")
         if isinstance(own.get("name"), str) and "title" not in own:
             cls.title = own["name"].replace("_", " ")
         declared = {k: v for k, v in own.items() if isinstance(v, dataclasses.Field)}
@@ -124,7 +131,7 @@ class MetaObjective:
         return False
 
     @property
-    def plotted(self) -> bool:
+    def drawn_when_fixed(self) -> bool:
         """Whether analysis draws this objective even when the run did not evolve it: a learned
         network or a discovered closed form (not a hand-designed baseline)."""
         return self.learned
@@ -143,7 +150,7 @@ class MetaObjective:
         family answers it for every member, so export writes what evolved without fitting."""
         return None
 
-    def express(self, other: MetaObjective) -> Params | None:
+    def params_reproducing(self, other: MetaObjective) -> Params | None:
         """Parameters at which this objective computes what `other` computes at its default
         parameters, bit for bit (so one compiled program trains both), or None where it cannot.
         Itself: `other`'s defaults. A family that contains another objective exactly says so

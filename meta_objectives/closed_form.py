@@ -47,7 +47,7 @@ class ClosedFormDrift(MetaObjective):
         return p_sym in parse_expression(self.expression).free_symbols
 
     @property
-    def plotted(self) -> bool:
+    def drawn_when_fixed(self) -> bool:
         return True
 
     def init(self, key):
@@ -99,7 +99,7 @@ class ClosedFormValueLoss(MetaObjective):
         return self.base == "clipped_l2"
 
     @property
-    def plotted(self) -> bool:
+    def drawn_when_fixed(self) -> bool:
         return True
 
     def init(self, key):

@@ -107,12 +107,12 @@ class LPO(MetaObjective):
     def init(self, key):
         return init_mlp(key, self.num_features, self.hidden, bias=False)
 
-    def express(self, other):
+    def params_reproducing(self, other):
         """PPO-clip at this clip range: the initial parameters (a zero output layer; tested bit
         for bit over whole PPO runs)."""
         if isinstance(other, PPOClip) and other.clip_eps == self.clip_eps:
             return self.default_params()
-        return super().express(other)
+        return super().params_reproducing(other)
 
     def features(self, ratio, advantage, progress):
         x = lpo_features(ratio, advantage)

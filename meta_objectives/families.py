@@ -84,7 +84,7 @@ class DPOSchedule(MetaObjective):
         return True
 
     @property
-    def plotted(self) -> bool:
+    def drawn_when_fixed(self) -> bool:
         return True
 
     def init(self, key):
@@ -171,7 +171,7 @@ class DriftMix(MetaObjective):
         return self.schedule
 
     @property
-    def plotted(self) -> bool:
+    def drawn_when_fixed(self) -> bool:
         return True
 
     def _is_ppo(self, name: str) -> bool:
@@ -182,13 +182,13 @@ class DriftMix(MetaObjective):
         start = jnp.broadcast_to(jnp.asarray(initial, jnp.float32)[:, None], (len(self.selected), len(SIDES)))
         return {"start": start, "end": start} if self.schedule else {"start": start}
 
-    def express(self, other):
+    def params_reproducing(self, other):
         """PPO-clip at this clip range, where PPO-clip's term is among the terms: weight 1 on it,
         0 on the rest (tested bit for bit over whole PPO runs)."""
         names = [n for n, _ in self.selected]
         if isinstance(other, PPOClip) and other.clip_eps == self.clip_eps and any(map(self._is_ppo, names)):
             return dataclasses.replace(self, ppo_weight=1.0, other_weight=0.0).default_params()
-        return super().express(other)
+        return super().params_reproducing(other)
 
     def weights(self, params, progress):
         """w_k(p, s): [..., K, 2] for progress of shape [...]."""
@@ -280,7 +280,7 @@ class ValueLossMix(MetaObjective):
         return [("clipped_l2", "e**2/2"), *ROBUST_VALUE_TERMS]
 
     @property
-    def plotted(self) -> bool:
+    def drawn_when_fixed(self) -> bool:
         return True
 
     @property
@@ -298,13 +298,13 @@ class ValueLossMix(MetaObjective):
             return jax.nn.relu(params["weights"])
         return projection_simplex(jnp.concatenate([jnp.ones(1, jnp.float32), params["scores"]]))
 
-    def express(self, other):
+    def params_reproducing(self, other):
         """PPO's clipped value loss at this clip range: the initial parameters."""
         from metadisco.meta_objectives.value_loss import ClippedL2
 
         if isinstance(other, ClippedL2) and other.clip_eps == self.clip_eps:
             return self.default_params()
-        return super().express(other)
+        return super().params_reproducing(other)
 
     def value_loss(self, params, value, target, old_value):
         from metadisco.meta_objectives.value_loss import clipped_l2

@@ -69,10 +69,10 @@ class Objectives:
             raise ValueError(f"meta_params has unknown plug points {sorted(unknown)}; expected {PLUGS}")
         return {plug: meta_params.get(plug, defaults.get(plug, {})) for plug in PLUGS}
 
-    def express(self, other: Objectives) -> dict | None:
+    def params_reproducing(self, other: Objectives) -> dict | None:
         """Full parameters at which these objectives compute what `other` computes at its default
-        parameters, bit for bit, plug by plug (MetaObjective.express); None where one plug cannot."""
-        params = {plug: obj.express(getattr(other, plug)) for plug, obj in self.items()}
+        parameters, bit for bit, plug by plug (MetaObjective.params_reproducing); None where one plug cannot."""
+        params = {plug: obj.params_reproducing(getattr(other, plug)) for plug, obj in self.items()}
         return None if any(p is None for p in params.values()) else params
 
     def replace(self, **changes) -> Objectives:

@@ -91,18 +91,18 @@ class PotentialShaping(MetaObjective):
         return self.obs_shape or ((len(self.obs_scale),) if self.obs_scale else None)
 
     def incompatibility(self, obs_shape, env_name="the environment"):
-        mine, theirs = tuple(self.obs_shape), tuple(int(d) for d in obs_shape)
-        if self.obs_scale and len(self.obs_scale) != math.prod(theirs):
+        built_for, env_shape = tuple(self.obs_shape), tuple(int(d) for d in obs_shape)
+        if self.obs_scale and len(self.obs_scale) != math.prod(env_shape):
             return (f"its shaping potential divides the observation by obs_scale = {list(self.obs_scale)} "
-                    f"({len(self.obs_scale)} numbers), but {env_name} has observations of shape {theirs} "
-                    f"({math.prod(theirs)} numbers); give one scale per observation number, or none.")
-        if mine == theirs:
+                    f"({len(self.obs_scale)} numbers), but {env_name} has observations of shape {env_shape} "
+                    f"({math.prod(env_shape)} numbers); give one scale per observation number, or none.")
+        if built_for == env_shape:
             return None
         return (
-            f"its learned shaping potential Phi(s) was built for observations of shape {mine}, "
-            f"but {env_name} has observations of shape {theirs}; a potential reads the observation, "
+            f"its learned shaping potential Phi(s) was built for observations of shape {built_for}, "
+            f"but {env_name} has observations of shape {env_shape}; a potential reads the observation, "
             f"so it cannot be evaluated there. Choose environments with observation shape "
-            f"{mine} (e.g. the meta-training ones), or a target without learned shaping."
+            f"{built_for} (e.g. the meta-training ones), or a target without learned shaping."
         )
 
     @property

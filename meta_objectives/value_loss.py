@@ -120,12 +120,12 @@ class LearnedValueLoss(MetaObjective):
     def value_loss(self, params, value, target, old_value):
         return self.base_loss(value, target, old_value) + apply_mlp(params, self.features(value, target))[..., 0]
 
-    def express(self, other):
+    def params_reproducing(self, other):
         """PPO's clipped value loss, on that base at its clip range: the initial parameters (a
         zero output layer adds exactly 0)."""
         if self.base == "clipped_l2" and isinstance(other, ClippedL2) and other.clip_eps == self.clip_eps:
             return self.default_params()
-        return super().express(other)
+        return super().params_reproducing(other)
 
 
 @register

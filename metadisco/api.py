@@ -31,28 +31,18 @@ from metadisco.core.errors import ConfigError, MetadiscoError
 __all__ = ["Exported", "distil", "evaluate", "export", "plot", "train"]
 
 
-def _items(fields: dict, prefix: str = "") -> list[str]:
-    """{"es": {"population_size": 4}, "envs": ["A", "B"]} -> ["es.population_size=4", "envs=A,B"]."""
-    out = []
-    for key, value in fields.items():
-        if isinstance(value, dict):
-            out += _items(value, f"{prefix}{key}.")
-        elif isinstance(value, (list, tuple)):
-            out.append(f"{prefix}{key}={','.join(str(v) for v in value)}")
-        else:
-            out.append(f"{prefix}{key}={value}")
-    return out
-
-
 def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = False, progress: bool = False,
           stop_after: int | None = None, **overrides) -> Path:
     """Meta-train (or resume) a run; returns its run directory.
 
     config: a `RunConfig`, a named experiment or a TOML file (str), or None for the demo (as
     `metadisco train` with no experiment).
-    run_dir: where to write (default runs/NAME-TIMESTAMP, as the CLI). overrides: config fields,
-    a section as a dict (es={"population_size": 4}) or a dotted name in a dict
-    (**{"inner.total_timesteps": 2048}); values as on the command line. resume=True continues
+    run_dir: where to write (default runs/NAME-TIMESTAMP, as the CLI). overrides: config fields
+    with typed values (generations=3, envs=("CartPole-v1", "Acrobot-v1"), tensorboard=True), a
+    section as a dict (es={"population_size": 4}, inner={"hidden": (64, 64)}) or a dotted name in a
+    dict (**{"inner.total_timesteps": 2048}); each is read as its field's type (a string as the
+    command line writes it reads too) and checked as `metadisco train` checks its overrides, with
+    the same ConfigError, before anything compiles. resume=True continues
     the run in `run_dir` (config must then be None or agree with it; overrides apply to its stored
     config, and generations=N, no fewer than it has done, is the one change accepted: it extends the run).
     """
@@ -60,17 +50,16 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
     from metadisco.train import default_run_dir
     from metadisco.train import run as run_training
 
-    items = _items(overrides)
     if resume and run_dir is None:
         raise ConfigError("train(resume=True) needs the run_dir to continue")
     if isinstance(config, config_lib.RunConfig):
-        cfg = config_lib.override(config, items)
+        cfg = config_lib.override(config, overrides)
     elif config is None and resume:  # the stored config, with the overrides (generations=N extends it)
         from metadisco.rundir import RunDir
 
-        cfg = config_lib.override(RunDir(run_dir).config(), items) if items else None
+        cfg = config_lib.override(RunDir(run_dir).config(), overrides) if overrides else None
     else:
-        cfg = config_lib.resolve(config_lib.DEMO_EXPERIMENT if config is None else str(config), items)
+        cfg = config_lib.resolve(config_lib.DEMO_EXPERIMENT if config is None else str(config), overrides)
     if run_dir is None:
         run_dir = default_run_dir(cfg)
     return run_training(cfg, run_dir, resume=resume, overwrite=overwrite, progress=progress, stop_after=stop_after)
@@ -87,8 +76,8 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
     RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP) and returns the results, with
     "out_dir" the folder written.
 
-    inner: PPO settings for every environment, a dict ({"num_envs": 64, "hidden": (64, 64)}) or
-    FIELD=VALUE strings, read and checked as `metadisco train` reads inner.FIELD=VALUE, over the
+    inner: PPO settings for every environment, a dict of typed values ({"num_envs": 64, "hidden":
+    (64, 64)}) or FIELD=VALUE strings, read and checked as `metadisco train` reads inner.FIELD=VALUE, over the
     first run target's own inner settings (except its budget) when `inner_from_run`.
     With no `envs`, `suite` or `quick`, the held-out set the first run target declared before it
     ran (its config's `heldout`: envs, timesteps, seeds, inner_from_run) is used, and said on
@@ -139,11 +128,10 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
 def _inner_settings(inner: dict | Sequence[str] | None, targets) -> dict:
     """PPO overrides for every environment: the first run target's `inner` section when `targets`
     are given (inner_from_run; its total_timesteps stays out, the budget sets it), then `inner`
-    (a dict or FIELD=VALUE items), coerced and checked as `metadisco train` does inner.FIELD=VALUE."""
+    (typed values by field, or FIELD=VALUE items), read and checked as `metadisco train` reads inner.FIELD=VALUE."""
     from metadisco.analysis.runs import Run
     from metadisco.config import inner_config
 
-    items = _items(inner) if isinstance(inner, dict) else list(inner or ())
     base: dict = {}
     if targets:
         runs = [t for t in targets if t.run_dir]
@@ -153,7 +141,7 @@ def _inner_settings(inner: dict | Sequence[str] | None, targets) -> dict:
         stored = Run(runs[0].run_dir).config().inner.overrides()
         base = {k: v for k, v in stored.items() if k != "total_timesteps"}
     try:
-        return inner_config(base, items).overrides()
+        return inner_config(base, inner or ()).overrides()
     except (TypeError, ValueError) as e:
         raise ConfigError(f"--inner (inner): {e}; fields: see the documentation site's configuration reference") from None
 

@@ -1,4 +1,5 @@
-"""Run configuration: experiment files (TOML), command-line overrides, and `validate`.
+"""Run configuration: experiment files (TOML), overrides (typed values, or FIELD=VALUE strings from
+the command line), and `validate`.
 
 A run is fully described by a `RunConfig` (its schema, frozen dataclasses, is
 `metadisco.analysis.run_config`'s, and the checks of its values `metadisco.core.run_checks`': the run
@@ -14,6 +15,7 @@ import dataclasses
 import difflib
 import json
 import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from metadisco import resources
@@ -37,8 +39,13 @@ from metadisco.meta_objectives.plugs import PLUGS
 __all__ = [
     "DEMO_EXPERIMENT", "EXPERIMENTS", "DistributionConfig", "ESConfig", "ExpectConfig", "HeldoutConfig",
     "InnerConfig", "ObjectivesConfig", "PlugChoice", "RunConfig", "check_static", "diff", "inner_config",
-    "list_experiments", "load_experiment", "override", "parse_overrides", "ppo_config", "resolve", "validate",
+    "list_experiments", "load_experiment", "nest_overrides", "override", "parse_overrides", "ppo_config", "resolve",
+    "validate",
 ]
+
+# Overrides: a mapping of typed values ({"es": {"population_size": 4}, "inner.hidden": (64, 64)}),
+# or FIELD=VALUE strings as the command line gives them (["es.population_size=4"]).
+Overrides = Mapping | Sequence[str]
 
 EXPERIMENTS = "experiments"  # the data folder of named experiments (metadisco.resources)
 DEMO_EXPERIMENT = "rediscover_value_loss"  # what `metadisco train` runs with no experiment and no override
@@ -79,13 +86,40 @@ def load_experiment(name_or_path: str) -> dict:
         raise ConfigError(f"{where} is not valid TOML: {e}") from e
 
 
-def parse_overrides(items: list[str]) -> dict:
+def parse_overrides(items: Sequence[str]) -> dict:
     """['es.population_size=32', 'envs=CartPole-v1,Acrobot-v1'] -> nested dict of strings."""
-    out: dict = {}
+    pairs = []
     for item in items:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like FIELD=VALUE (e.g. es.population_size=32)")
         key, value = item.split("=", 1)
+        pairs.append((key.strip(), value.strip()))
+    return _nest(pairs)
+
+
+def nest_overrides(overrides: Mapping) -> dict:
+    """Typed overrides -> the nested dict of sections that `resolve` merges over a config: a
+    section as a dict ({"es": {"population_size": 4}}) or a dotted name ({"es.population_size": 4})
+    alike; values are kept as given (read as their fields' types when the config is built)."""
+    return _nest(_flat(overrides))
+
+
+def _flat(mapping: Mapping, prefix: str = "") -> list[tuple[str, object]]:
+    """{"es": {"population_size": 4}} -> [("es.population_size", 4)] (a dict value is a section)."""
+    out = []
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            out += _flat(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def _nest(pairs) -> dict:
+    """[(dotted field, value)] in order -> nested dict. A plug point given a name and options in
+    either order (objectives.drift=dpo, objectives.drift.alpha=1) becomes one section."""
+    out: dict = {}
+    for key, value in pairs:
         node = out
         *parents, leaf = key.strip().split(".")
         for p in parents:
@@ -93,21 +127,29 @@ def parse_overrides(items: list[str]) -> dict:
                 node[p] = {"name": node[p]}
             node = node.setdefault(p, {})
         if isinstance(node.get(leaf), dict):  # objectives.drift.alpha=1 objectives.drift=dpo: the same
-            node[leaf]["name"] = value.strip()
+            node[leaf]["name"] = value
         else:
-            node[leaf] = value.strip()
+            node[leaf] = value
     return out
 
 
-def inner_config(base: dict, overrides: list[str] = ()) -> InnerConfig:
-    """PPO overrides from a stored `inner` section updated by FIELD=VALUE items, coerced and checked
-    as `metadisco train` checks inner.FIELD=VALUE (evaluate's --inner and --inner-from-run)."""
-    given = parse_overrides([f"inner.{item}" for item in overrides]).get("inner", {})
-    return read_section(InnerConfig, _merge(base, given), "inner.")
+def _nested(overrides: Overrides) -> dict:
+    """Overrides of either form -> nested dict (`nest_overrides`, `parse_overrides`)."""
+    if isinstance(overrides, Mapping):
+        return nest_overrides(overrides)
+    return parse_overrides([overrides] if isinstance(overrides, str) else list(overrides))
 
 
-def resolve(experiment: str | None = None, overrides: list[str] = ()) -> RunConfig:
-    """Defaults <- experiment file <- command-line overrides, then validated. An experiment's
+def inner_config(base: dict, overrides: Overrides = ()) -> InnerConfig:
+    """PPO overrides from a stored `inner` section updated by `overrides` (typed values by field, or
+    FIELD=VALUE items), read and checked as `metadisco train` reads inner.FIELD=VALUE (evaluate's
+    --inner and --inner-from-run)."""
+    return read_section(InnerConfig, _merge(base, _nested(overrides)), "inner.")
+
+
+def resolve(experiment: str | None = None, overrides: Overrides = ()) -> RunConfig:
+    """Defaults <- experiment file <- overrides (typed values or FIELD=VALUE strings: `Overrides`),
+    then validated. An experiment's
     expectation ([expect]) belongs to the run it was written for: where the overrides change its
     objectives, or turn off the checks on fresh seeds its verdict reads (eval_every=0), and state
     no expectation of their own, it is dropped with the reason in expect.not_applied."""
@@ -118,7 +160,7 @@ def resolve(experiment: str | None = None, overrides: list[str] = ()) -> RunConf
         d = _merge(d, loaded)
         if "expect" in loaded:
             written_for = objectives_signature(RunConfig.from_dict(d).objectives)
-    given = parse_overrides(list(overrides))
+    given = _nested(overrides)
     d = _merge(d, given)
     if written_for is not None and "expect" not in given:
         reason = _expectation_lost(RunConfig.from_dict(d), written_for)
@@ -138,9 +180,9 @@ def _expectation_lost(cfg: RunConfig, written_for: str) -> str | None:
     return None
 
 
-def override(cfg: RunConfig, overrides: list[str] = ()) -> RunConfig:
-    """`cfg` updated by FIELD=VALUE overrides (as `resolve` applies them), then validated."""
-    return validate(RunConfig.from_dict(_merge(cfg.to_dict(), parse_overrides(list(overrides)))))
+def override(cfg: RunConfig, overrides: Overrides = ()) -> RunConfig:
+    """`cfg` updated by `overrides` (as `resolve` applies them), then validated."""
+    return validate(RunConfig.from_dict(_merge(cfg.to_dict(), _nested(overrides))))
 
 
 def validate(cfg: RunConfig) -> RunConfig:

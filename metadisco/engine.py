@@ -8,7 +8,9 @@ metrics (one transfer) and, every few generations, writes a checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -27,7 +29,7 @@ from metadisco.core import scores, streams
 from metadisco.core.errors import ConfigError, MetadiscoError
 from metadisco.core.scores import GUARD_SE, at_worst
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, MIRRORED_STRATEGIES
-from metadisco.inner_loops import make_env, make_train
+from metadisco.inner_loops import Env, PPOConfig, make_env, make_train
 from metadisco.meta_objectives import Objectives
 from metadisco.meta_objectives import names as objective_names
 
@@ -36,6 +38,32 @@ def build_objectives(cfg: ObjectivesConfig, obs_shape) -> Objectives:
     """The Objectives a run trains with: each plug's objective built with the options its config
     section gives, then sized for an environment with observations of `obs_shape`."""
     return cfg.build().for_env(obs_shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingEnv:
+    """One meta-training environment (an entry of cfg.envs), whatever horizons it is trained at."""
+
+    name: str  # as cfg.envs names it
+    env: Env
+    ppo_config: PPOConfig  # its preset with the run's inner overrides, at its whole budget
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingProblem:
+    """One meta-training problem: an environment at one horizon, a compiled program of its own.
+
+    MetaTrainer.problems lists them env-major: problem `env_index * len(horizons) + h` is env
+    `env_index` at horizon `h`; that index is the problem's row in a Baseline.
+    """
+
+    name: str  # the env's name, or "env@fraction" with distribution.horizons (metrics, baseline.json)
+    env_index: int  # into MetaTrainer.envs and cfg.envs
+    env: TrainingEnv
+    horizon: float  # fraction of the env's total_timesteps (1.0 without distribution.horizons)
+    ppo_config: PPOConfig  # env.ppo_config at that horizon
+    train: Callable  # train(key, meta_params[, hparams]) -> TrainResult, with the run's objectives
+    ppo_train: Callable  # train(key, {}) -> TrainResult, PPO's own objectives: the reference
 
 
 @struct.dataclass
@@ -110,14 +138,14 @@ class Baseline:
         return jax.tree.map(lambda x: x.mean(-1), self)
 
     def as_dict(self, envs) -> dict:
-        """{name: {field: value}} (baseline.json), one name per problem (MetaTrainer.problem_names)."""
+        """{name: {field: value}} (baseline.json), one name per training problem (TrainingProblem.name)."""
         return {env: {k: float(v[i]) for k, v in vars(self).items()} for i, env in enumerate(envs)}
 
 
 def fitness_from(result, kind: str, baseline: Baseline | None, index):
     """TrainResult (any leading axes) -> fitness of the same leading shape: the score of `kind`
     (core.scores), normalised for `*_norm` kinds so that the initial policy scores 0 and PPO 1 on the
-    training problem `index` (an env, or an (env, horizon) pair: MetaTrainer.problems; may be traced)."""
+    training problem `index` (its position in MetaTrainer.problems; may be traced)."""
     raw = scores.value(result, kind)
     if kind.endswith("_norm"):
         ppo, init = baseline.normaliser(kind)
@@ -161,16 +189,11 @@ class MetaTrainer:
         as `train(key, meta_params, hparams)`, hparams.lr the drawn rate."""
         self.cfg = cfg
         dist = cfg.distribution
-        self.envs = [make_env(name) for name in cfg.envs]
-        self.ppo_configs = [ppo_config(cfg, name) for name in cfg.envs]
-        # A training problem is an (env index, horizon) pair, env-major: a separate compiled program each.
+        self.envs = tuple(TrainingEnv(name, make_env(name), ppo_config(cfg, name)) for name in cfg.envs)
         self.horizons = tuple(dist.horizons) or (1.0,)
-        self.problems = [(e, h) for e in range(len(cfg.envs)) for h in self.horizons]
-        self.problem_names = [cfg.envs[e] if len(self.horizons) == 1 else f"{cfg.envs[e]}@{h:g}" for e, h in self.problems]
-        self.problem_configs = [ppo_config(cfg, cfg.envs[e], h) for e, h in self.problems]
         self.env_slots = dist.envs_per_generation or len(cfg.envs)  # envs each generation trains on
         self.paired = mirrored(cfg.es)
-        self.objectives = build_objectives(cfg.objectives, self.envs[0].obs_shape)
+        self.objectives = build_objectives(cfg.objectives, self.envs[0].env.obs_shape)
         self.evolve = tuple(cfg.objectives.evolve)
         init_params = self.objectives.init(streams.root(cfg.seed))
         self.initial_solution = {plug: init_params[plug] for plug in self.evolve}
@@ -187,15 +210,10 @@ class MetaTrainer:
             )
         # the start point is PPO exactly (drift_mix, learned_clipped at their starts): the comparisons on
         # fresh seeds train it once, as PPO, instead of twice (one training program fewer to compile)
-        as_ppo = self.objectives.express(Objectives())
+        as_ppo = self.objectives.params_reproducing(Objectives())
         self.start_is_ppo = trains is None and ppo_trains is None and as_ppo is not None and _same_tree(
             self.default_params, as_ppo)
-        self.trains = trains or [make_train(self.envs[e], pc, self.objectives)
-                                 for (e, _), pc in zip(self.problems, self.problem_configs)]
-        self.ppo_trains = ppo_trains or [make_train(self.envs[e], pc, Objectives())
-                                         for (e, _), pc in zip(self.problems, self.problem_configs)]
-        if len(self.trains) != len(self.problems) or len(self.ppo_trains) != len(self.problems):
-            raise ValueError(f"need one train per training problem {self.problem_names}")
+        self.problems = self._training_problems(trains, ppo_trains)
         self.es, self.es_params = strategies.make_strategy(cfg.es, self.initial_solution)
         devices = list(devices if devices is not None else jax.devices())
         if cfg.devices:
@@ -205,13 +223,27 @@ class MetaTrainer:
         self.num_params = int(sum(x.size for x in jax.tree.leaves(self.initial_solution)))
         # expected over the draw: k of the envs, each at the mean of its horizons
         self.steps_per_generation = round(cfg.es.population_size * cfg.seeds_per_member * self.env_slots / len(cfg.envs)
-                                          * sum(pc.steps_per_run for pc in self.problem_configs) / len(self.horizons))
+                                          * sum(p.ppo_config.steps_per_run for p in self.problems) / len(self.horizons))
         # Pinning shardings keeps one compiled program for every generation: outputs come back in
         # exactly the layout that the next call takes (otherwise generation 2 would recompile).
         replicated = NamedSharding(self.mesh, P())
         self._generation = jax.jit(self._generation_impl, in_shardings=replicated, out_shardings=replicated)
         self._compare = jax.jit(self._compare_impl, in_shardings=replicated, out_shardings=replicated)
         self._baseline = jax.jit(self._baseline_impl, in_shardings=replicated, out_shardings=replicated)
+
+    def _training_problems(self, trains, ppo_trains) -> tuple[TrainingProblem, ...]:
+        """Every (env, horizon) pair, env-major, with its programs: `trains` / `ppo_trains` where
+        given (one per problem, in that order), else PPO built with the run's objectives / PPO's."""
+        cfg = self.cfg
+        pairs = [(e, h) for e in range(len(self.envs)) for h in self.horizons]
+        configs = [ppo_config(cfg, self.envs[e].name, h) for e, h in pairs]
+        trains = trains or [make_train(self.envs[e].env, pc, self.objectives) for (e, _), pc in zip(pairs, configs)]
+        ppo_trains = ppo_trains or [make_train(self.envs[e].env, pc, Objectives()) for (e, _), pc in zip(pairs, configs)]
+        names = [self.envs[e].name if len(self.horizons) == 1 else f"{self.envs[e].name}@{h:g}" for e, h in pairs]
+        if len(trains) != len(pairs) or len(ppo_trains) != len(pairs):
+            raise ValueError(f"need one train per training problem {names}")
+        return tuple(TrainingProblem(name, e, self.envs[e], h, pc, train, ppo_train)
+                     for name, (e, h), pc, train, ppo_train in zip(names, pairs, configs, trains, ppo_trains))
 
     # ---------------------------------------------------------------- state
     def init(self) -> RunState:
@@ -223,7 +255,7 @@ class MetaTrainer:
             es_state = self.es.init(key, pop, jnp.full((self.cfg.es.population_size,), jnp.inf), self.es_params)
         else:
             es_state = self.es.init(key, self.initial_solution, self.es_params)
-        return _strong(RunState(es_state, jnp.float32(-jnp.inf), self.initial_solution, jnp.int32(0)))
+        return _without_weak_types(RunState(es_state, jnp.float32(-jnp.inf), self.initial_solution, jnp.int32(0)))
 
     def replicate(self, tree):
         """Host values -> arrays replicated over the mesh (global arrays in a multi-host job)."""
@@ -262,10 +294,10 @@ class MetaTrainer:
     def _problem(self, p: int, pop, lr_factor, seeds, baseline: Baseline):
         """Fitness on training problem `p` (static): pop leaves [P_local, ...], lr_factor [P_local],
         seeds [S] -> (fitness [P_local, S] per seed, NaN where it diverged; diverged [P_local])."""
-        train = self.trains[p]
+        problem = self.problems[p]
+        train = problem.train
         if self.cfg.distribution.lr_range:
-            hp = self.ppo_configs[self.problems[p][0]].hparams
-            train = functools.partial(_at_lr, train, hp)
+            train = functools.partial(_at_lr, train, problem.env.ppo_config.hparams)
         else:
             train = functools.partial(_ignoring_lr, train)
         # every plug's parameters from the one source (init(key(seed)), as the comparisons and the saved
@@ -317,14 +349,14 @@ class MetaTrainer:
         per_env = per_seed.mean(-1)
         fitness = per_env.mean(1)
         diverged = diverged | ~jnp.isfinite(fitness)
-        clean = at_worst(fitness, diverged)
-        told = self._ranked(clean, per_env, diverged)
-        es_state, _ = self.es.tell(k_tell, pop, strategies.to_es_loss(told), es_state, self.es_params)
-        best_idx = jnp.argmax(clean)
-        improved = clean[best_idx] > state.best_fitness
+        fitness_or_worst = at_worst(fitness, diverged)
+        es_fitness = self._es_fitness(fitness_or_worst, per_env, diverged)
+        es_state, _ = self.es.tell(k_tell, pop, strategies.to_es_loss(es_fitness), es_state, self.es_params)
+        best_idx = jnp.argmax(fitness_or_worst)
+        improved = fitness_or_worst[best_idx] > state.best_fitness
         best_params = jax.tree.map(lambda b, p: jnp.where(improved, p[best_idx], b), state.best_params, pop)
-        new_state = _strong(RunState(
-            es_state, jnp.maximum(state.best_fitness, clean[best_idx]), best_params, state.generation + 1
+        new_state = _without_weak_types(RunState(
+            es_state, jnp.maximum(state.best_fitness, fitness_or_worst[best_idx]), best_params, state.generation + 1
         ))
         finite = jnp.where(diverged, jnp.nan, fitness)
         metrics = {
@@ -336,23 +368,23 @@ class MetaTrainer:
             "sigma": strategies.sigma_of(es_state),
             "num_diverged": diverged.sum(),
             **self._draw_metrics(draw),
-            **self._health_metrics(pop, per_seed, diverged, clean if self._by_mean else told),
+            **self._health_metrics(pop, per_seed, diverged, fitness_or_worst if self._by_mean else es_fitness),
         }
         return new_state, metrics
 
-    def _ranked(self, fitness, per_env, diverged):
-        """What the ES is told for each member (higher is better), from fitness [P] (diverged
-        members at the worst), per_env [P, k] and diverged [P]."""
+    def _es_fitness(self, fitness, per_env, diverged):
+        """The fitness the ES is told for each member [P] (higher is better), from fitness [P]
+        (diverged members at the worst), per_env [P, k] and diverged [P]."""
         # the mean over envs, or (env_fitness=rank) the mean of each env's ranks, so that no env
         # dominates by the spread of its fitness
-        told = fitness if self.cfg.distribution.env_fitness == "mean" else centered_ranks(per_env, diverged).mean(1)
+        es_fitness = fitness if self.cfg.distribution.env_fitness == "mean" else centered_ranks(per_env, diverged).mean(1)
         if self.cfg.distribution.lr_range and self.cfg.distribution.lr_draw == "pair" and self.paired:
             # Each pair trained at its own rate, which moves both members' fitness alike. The pair's
             # mean is a control variate: the mirrored gradient sum_i f_i z_i is unchanged by it, but
             # the ES's ranks then compare what z did, not which rate a pair drew.
-            half = told.shape[0] // 2
-            told = told - jnp.tile((told[:half] + told[half:]) / 2, 2)
-        return told
+            half = es_fitness.shape[0] // 2
+            es_fitness = es_fitness - jnp.tile((es_fitness[:half] + es_fitness[half:]) / 2, 2)
+        return es_fitness
 
     @property
     def _by_mean(self) -> bool:
@@ -366,16 +398,18 @@ class MetaTrainer:
         if seeds < 2:
             return {}
 
-        def scored(part):  # a half's scores, and what the ES would be told of them (diverged as it treats them)
+        def scored(part):  # a half's fitness, and what the ES would be told of it (diverged as it treats them)
             per_env = part.mean(-1)
-            clean = at_worst(per_env.mean(1), diverged)
-            return clean, self._ranked(clean, per_env, diverged)
+            fitness_or_worst = at_worst(per_env.mean(1), diverged)
+            return fitness_or_worst, self._es_fitness(fitness_or_worst, per_env, diverged)
 
-        (clean_a, told_a), (clean_b, told_b) = scored(per_seed[..., : seeds // 2]), scored(per_seed[..., seeds // 2:])
+        (fitness_a, es_fitness_a), (fitness_b, es_fitness_b) = (scored(per_seed[..., : seeds // 2]),
+                                                                scored(per_seed[..., seeds // 2:]))
         # The pair control variate leaves residuals near 0: their ties are judged against the
         # scores' own magnitude. Ranks (env_fitness=rank) are judged as they are.
-        scale = jnp.maximum(jnp.abs(clean_a).max(), jnp.abs(clean_b).max()) if self._by_mean else None
-        halves = health.split_half(health.flat_perturbations(pop), told_a, told_b, scores=scores, scale=scale)
+        scale = jnp.maximum(jnp.abs(fitness_a).max(), jnp.abs(fitness_b).max()) if self._by_mean else None
+        halves = health.split_half(health.flat_perturbations(pop), es_fitness_a, es_fitness_b, scores=scores,
+                                   scale=scale)
         return {f"health/{k}": v for k, v in halves.items()}
 
     def _draw_metrics(self, draw: Draw) -> dict:
@@ -396,18 +430,18 @@ class MetaTrainer:
         seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.eval_seeds)
         params, start = self.full_params(solution), self.full_params(self.initial_solution)
         out = []
-        for i, (train, ppo) in enumerate(zip(self.trains, self.ppo_trains)):
+        for i, problem in enumerate(self.problems):
             def score(run, p):
                 return fitness_from(jax.vmap(lambda k: run(k, p))(seeds), self.cfg.fitness, baseline, i)
 
-            theirs = score(ppo, {})
-            out.append((score(train, params), theirs if self.start_is_ppo else score(train, start), theirs))
+            ppo = score(problem.ppo_train, {})
+            out.append((score(problem.train, params), ppo if self.start_is_ppo else score(problem.train, start), ppo))
         return out
 
     def _baseline_impl(self, key_data):
         """Baseline with fields [num_problems, baseline_seeds] (PPO at the preset's lr)."""
         seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.baseline_seeds)
-        results = [Baseline.of(jax.vmap(lambda k: ppo(k, {}))(seeds)) for ppo in self.ppo_trains]
+        results = [Baseline.of(jax.vmap(lambda k: p.ppo_train(k, {}))(seeds)) for p in self.problems]
         return jax.tree.map(lambda *x: jnp.stack(x), *results)
 
     def baseline_template(self) -> Baseline:
@@ -424,7 +458,7 @@ class MetaTrainer:
             return self.baseline_template()
         key = streams.key(self.cfg.seed, streams.Stream.BASELINE)
         per_seed = fetch(self._baseline(self.replicate(jax.random.key_data(key))))
-        check_normaliser(per_seed, self.cfg.fitness, self.problem_names)
+        check_normaliser(per_seed, self.cfg.fitness, [p.name for p in self.problems])
         return per_seed.mean()
 
     def generation(self, state: RunState, baseline: Baseline, index: int):
@@ -442,29 +476,29 @@ class MetaTrainer:
 
     def compare(self, state: RunState, baseline: Baseline, completed: int) -> dict:
         """The ES mean against PPO and against the run's start point (its initial solution), all on
-        the same fresh seeds, mean over seeds, per training problem (`problem_names`) and overall;
+        the same fresh seeds, mean over seeds, per training problem (its name) and overall;
         paired differences with 95% t-intervals, and the share of the gap from the start to PPO
         that the ES mean closed (paired bootstrap over seeds).
         `completed`: generations done (= state.generation); it picks the seeds."""
         key = streams.key(self.cfg.seed, streams.Stream.COMPARISON, completed)
         mean = self.replicate(fetch(self.mean_params(fetch(state))))  # host-side: same in every process
-        out = [tuple(np.asarray(x, np.float64) for x in problem)
-               for problem in fetch(self._compare(mean, self.replicate(jax.random.key_data(key)), baseline))]
+        out = [tuple(np.asarray(x, np.float64) for x in scores)
+               for scores in fetch(self._compare(mean, self.replicate(jax.random.key_data(key)), baseline))]
         row = {}
-        for name, (ours, start, theirs) in zip(self.problem_names, out):
-            row[f"eval/{name}/mean"] = float(np.mean(ours))
-            row[f"eval/{name}/start"] = float(np.mean(start))
-            row[f"eval/{name}/ppo"] = float(np.mean(theirs))
-        ours, start, theirs = (np.mean([problem[j] for problem in out], axis=0) for j in range(3))  # [eval_seeds]
-        row["eval_mean_fitness"] = float(np.mean(ours))
+        for problem, (mean_scores, start, ppo) in zip(self.problems, out):
+            row[f"eval/{problem.name}/mean"] = float(np.mean(mean_scores))
+            row[f"eval/{problem.name}/start"] = float(np.mean(start))
+            row[f"eval/{problem.name}/ppo"] = float(np.mean(ppo))
+        mean_scores, start, ppo = (np.mean([scores[j] for scores in out], axis=0) for j in range(3))  # [eval_seeds]
+        row["eval_mean_fitness"] = float(np.mean(mean_scores))
         row["eval_start_fitness"] = float(np.mean(start))
-        row["eval_ppo_fitness"] = float(np.mean(theirs))
+        row["eval_ppo_fitness"] = float(np.mean(ppo))
         # paired by seed (all trained on the same seeds); a diverged seed has no score
-        for name, other in (("eval_diff", theirs), ("eval_vs_start", start)):
-            diff = (ours - other)[np.isfinite(ours - other)]
+        for name, other in (("eval_diff", ppo), ("eval_vs_start", start)):
+            diff = (mean_scores - other)[np.isfinite(mean_scores - other)]
             row[name], row[f"{name}_low"], row[f"{name}_high"] = mean_ci(diff) if diff.size else (np.nan,) * 3
-        ok = np.isfinite(ours) & np.isfinite(start) & np.isfinite(theirs)
-        closed = gap_closed_ci(ours[ok], start[ok], theirs[ok]) if ok.sum() >= 2 else (np.nan,) * 3
+        ok = np.isfinite(mean_scores) & np.isfinite(start) & np.isfinite(ppo)
+        closed = gap_closed_ci(mean_scores[ok], start[ok], ppo[ok]) if ok.sum() >= 2 else (np.nan,) * 3
         row["eval_gap_closed"], row["eval_gap_closed_low"], row["eval_gap_closed_high"] = closed
         return row
 
@@ -485,7 +519,7 @@ def _same_tree(a, b) -> bool:
     return tree_a == tree_b and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves_a, leaves_b))
 
 
-def _strong(tree):
+def _without_weak_types(tree):
     """Drop weak types (evosax returns some), so the next generation's input types equal this
     one's and the jitted generation never recompiles."""
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype), tree)

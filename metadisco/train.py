@@ -219,7 +219,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         state = trainer.init()
         if is_main and cfg.fitness.endswith("_norm"):
             b = fetch(baseline)
-            run.write_json("baseline.json", b.as_dict(trainer.problem_names))
+            run.write_json("baseline.json", b.as_dict([p.name for p in trainer.problems]))
             log(f"PPO baseline for fitness normalisation: {time.perf_counter() - t0:.1f} s")
         save_state(run, trainer, state, baseline)
     state = trainer.replicate(fetch(state))
@@ -291,8 +291,9 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
     log(f"  evolving {', '.join(f'{p}={getattr(cfg.objectives, p)}' for p in trainer.evolve)} "
         f"({trainer.num_params} meta-parameters) with {cfg.es.strategy}, population {cfg.es.population_size} "
         f"x {cfg.seeds_per_member} seeds, {cfg.generations} generations")
-    for env, pc in zip(cfg.envs, trainer.ppo_configs):
-        log(f"  inner loop: PPO on {env}, {pc.steps_per_run:,} steps per run ({pc.num_updates} updates)")
+    for env in trainer.envs:
+        pc = env.ppo_config
+        log(f"  inner loop: PPO on {env.name}, {pc.steps_per_run:,} steps per run ({pc.num_updates} updates)")
     log(f"  fitness: {cfg.fitness}; population split over {trainer.mesh.devices.size} "
         f"{jax.devices()[0].platform} device(s) in {jax.process_count()} process(es)")
     d = cfg.distribution

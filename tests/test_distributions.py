@@ -237,10 +237,12 @@ def test_horizons_are_separate_programs_with_their_own_progress():
     num_updates) and lr annealing run over its own length."""
     cfg = tiny_config(distribution=DistributionConfig(horizons=(0.5, 1.0)))
     trainer = MetaTrainer(cfg, trains=[quadratic(0.0)] * 2)
-    half, full = trainer.problem_configs
+    half, full = (p.ppo_config for p in trainer.problems)
     assert (half.total_timesteps, full.total_timesteps) == (1024, 2048)
     assert (half.num_updates, full.num_updates) == (4, 8)
-    assert trainer.problem_names == ["CartPole-v1@0.5", "CartPole-v1@1"]
+    assert [(p.name, p.env_index, p.horizon) for p in trainer.problems] == [("CartPole-v1@0.5", 0, 0.5),
+                                                                           ("CartPole-v1@1", 0, 1.0)]
+    assert all(p.env is trainer.envs[0] and p.env.ppo_config == full for p in trainer.problems)
     assert trainer.steps_per_generation == 4 * 2 * (1024 + 2048) // 2  # pop 4, 2 seeds, the mean horizon
 
 

@@ -395,7 +395,7 @@ def test_bad_configs_fail_before_any_compute(override, message):
 
 @pytest.mark.slow
 def test_a_start_point_that_is_ppo_exactly_is_trained_once_in_the_comparisons_on_fresh_seeds():
-    """drift_mix starts at PPO-clip bit for bit (Objectives.express), so the comparison trains the
+    """drift_mix starts at PPO-clip bit for bit (Objectives.params_reproducing), so the comparison trains the
     start once, as PPO: the same row as training it separately, one training program fewer."""
     cfg = tiny_config(generations=1, objectives=ObjectivesConfig(drift="drift_mix"))
     shared, separate = MetaTrainer(cfg), MetaTrainer(cfg)

@@ -99,7 +99,7 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
 
 @pytest.mark.slow
 def test_ppo_trains_through_a_target_family_that_contains_it_bit_for_bit(tmp_path):
-    """LPO at its initial parameters is PPO-clip exactly (Objectives.express), so the reference
+    """LPO at its initial parameters is PPO-clip exactly (Objectives.params_reproducing), so the reference
     PPO trains through an LPO target's program: one program fewer, the same runs bit for bit as
     PPO's own program gives them (here a PPO objectives file, a target with its own program)."""
     lpo = Objectives(drift=LPO(hidden=8))

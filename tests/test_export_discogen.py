@@ -84,20 +84,20 @@ def test_discogen_loss_equals_ppo_loss_in_value_and_gradient(tmp_path, value_los
     config = {"CLIP_EPS": 0.2, "VF_COEF": hp.vf_coef, "ENT_COEF": hp.ent_coef, "PROGRESS": progress}
     traj = Transition(batch.obs, batch.action, batch.log_prob, batch.value)
 
-    def theirs(params):
+    def discogen_loss(params):
         return module.loss_actor_and_critic(params, traj, batch.advantage, batch.target, StandIn(ppo.network), config)
 
-    def ours(params):
+    def metadisco_loss(params):
         return ppo_loss(ppo, params, batch, objectives.default_params(), progress, hp)
 
-    (t_total, (t_value, t_actor, t_entropy)), (o_total, aux) = theirs(params), ours(params)
+    (t_total, (t_value, t_actor, t_entropy)), (o_total, aux) = discogen_loss(params), metadisco_loss(params)
     np.testing.assert_allclose(t_total, o_total, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose([t_value, t_actor, t_entropy], [aux.value_loss, aux.policy_loss, aux.entropy],
                                rtol=1e-5, atol=1e-6)
-    g_theirs = jax.grad(lambda p: theirs(p)[0])(params)
-    g_ours = jax.grad(lambda p: ours(p)[0])(params)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_theirs, g_ours)
-    assert float(jnp.abs(jax.tree.leaves(g_ours)[0]).max()) > 0
+    g_discogen = jax.grad(lambda p: discogen_loss(p)[0])(params)
+    g_metadisco = jax.grad(lambda p: metadisco_loss(p)[0])(params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_discogen, g_metadisco)
+    assert float(jnp.abs(jax.tree.leaves(g_metadisco)[0]).max()) > 0
     if base is not None:  # the clipping is applied, not dropped: the base-less loss differs here
         bare_objectives = objectives.replace(value_loss=ClosedFormValueLoss(value_loss))
         bare_ppo = PPO.create(make_env("CartPole-v1"), PPOConfig(hidden=(16,)), bare_objectives)

@@ -302,3 +302,34 @@ def test_the_api_evaluates_a_run_on_the_held_out_set_it_declared(tmp_path, monke
     assert calls[-1]["budget"] == 4096 and calls[-1]["seeds"] == 3
     api.evaluate(run, "Pendulum-v1", seeds=2, out=tmp_path / "out2")  # given envs win, and so do given options
     assert calls[-1]["envs"] == "Pendulum-v1" and calls[-1]["seeds"] == 2 and calls[-1].get("budget") is None
+
+
+def test_the_api_applies_typed_overrides_and_checks_them_before_anything_runs(tmp_path, monkeypatch):
+    """api.train's keyword overrides reach the RunConfig as typed values; a bad one is the
+    ConfigError the command line gives, raised before the run starts."""
+    import metadisco.train
+    from metadisco.config import RunConfig, resolve
+    from metadisco.core.errors import ConfigError
+
+    started = []
+    monkeypatch.setattr(metadisco.train, "run", lambda cfg, run_dir, **kw: started.append(cfg) or Path(run_dir))
+    api.train("lpo_cartpole_cpu", tmp_path / "a", generations=3, tensorboard=True, es={"population_size": 4},
+              inner={"hidden": (64, 64), "lr": 1e-3}, **{"inner.num_envs": 8})
+    cfg = started.pop()
+    assert cfg.generations == 3 and cfg.tensorboard is True and cfg.es.population_size == 4
+    assert cfg.inner.hidden == (64, 64) and cfg.inner.lr == 1e-3 and cfg.inner.num_envs == 8
+    api.train(resolve("lpo_cartpole_cpu"), tmp_path / "b", seed=5, distribution={"horizons": (0.5, 1.0)})
+    assert isinstance(started[-1], RunConfig) and started[-1].seed == 5 and started[-1].distribution.horizons == (0.5, 1.0)
+    with pytest.raises(ConfigError, match="config field inner.lr: cannot read 'fast' as float"):
+        api.train("lpo_cartpole_cpu", tmp_path / "c", inner={"lr": "fast"})
+    with pytest.raises(ConfigError, match="unknown config field 'es.populaton_size'"):
+        api.train(None, tmp_path / "c", es={"populaton_size": 4})
+    assert len(started) == 1 and not (tmp_path / "c").exists()
+
+
+def test_the_api_reads_typed_inner_settings_for_evaluate():
+    assert api._inner_settings({"num_envs": 2, "hidden": (8,), "lr": 0.01}, ()) == {"num_envs": 2, "hidden": (8,),
+                                                                                      "lr": 0.01}
+    assert api._inner_settings(["num_envs=2", "hidden=8"], ()) == {"num_envs": 2, "hidden": (8,)}
+    with pytest.raises(MetadiscoError, match="inner.num_envs: cannot read 'x' as int"):
+        api._inner_settings({"num_envs": "x"}, ())

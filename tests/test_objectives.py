@@ -551,6 +551,15 @@ def test_register_refuses_a_misspelled_plug_method_and_a_reused_name():
     assert "typo" not in meta_objectives.names("drift")
 
 
+@pytest.mark.parametrize("old, new", [("plotted", "drawn_when_fixed"), ("express", "params_reproducing")])
+def test_a_plugin_that_defines_a_renamed_hook_is_refused_with_its_new_name(old, new):
+    """A hook under its 0.1 name would never be called; the class is refused where it is defined."""
+    from metadisco.meta_objectives import MetaObjective
+
+    with pytest.raises(TypeError, match=f"defines {old} \\(now {new}\\)"):
+        type("OldPlugin", (MetaObjective,), {"plug": "drift", "name": "old_plugin", old: lambda self, *a: None})
+
+
 @pytest.mark.parametrize("decorated", [False, True])
 def test_every_objective_is_a_frozen_dataclass_by_itself_and_a_decorator_changes_nothing(decorated):
     """MetaObjective.__init_subclass__ makes the dataclass; an explicit @dataclass(frozen=True)
@@ -602,7 +611,8 @@ def test_hooks_answer_for_the_objective():
 
     assert TALPO().depends_on_progress and not LPO().depends_on_progress
     assert ClosedFormDrift("p*(r - 1)**2").depends_on_progress and not ClosedFormDrift().depends_on_progress
-    assert LPO().plotted and ClosedFormDrift().plotted and not PPOClip().plotted and not DPO().plotted
+    assert LPO().drawn_when_fixed and ClosedFormDrift().drawn_when_fixed
+    assert not PPOClip().drawn_when_fixed and not DPO().drawn_when_fixed
     assert (LPO().title, TALPO().title, ClosedFormDrift().title) == ("learned (LPO)", "learned (TA-LPO)", "closed form")
     objectives = Objectives(shaping=PotentialShaping()).for_env((4,))
     assert objectives.shaping.obs_shape == (4,) and objectives.reads_observations
@@ -757,7 +767,7 @@ def test_a_potential_sized_for_other_observations_fails_before_compute():
 
 
 # --------------------------------------------------------------------------------------------
-# Families that contain PPO exactly (Objectives.express): evaluate trains PPO through them
+# Families that contain PPO exactly (Objectives.params_reproducing): evaluate trains PPO through them
 # --------------------------------------------------------------------------------------------
 
 
@@ -777,7 +787,7 @@ def test_a_family_that_says_it_contains_ppo_computes_ppo_bit_for_bit(plug):
     answered = set()
     for name in meta_objectives.names(plug):
         obj = meta_objectives.make_objective(plug, name)
-        params = obj.express(ppo)
+        params = obj.params_reproducing(ppo)
         if params is None:
             continue
         answered.add((plug, name))
@@ -787,5 +797,5 @@ def test_a_family_that_says_it_contains_ppo_computes_ppo_bit_for_bit(plug):
         grad = jax.grad(lambda a: jnp.sum(method(params, a, y, z)))(x)
         np.testing.assert_array_equal(grad, jax.grad(lambda a: jnp.sum(reference({}, a, y, z)))(x))
     assert answered == {e for e in EXPRESSING_PPO if e[0] == plug} | {(plug, ppo.name)}
-    assert Objectives(drift=meta_objectives.make_objective("drift", "lpo", clip_eps=0.3)).express(Objectives()) is None
-    assert Objectives(drift=meta_objectives.make_objective("drift", "dpo")).express(Objectives()) is None
+    for drift in (meta_objectives.make_objective("drift", "lpo", clip_eps=0.3), meta_objectives.make_objective("drift", "dpo")):
+        assert Objectives(drift=drift).params_reproducing(Objectives()) is None

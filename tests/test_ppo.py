@@ -759,17 +759,17 @@ def test_reward_noise_corrupts_what_ppo_learns_from_and_not_the_scores(cartpole)
     """PPOConfig.reward_noise adds Student-t noise to the training rewards only: the learning
     curve and the final-policy evaluation count CartPole's clean +1 per step (whole numbers per
     episode), the noise changes what is learned, and without it a run is unchanged."""
-    config = TEN  # the clean run is the shared one (key 3)
+    config = TEN  # the noiseless run is the shared one (key 3)
 
     def run(cfg):
         return jax.jit(make_train(cartpole, cfg))(jax.random.key(3), {})
 
-    clean, noisy = _run("CartPole-v1", config), run(config.replace(reward_noise=5.0, reward_noise_df=1.5))
-    assert not np.array_equal(np.asarray(clean.returns), np.asarray(noisy.returns))
+    noiseless, noisy = _run("CartPole-v1", config), run(config.replace(reward_noise=5.0, reward_noise_df=1.5))
+    assert not np.array_equal(np.asarray(noiseless.returns), np.asarray(noisy.returns))
     evaluation = np.asarray(noisy.eval_return) * config.eval_episodes  # 4 episodes of whole-number returns
     assert np.isfinite(evaluation) and evaluation == pytest.approx(np.round(evaluation), abs=1e-3)
     # no noise: the key stream is the one without the option (bit for bit)
-    np.testing.assert_array_equal(run(config.replace(reward_noise_df=3.0)).returns, clean.returns)
+    np.testing.assert_array_equal(run(config.replace(reward_noise_df=3.0)).returns, noiseless.returns)
     with pytest.raises(ValueError, match="reward_noise"):
         config.replace(reward_noise=-1.0).validate()
 

@@ -13,7 +13,7 @@ import pytest
 
 from metadisco.analysis.run_config import FIXED_PPO_FIELDS, InnerConfig, RunConfig
 from metadisco.analysis.runs import Run, RunDirError
-from metadisco.config import ppo_config, resolve
+from metadisco.config import override, ppo_config, resolve
 from metadisco.core.errors import ConfigError
 from metadisco.inner_loops import PRESETS, PPOConfig, PPOHyperparams, preset_for
 from tests.helpers import metadisco_in_process
@@ -129,3 +129,47 @@ def test_a_hand_edited_config_json_is_refused_with_trains_message(tmp_path, caps
         code, _, err = metadisco_in_process([verb, str(run_dir)], capsys)
         assert code == 2 and "Traceback" not in err, err[-2000:]
         assert err.startswith("metadisco: error: ") and err.strip().endswith(expected) and len(err.strip().splitlines()) == 1
+
+
+def test_typed_overrides_reach_the_config_as_the_command_line_strings_do():
+    """A mapping of typed values (the Python API's form) and FIELD=VALUE strings (the command
+    line's) build the same config, each value read as its field's type."""
+    typed = resolve("lpo_cartpole_cpu", {
+        "generations": 3, "tensorboard": True, "es": {"population_size": 4, "sigma_init": 0.05},
+        "inner": {"hidden": (64, 64), "lr": 1e-3}, "inner.num_envs": 8, "objectives": {"drift": {"name": "lpo", "hidden": 8}},
+        "distribution": {"horizons": [0.5, 1.0]},
+    })
+    strings = resolve("lpo_cartpole_cpu", [
+        "generations=3", "tensorboard=true", "es.population_size=4", "es.sigma_init=0.05", "inner.hidden=64,64",
+        "inner.lr=0.001", "inner.num_envs=8", "objectives.drift=lpo", "objectives.drift.hidden=8",
+        "distribution.horizons=0.5,1",
+    ])
+    assert typed == strings
+    assert typed.inner.hidden == (64, 64) and typed.inner.lr == 1e-3 and typed.inner.num_envs == 8
+    assert typed.tensorboard is True and typed.generations == 3 and typed.es.sigma_init == 0.05
+    assert typed.distribution.horizons == (0.5, 1.0) and dict(typed.objectives.drift.options)["hidden"] == 8
+    assert override(typed, {"es": {"population_size": 8}}).es == dataclasses.replace(typed.es, population_size=8)
+    assert resolve(None, {"inner": {"hidden": 16}}).inner.hidden == (16,)  # one item: as inner.hidden=16
+
+
+@pytest.mark.parametrize(("given", "named"), [
+    ({"es": {"populaton_size": 4}}, "unknown config field 'es.populaton_size'. Did you mean es.population_size?"),
+    ({"generations": 2.5}, "config field generations: cannot read 2.5 as int"),
+    ({"generations": True}, "config field generations: cannot read True as int"),
+    ({"tensorboard": "maybe"}, "config field tensorboard: cannot read 'maybe' as bool"),
+    ({"tensorboard": 2}, "config field tensorboard: cannot read 2 as bool"),
+    ({"inner": {"hidden": ("a", 64)}}, "config field inner.hidden: cannot read 'a' as int"),
+    ({"es": 4}, "config field es is a section"),
+])
+def test_a_bad_typed_override_is_a_config_error_naming_its_field(given, named):
+    with pytest.raises(ConfigError) as e:
+        resolve("lpo_cartpole_cpu", given)
+    assert named in str(e.value)
+
+
+def test_a_typed_override_the_checks_refuse_gets_the_command_lines_message():
+    with pytest.raises(ConfigError) as typed:
+        resolve("lpo_cartpole_cpu", {"es": {"population_size": 1}})
+    with pytest.raises(ConfigError) as strings:
+        resolve("lpo_cartpole_cpu", ["es.population_size=1"])
+    assert str(typed.value) == str(strings.value) and "population_size" in str(typed.value)

@@ -94,14 +94,14 @@ def _methods(targets: list[Target]) -> list[Method]:
 
 def _share_programs(methods: list[Method]) -> list[Method]:
     """A built-in method (PPO, DPO at their default parameters) that a target's family contains
-    exactly (`Objectives.express`: LPO and drift_mix contain PPO-clip) trains through that
+    exactly (`Objectives.params_reproducing`: LPO and drift_mix contain PPO-clip) trains through that
     target's program with the parameters that express it, instead of compiling its own."""
     for m in methods:
         if m.role == "target":
-            continue  # a target's own parameters are not the defaults that `express` matches
+            continue  # a target's own parameters are not the defaults that `params_reproducing` matches
         for t in methods:
             if t.role == "target" and t.objectives != m.objectives:
-                params = t.objectives.express(m.objectives)
+                params = t.objectives.params_reproducing(m.objectives)
                 if params is not None:
                     m.through = (t.label, t.objectives, params)
                     break

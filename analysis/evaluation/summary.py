@@ -83,19 +83,19 @@ def env_stats(job: EnvJob, labels: list[str], env_result: dict, protocol: Protoc
     methods = {}
     for label in labels:
         run = runs[label]
-        clean = values[label]
-        mean, low, high = stats.mean_ci(clean, CONFIDENCE)
+        seed_scores = values[label]
+        mean, low, high = stats.mean_ci(seed_scores, CONFIDENCE)
         entry = {
-            "lr": run["lr"], "scores": clean, "mean": mean, "ci_low": low, "ci_high": high,
+            "lr": run["lr"], "scores": seed_scores, "mean": mean, "ci_low": low, "ci_high": high,
             "columns": {k: _mean_or_none(columns[k][label]) for k in LABELS},
             "diverged": int(run["diverged"].sum()), "nonfinite": int(placed[label].sum()),
             "no_episode_ended": int(no_episode_ended(run).sum()),  # seeds: training scores = initial evaluation
             "normalized": None, "norm_mean": None, "norm_ci_low": None, "norm_ci_high": None,
         }
         if not excluded:
-            entry["normalized"] = np.asarray(scores.normalise(clean, ppo_mean, init), np.float64)
+            entry["normalized"] = np.asarray(scores.normalise(seed_scores, ppo_mean, init), np.float64)
             entry["norm_mean"], entry["norm_ci_low"], entry["norm_ci_high"] = stats.normalized_ci(
-                clean[:, None], ppo_seeds[:, None], zero_seeds[:, None], stats.mean, reps, CONFIDENCE, seed)
+                scores[:, None], ppo_seeds[:, None], zero_seeds[:, None], stats.mean, reps, CONFIDENCE, seed)
         curves = np.where(np.isfinite(run["returns"]), run["returns"], np.nan)
         band = stats.t_interval(curves, CONFIDENCE)
         entry["curve"] = {"mean": band[0], "low": band[1], "high": band[2], "seeds": curves}
