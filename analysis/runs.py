@@ -1,6 +1,6 @@
 """The one reader of a run directory (jax-free: `import metadisco.analysis.runs` starts no jax).
 
-    RUN_DIR/config.json             the resolved RunConfig (metadisco.analysis.run_config), as RunConfig.to_dict
+    RUN_DIR/config.json             the resolved RunConfig (metadisco.core.run_config), as RunConfig.to_dict
     RUN_DIR/metrics.jsonl           one JSON line per generation
     RUN_DIR/baseline.json           PPO's returns used to normalise fitness (normalised fitness only)
     RUN_DIR/checkpoints/gen_NNNNNN.msgpack   the newest few checkpoints
@@ -36,8 +36,8 @@ import os
 import re
 from pathlib import Path
 
-from metadisco.analysis.run_config import HeldoutConfig, RunConfig
 from metadisco.core.errors import ConfigError, MetadiscoError
+from metadisco.core.run_config import HeldoutConfig, RunConfig
 
 CHECKPOINT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
 

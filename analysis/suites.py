@@ -22,8 +22,8 @@ from __future__ import annotations
 import textwrap
 from itertools import groupby
 
+from metadisco.core.catalog import preset_name
 from metadisco.core.errors import MetadiscoError
-from metadisco.inner_loops.catalog import preset_name
 
 __all__ = [
     "TABLE", "SUITES", "BUDGETS", "FAMILY_BUDGETS", "DESCRIPTIONS", "DEFAULT_SEEDS", "EvaluationError",
@@ -50,7 +50,7 @@ DESCRIPTIONS = {"quick": "CPU-sized: a few minutes on 2 cores", "default": "acce
 SUITES: dict[str, list[str]] = {s: [env for _, env, _, _ in rows] for s, rows in groupby(TABLE, key=lambda r: r[0])}
 # Environment steps per training run, by scale (a suite name; "quick" = CPU-sized) and environment.
 BUDGETS: dict[str, dict[str, int]] = {s: {env: b for _, env, b, _ in rows} for s, rows in groupby(TABLE, lambda r: r[0])}
-# Budgets of environments outside BUDGETS, by preset family (metadisco.inner_loops.catalog.preset_name).
+# Budgets of environments outside BUDGETS, by preset family (metadisco.core.catalog.preset_name).
 FAMILY_BUDGETS: dict[str, dict[str, int]] = {
     "quick": {"classic": 50_000, "minatar": 500_000, "brax": 204_800},
     "default": {"classic": 500_000, "minatar": 10_000_000, "brax": 5_000_000},

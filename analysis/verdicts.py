@@ -59,7 +59,7 @@ def degenerate(violations) -> str | None:
 def objectives_signature(objectives) -> str:
     """What an expectation is written for: the objective at each plug point and which evolve
     (an ObjectivesConfig), e.g. "drift=ppo_clip, value_loss=value_loss_mix, shaping=none; evolving value_loss"."""
-    from metadisco.meta_objectives.plugs import PLUGS
+    from metadisco.core.plugs import PLUGS
 
     return (", ".join(f"{p}={getattr(objectives, p).name}" for p in PLUGS)
             + f"; evolving {', '.join(objectives.evolve)}")

@@ -104,8 +104,8 @@ def reference_config(env_name: str, timesteps: int, overrides=()) -> dict:
     metadisco's preset (with the same overrides) in every setting both have."""
     import reference_ppo
 
+    from metadisco.core.catalog import DEFAULT_BRAX_BACKEND
     from metadisco.inner_loops import preset_for, preset_name
-    from metadisco.inner_loops.catalog import DEFAULT_BRAX_BACKEND
     from metadisco.meta_objectives import Objectives
 
     unknown = set(dict(overrides)) - set(REFERENCE_KEYS)

@@ -1,7 +1,7 @@
 """mkdocs hooks: the pages generated from the code at build time, so that they cannot go stale.
 
 - config.md, the configuration reference: every field of the run schema
-  (metadisco.analysis.run_config) with its type, default and meaning. A field's meaning is the
+  (metadisco.core.run_config) with its type, default and meaning. A field's meaning is the
   comment beside it in the source (or on the lines above it); a field without one fails the build.
 - objectives.md, the objectives reference: every built-in objective, from the function that
   `metadisco objectives NAME` prints (metadisco.commands.objectives.describe).
@@ -93,7 +93,7 @@ def _cell(text: str) -> str:
 
 def _type(tp) -> str:
     text = getattr(tp, "__name__", None) if not typing.get_args(tp) else None
-    return text or str(tp).replace("typing.", "").replace("metadisco.analysis.run_config.", "")
+    return text or str(tp).replace("typing.", "").replace("metadisco.core.run_config.", "")
 
 
 def _value(v) -> str:
@@ -103,13 +103,13 @@ def _value(v) -> str:
 
 
 def config_reference() -> str:
-    from metadisco.analysis.run_config import FIXED_PPO_FIELDS, InnerConfig, RunConfig
-    from metadisco.inner_loops.ppo_config import PRESETS, PPOConfig, PPOHyperparams
+    from metadisco.core.ppo_config import PRESETS, PPOConfig, PPOHyperparams
+    from metadisco.core.run_config import FIXED_PPO_FIELDS, InnerConfig, RunConfig
 
     out = [
         "# Configuration reference",
         "",
-        "Every field of a run's config, generated from its schema (`metadisco.analysis.run_config`) when "
+        "Every field of a run's config, generated from its schema (`metadisco.core.run_config`) when "
         "this site is built. A run is the defaults below, then an experiment file "
         "(`metadisco train NAME`, experiments/NAME.toml), then `FIELD=VALUE` overrides on the command line; "
         "a section's fields are set with dots (`es.population_size=32`) or as a TOML table (`[es]`). "
@@ -152,7 +152,7 @@ def _inner_table(value, ppo, hyper, presets, fixed) -> list[str]:
     hints = typing.get_type_hints(ppo) | typing.get_type_hints(hyper)
     names = [f.name for f in dataclasses.fields(ppo) if f.name not in (*fixed, "hparams")] + list(hyper._fields)
     run_default = value.overrides()
-    out = ["Each environment's preset (`inner_loops.ppo_config.PRESETS`, PureJaxRL's published settings; "
+    out = ["Each environment's preset (`metadisco.core.ppo_config.PRESETS`, PureJaxRL's published settings; "
            "`metadisco envs` says which an environment uses) sets every field; an `inner.NAME=VALUE` "
            "overrides it for every environment of the run. "
            + (f"The default run (the demo) overrides {', '.join(f'`{k}={v!r}`' for k, v in run_default.items())}."

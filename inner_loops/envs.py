@@ -30,9 +30,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from metadisco.core.errors import ConfigError
-from metadisco.core.plugins import PluginError
-from metadisco.inner_loops.catalog import (  # noqa: F401  (re-exported)
+from metadisco.core.catalog import (  # noqa: F401  (re-exported)
     BRAX_PREFIX,
     DEFAULT_BRAX_BACKEND,
     available_envs,
@@ -41,6 +39,8 @@ from metadisco.inner_loops.catalog import (  # noqa: F401  (re-exported)
     is_builtin_env,
     plugin_env_object,
 )
+from metadisco.core.errors import ConfigError
+from metadisco.core.plugins import PluginError
 
 BRAX_EPISODE_LENGTH = 1000
 

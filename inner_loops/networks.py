@@ -9,7 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+from metadisco.core import ppo_config
+
+ACTIVATIONS = {name: getattr(nn, name) for name in ppo_config.ACTIVATIONS}
 
 
 class MLP(nn.Module):

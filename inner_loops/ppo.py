@@ -18,7 +18,7 @@ episode bootstraps from the value of its final observation.
 parameters of the plugs being evolved; the others use their objective's initial parameters.
 The numbers in `PPOHyperparams` and the environment's parameters are traced (vmap over learning
 rates or episode lengths works); everything in `PPOConfig` outside `hparams` fixes shapes and
-is static. Both, and the presets, are `metadisco.inner_loops.ppo_config`'s (jax-free), re-exported here.
+is static. Both, and the presets, are `metadisco.core.ppo_config`'s (jax-free), re-exported here.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from metadisco.core.ppo_config import PRESETS, PPOConfig, PPOHyperparams, preset_for  # noqa: F401  (re-exported)
 from metadisco.inner_loops import networks
 from metadisco.inner_loops.envs import Env, EnvState, Step
-from metadisco.inner_loops.ppo_config import PRESETS, PPOConfig, PPOHyperparams, preset_for  # noqa: F401  (re-exported)
 from metadisco.meta_objectives import Objectives
 
 

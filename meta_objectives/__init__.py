@@ -1,8 +1,9 @@
 """What evolves: drifts, value losses and reward shapings behind one interface (see base.py).
 
-The package imports lazily: `import metadisco.meta_objectives.plugs` does not start jax (the command line
-validates configs and reads run directories before jax is imported);
-`from metadisco.meta_objectives import LPO` imports the module that defines it on first use.
+The package imports lazily, so that importing it does not start jax (the command line validates
+configs and reads run directories before jax is imported): `from metadisco.meta_objectives import
+LPO` imports the module that defines it on first use. The plug points themselves (PLUGS) are
+vocabulary, defined in metadisco.core.plugs.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import importlib
 
 _SUBMODULES = ("drift", "value_loss", "shaping", "closed_form", "base", "io", "objectives",
-               "plugs", "expressions", "formulas", "constraints", "families", "drift_terms",
+               "expressions", "formulas", "constraints", "families", "drift_terms",
                "discovered")
 _EXPORTS = {
-    "PLUGS": "plugs", "PLUG_METHODS": "plugs",
+    "PLUGS": "metadisco.core.plugs", "PLUG_METHODS": "metadisco.core.plugs",
     "MetaObjective": "base", "from_spec": "base", "make_objective": "base", "names": "base", "register": "base",
     "check_options": "base", "objective_class": "base", "check_contract": "base", "objective_name": "base",
     "check_objective": "constraints", "Violation": "constraints", "ConstraintsViolated": "constraints",
@@ -34,7 +35,8 @@ def __getattr__(name: str):
         return importlib.import_module(f"{__name__}.{name}")
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    module = _EXPORTS[name] if "." in _EXPORTS[name] else f"{__name__}.{_EXPORTS[name]}"
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

@@ -52,7 +52,7 @@ from metadisco.core.plugins import (
     load_entry_point,
     source,
 )
-from metadisco.meta_objectives.plugs import PLUG_METHODS, PLUGS, pin_stored_version
+from metadisco.core.plugs import PLUG_METHODS, PLUGS, pin_stored_version
 
 Params = Any  # a pytree of float32 arrays
 

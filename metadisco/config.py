@@ -2,7 +2,7 @@
 the command line), and `validate`.
 
 A run is fully described by a `RunConfig` (its schema, frozen dataclasses, is
-`metadisco.analysis.run_config`'s, and the checks of its values `metadisco.core.run_checks`': the run
+`metadisco.core.run_config`'s, and the checks of its values `metadisco.core.run_checks`': the run
 directory's reader parses and checks config.json with them too; this module exports the schema as
 the place a config is built from); the run directory stores it resolved (config.json), so any run
 can be re-created and resumed. `validate` checks a config before anything compiles: the jax-free
@@ -19,7 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from metadisco import resources
-from metadisco.analysis.run_config import (
+from metadisco.analysis.verdicts import objectives_signature
+from metadisco.core.errors import ConfigError
+from metadisco.core.plugs import PLUGS, version_option
+from metadisco.core.run_checks import check_run_config
+from metadisco.core.run_config import (
     DistributionConfig,
     ESConfig,
     ExpectConfig,
@@ -28,19 +32,16 @@ from metadisco.analysis.run_config import (
     ObjectivesConfig,
     PlugChoice,
     RunConfig,
+    coerce,
     read_section,
 )
-from metadisco.analysis.verdicts import objectives_signature
-from metadisco.core.errors import ConfigError
-from metadisco.core.run_checks import check_run_config
-from metadisco.meta_objectives.plugs import PLUGS
 
 # The schema's classes are part of this module's interface: a config is built here.
 __all__ = [
     "DEMO_EXPERIMENT", "EXPERIMENTS", "DistributionConfig", "ESConfig", "ExpectConfig", "HeldoutConfig",
     "InnerConfig", "ObjectivesConfig", "PlugChoice", "RunConfig", "check_static", "diff", "inner_config",
-    "list_experiments", "load_experiment", "nest_overrides", "override", "parse_overrides", "ppo_config", "resolve",
-    "validate",
+    "list_experiments", "load_experiment", "nest_overrides", "objectives_of", "override", "parse_overrides",
+    "ppo_config", "resolve", "typed_objectives", "validate",
 ]
 
 # Overrides: a mapping of typed values ({"es": {"population_size": 4}, "inner.hidden": (64, 64)}),
@@ -196,20 +197,66 @@ def validate(cfg: RunConfig) -> RunConfig:
 
 def check_static(cfg: RunConfig) -> None:
     """The checks that need neither jax nor an environment library: the environment names (a
-    plug-in is imported: metadisco.inner_loops.catalog), then what the config says (`check_run_config`, the
+    plug-in is imported: metadisco.core.catalog), then what the config says (`check_run_config`, the
     check every reader of a run directory makes too)."""
-    from metadisco.inner_loops.catalog import check_env_name
+    from metadisco.core.catalog import check_env_name
 
     for env in (*cfg.envs, *cfg.heldout.envs):
         check_env_name(env)
     check_run_config(cfg)
 
 
+def typed_choice(choice: PlugChoice, plug: str, path: str) -> PlugChoice:
+    """`choice` with each option read as the type its objective declares (and the version a new
+    choice runs recorded); ConfigError for an unknown objective or option (with close matches) or a
+    value of the wrong type. `path` names the config field in messages (objectives.drift)."""
+    from metadisco.meta_objectives import check_options, objective_class
+
+    try:
+        declared = objective_class(plug, choice.name).options()
+        for key, value in choice.options:
+            if key not in declared:
+                check_options(plug, choice.name, {key: value}, settable=True)  # raises: says what there is
+        options = tuple((k, coerce(v, declared[k][0], f"{path}.{k}")) for k, v in choice.options)
+        check_options(plug, choice.name, dict(options), settable=True)
+        version = version_option(plug, choice.name)
+        if version is not None and version not in dict(options):  # a new choice records the version it runs
+            options = tuple(sorted((*options, (version, declared[version][1]))))
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    return PlugChoice(choice.name, options)
+
+
+def typed_objectives(objectives: ObjectivesConfig) -> ObjectivesConfig:
+    """Every plug's choice read as its objective declares (typed_choice)."""
+    return dataclasses.replace(objectives, **{p: typed_choice(getattr(objectives, p), p, f"objectives.{p}")
+                                              for p in PLUGS})
+
+
+def objectives_of(objectives: ObjectivesConfig):
+    """The meta_objectives.Objectives the config sections describe, each built with its options,
+    not yet sized for an environment (`Objectives.for_env`); ConfigError for anything that cannot be
+    built (an unknown name or option, an option the objective refuses such as an invalid expression)."""
+    from metadisco.meta_objectives import Objectives, make_objective
+
+    built = {}
+    for plug in PLUGS:
+        path = f"objectives.{plug}"
+        choice = typed_choice(getattr(objectives, plug), plug, path)
+        try:
+            built[plug] = make_objective(plug, choice.name, **dict(choice.options))
+        except ValueError as e:
+            raise ConfigError(f"{path}: {e}") from None
+    return Objectives(**built)
+
+
 def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
     """The checks that import the objectives and environments (jax): names, options, shapes.
     Returns `cfg` with each objective option read as the type its objective declares."""
-    o = cfg.objectives.typed()  # an unknown objective or option, a value of the wrong type
-    objectives = o.build()  # an option the objective refuses (e.g. an invalid closed-form expression)
+    o = typed_objectives(cfg.objectives)  # an unknown objective or option, a value of the wrong type
+    objectives = objectives_of(o)  # an option the objective refuses (e.g. an invalid closed-form expression)
     if not o.evolve:
         raise ConfigError("objectives.evolve is empty: name the plug points to evolve, e.g. objectives.evolve=drift")
     for plug in o.evolve:
@@ -246,8 +293,8 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
 def _check_plugin_envs(names) -> None:
     """Build each plug-in environment once (metadisco.inner_loops.envs traces a reset and a step), so
     that one that is not an environment is reported here, before anything compiles."""
+    from metadisco.core.catalog import is_builtin_env
     from metadisco.inner_loops import make_env
-    from metadisco.inner_loops.catalog import is_builtin_env
 
     for name in dict.fromkeys(names):
         if not is_builtin_env(name):

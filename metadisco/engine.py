@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 from metadisco import strategy as strategies
 from metadisco.analysis import search_health as health
 from metadisco.analysis.stats import gap_closed_ci, mean_ci
-from metadisco.config import ObjectivesConfig, RunConfig, ppo_config
+from metadisco.config import ObjectivesConfig, RunConfig, objectives_of, ppo_config
 from metadisco.core import scores, streams
 from metadisco.core.errors import ConfigError, MetadiscoError
 from metadisco.core.scores import GUARD_SE, at_worst
@@ -37,7 +37,7 @@ from metadisco.meta_objectives import names as objective_names
 def build_objectives(cfg: ObjectivesConfig, obs_shape) -> Objectives:
     """The Objectives a run trains with: each plug's objective built with the options its config
     section gives, then sized for an environment with observations of `obs_shape`."""
-    return cfg.build().for_env(obs_shape)
+    return objectives_of(cfg).for_env(obs_shape)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from metadisco.inner_loops import catalog
+from metadisco.core import catalog
 
 
 @pytest.mark.timeout(120)
@@ -34,7 +34,7 @@ def test_unknown_names_name_close_matches(name, hint):
 
 
 def test_catalog_is_jax_free():
-    code = "import sys; import inner_loops.catalog; print('jax' in sys.modules)"
+    code = "import sys; import metadisco.core.catalog; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
 

@@ -175,8 +175,10 @@ def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
                 source = ".".join([*base, *([node.module] if node.module else [])])
                 for alias in node.names:
                     table = exports(source)
+                    exported = table.get(alias.name, "")
+                    exported = exported if "." in exported else f"{source}.{exported}"  # absolute, or in the package
                     edges.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in names
-                              else f"{source}.{table[alias.name]}" if alias.name in table else deepest(source))
+                              else exported if alias.name in table else deepest(source))
         graph[module] = edges - {None, module}
     return graph
 
@@ -224,3 +226,28 @@ def test_the_circle_check_sees_every_form_of_the_import(sources):
     assert import_circles(import_graph(sources)), sources
     chain = {**sources, "a/x.py": "import os\n"}  # the same files with the circle cut
     assert not import_circles(import_graph(chain)), chain
+
+
+def test_nothing_imports_a_package_by_a_top_level_name_it_is_not_installed_under():
+    """From the repository root, `import analysis` finds the folder and works; installed, only
+    metadisco exists. Every import in the project uses the installed name."""
+    top_level = {folder for layer, folder in FOLDERS.items() if layer != "metadisco"} | {"metadisco_common"}
+    bad = [f"{path}: {module}" for path, source in project_sources().items()
+           for module, _ in imported_from_source(source) if module.split(".")[0] in top_level]
+    assert not bad, bad
+
+
+def imported_from_source(source: str):
+    """(module, names) for every absolute import in `source`, and for each `import` statement in its
+    string constants (the code a test hands to a subprocess)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, ()) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, tuple(a.name for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "import " in node.value:
+            try:
+                yield from imported_from_source(node.value)
+            except SyntaxError:
+                continue

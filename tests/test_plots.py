@@ -374,7 +374,7 @@ def test_training_curves_figure():
 def test_the_figure_the_console_and_the_report_number_a_generation_alike(tmp_path):
     """A metrics row stores its generation 0-based; every human-facing place says how many are done."""
     from metadisco.analysis.report import write_report
-    from metadisco.analysis.run_config import RunConfig
+    from metadisco.core.run_config import RunConfig
     from metadisco.train import _update_bar
 
     rows = metrics_rows(3, eval_at=(2,))
@@ -510,8 +510,8 @@ def test_the_report_carries_the_verdict_the_held_out_results_and_the_distillatio
     import shutil
 
     from metadisco.analysis.report import write_report
-    from metadisco.analysis.run_config import ExpectConfig
     from metadisco.analysis.runs import Run
+    from metadisco.core.run_config import ExpectConfig
 
     run = Run(shutil.copytree(synthetic_run, tmp_path / "run"))
     for stamp, text in (("20240101-000000", "an older table"), ("20240202-000000", "| CartPole-v1 | 1.5 |")):

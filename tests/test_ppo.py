@@ -15,6 +15,7 @@ import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from metadisco.core.catalog import DEFAULT_BRAX_BACKEND
 from metadisco.inner_loops import (
     PRESETS,
     Env,
@@ -28,7 +29,6 @@ from metadisco.inner_loops import (
     preset_name,
 )
 from metadisco.inner_loops import envs as envs_module
-from metadisco.inner_loops.catalog import DEFAULT_BRAX_BACKEND
 from metadisco.inner_loops.envs import from_brax, from_gymnax
 from metadisco.inner_loops.ppo import (
     PPO,

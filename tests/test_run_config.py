@@ -1,4 +1,4 @@
-"""metadisco.analysis.run_config: the one schema of a run's config (jax-free), checked by
+"""metadisco.core.run_config: the one schema of a run's config (jax-free), checked by
 metadisco.core.run_checks wherever a config is read; InnerConfig is PPO's own settings."""
 
 import dataclasses
@@ -11,10 +11,10 @@ import typing
 
 import pytest
 
-from metadisco.analysis.run_config import FIXED_PPO_FIELDS, InnerConfig, RunConfig
 from metadisco.analysis.runs import Run, RunDirError
 from metadisco.config import override, ppo_config, resolve
 from metadisco.core.errors import ConfigError
+from metadisco.core.run_config import FIXED_PPO_FIELDS, InnerConfig, RunConfig
 from metadisco.inner_loops import PRESETS, PPOConfig, PPOHyperparams, preset_for
 from tests.helpers import metadisco_in_process
 
@@ -26,7 +26,7 @@ def _without_none(tp):
 
 
 def test_the_schema_and_the_config_checks_import_no_jax():
-    code = ("import sys, metadisco.analysis.run_config as r, metadisco.config as c; c.check_static(c.RunConfig()); "
+    code = ("import sys, metadisco.core.run_config as r, metadisco.config as c; c.check_static(c.RunConfig()); "
             "r.RunConfig.from_stored(r.RunConfig().to_dict()); "
             "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -87,15 +87,15 @@ def test_a_removed_field_that_changed_the_run_or_is_set_anew_is_refused(tmp_path
 def test_a_setting_added_to_ppo_config_is_an_override_stored_and_read_back(tmp_path, monkeypatch):
     """A new PPO setting is one edit: a field, with its default, on PPOConfig (here a subclass that
     stands for that edit) is inner.NAME=VALUE, stored in config.json, read back and given to PPO."""
-    import metadisco.inner_loops.ppo_config
-    from metadisco.analysis import run_config
+    import metadisco.core.ppo_config
+    from metadisco.core import run_config
 
     @dataclasses.dataclass(frozen=True)
     class WithKnob(PPOConfig):
         knob: float = 0.5
 
     monkeypatch.setattr(run_config, "InnerConfig", run_config.inner_config_class(WithKnob))
-    monkeypatch.setattr(metadisco.inner_loops.ppo_config, "PRESETS", {
+    monkeypatch.setattr(metadisco.core.ppo_config, "PRESETS", {
         family: WithKnob(**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)}) for family, p in PRESETS.items()})
     cfg = resolve(None, ["inner.knob=0.25"])
     (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))

@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from metadisco.analysis.run_config import HeldoutConfig, InnerConfig, ObjectivesConfig, RunConfig
 from metadisco.analysis.runs import Run, RunDirError, parse_metrics, run_containing
 from metadisco.core.errors import MetadiscoError
+from metadisco.core.run_config import HeldoutConfig, InnerConfig, ObjectivesConfig, RunConfig
 
 
 def test_importing_the_reader_does_not_import_jax():
-    code = "import sys, analysis.runs; assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)"
+    code = "import sys, metadisco.analysis.runs; assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
 

@@ -351,8 +351,8 @@ def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path
 def test_a_stored_run_or_objectives_file_keeps_the_value_loss_mix_it_evolved():
     """Run directories and objectives files written before value_loss_mix had versions hold
     relu weights: they read (resume, evaluate) as version 1; a new config records version 2."""
-    from metadisco.analysis.run_config import RunConfig
     from metadisco.config import resolve
+    from metadisco.core.run_config import RunConfig
     from metadisco.meta_objectives import from_spec
 
     new = resolve("rediscover_value_loss", ["generations=2"])

@@ -15,8 +15,8 @@ import pytest
 
 from metadisco.analysis.suites import EvaluationError
 from metadisco.analysis.targets import resolve_target
+from metadisco.core.catalog import check_env_name
 from metadisco.inner_loops import PPOConfig, make_env, make_train
-from metadisco.inner_loops.catalog import check_env_name
 from metadisco.meta_objectives import Objectives, discovered
 from metadisco.meta_objectives.constraints import check_objective
 from tests.helpers import metadisco

@@ -9,7 +9,7 @@ code is 0 when every constraint holds, 2 otherwise.
 from __future__ import annotations
 
 from metadisco.core.errors import ConfigError
-from metadisco.meta_objectives.plugs import PLUGS
+from metadisco.core.plugs import PLUGS
 
 
 def objective_class_named(name: str, plug: str | None = None):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 
 def run(args) -> None:
+    from metadisco.core.catalog import ENVS_GROUP, available_envs, preset_name
     from metadisco.core.plugins import entry_points, source
-    from metadisco.inner_loops.catalog import ENVS_GROUP, available_envs, preset_name
 
     for name in available_envs():
         print(f"{name:32s} preset={preset_name(name):8s} built-in ({'brax' if name.startswith('brax/') else 'gymnax'})")

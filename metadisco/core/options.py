@@ -1,7 +1,7 @@
 """NAME[key=value,...]: a named thing with options, as one command-line word.
 
 One parser serves every such name: an environment with other parameters
-(`MountainCar-v0[gravity=0.003]`, metadisco.inner_loops.catalog) and a baseline with other options
+(`MountainCar-v0[gravity=0.003]`, metadisco.core.catalog) and a baseline with other options
 (`ppo[clip_eps=0.3]`, metadisco.analysis.targets). Values are numbers or true/false.
 """
 

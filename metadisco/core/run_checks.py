@@ -1,12 +1,12 @@
 """The checks of a run's config that need no compute (jax-free), and the values of its small enumerations.
 
-`check_run_config` is the one check of what a `RunConfig` (metadisco.analysis.run_config) says: names from
+`check_run_config` is the one check of what a `RunConfig` (metadisco.core.run_config) says: names from
 the tables (here, metadisco.core.strategies and metadisco.core.scores), ranges and sizes, and how
 fields combine. It runs wherever a config is read: `metadisco train` (metadisco.config.validate,
 before jax starts) and every reader of a run directory (`RunConfig.from_stored`, so
 `metadisco.analysis.runs.Run.config()`), so a hand-edited config.json fails with the message an
 override of the same value gets. What depends on the installation (environment names and plug-ins:
-metadisco.inner_loops.catalog) or needs jax (objectives, shapes) is metadisco.config's.
+metadisco.core.catalog) or needs jax (objectives, shapes) is metadisco.config's.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ EXPECT_BEATS = ("", "start", "ppo")
 
 def check_run_config(cfg) -> None:
     """Raise ConfigError, saying what to do, for a value no run can have in `cfg`, a RunConfig
-    (metadisco.analysis.run_config, read by attribute): names, ranges, sizes and how fields combine.
+    (metadisco.core.run_config, read by attribute): names, ranges, sizes and how fields combine.
     Environment names are not checked here (metadisco.config.check_static)."""
     if not cfg.envs:
         raise ConfigError("envs is empty: name at least one environment, e.g. envs=CartPole-v1")

@@ -1,5 +1,5 @@
 """PPO's settings (jax-free): the static `PPOConfig`, the traced `PPOHyperparams` it holds, and
-the published presets. `metadisco.inner_loops.ppo` runs them; `metadisco.analysis.run_config` makes their fields a
+the published presets. `metadisco.inner_loops.ppo` runs them; `metadisco.core.run_config` makes their fields a
 run's `inner` section, so a setting added here is a run-config field (inner.NAME=VALUE).
 """
 
@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from metadisco.inner_loops.catalog import preset_name
+from metadisco.core.catalog import preset_name
 
 
 class PPOHyperparams(NamedTuple):
@@ -27,6 +27,9 @@ class PPOHyperparams(NamedTuple):
         return self._replace(**changes)
 
 
+ACTIVATIONS = ("tanh", "relu")  # the hidden layers' activations, flax.linen's functions of these names
+
+
 @dataclass(frozen=True)
 class PPOConfig:
     """Static structure of a PPO run (changing any of these recompiles)."""
@@ -37,7 +40,7 @@ class PPOConfig:
     update_epochs: int = 4  # passes over each rollout
     num_minibatches: int = 4  # minibatches per pass (must divide num_envs * num_steps)
     hidden: tuple[int, ...] = (64, 64)  # hidden layer widths of the actor and of the critic
-    activation: str = "tanh"  # the hidden layers' activation (networks.ACTIVATIONS)
+    activation: str = "tanh"  # the hidden layers' activation, one of ACTIVATIONS
     anneal_lr: bool = True  # anneal the learning rate linearly to 0 over training
     normalize_obs: bool = False  # normalise observations by their running mean and std
     normalize_reward: bool = False  # divide rewards by the running std of the discounted return
@@ -98,8 +101,6 @@ class PPOConfig:
                 f"PPO config: total_timesteps = {self.total_timesteps} is less than one rollout "
                 f"(num_envs * num_steps = {self.batch_size}); raise total_timesteps."
             )
-        from metadisco.inner_loops.networks import ACTIVATIONS  # flax: validate runs where jax will
-
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"PPO config: activation must be one of {sorted(ACTIVATIONS)}")
         if not self.hidden or min(self.hidden) <= 0:

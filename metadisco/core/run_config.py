@@ -6,10 +6,8 @@ directory stores it resolved (RUN_DIR/config.json, `RunConfig.to_dict`); `metadi
 reads it back with `RunConfig.from_stored`, which checks it as `metadisco train` does
 (`metadisco.core.run_checks`), so every reader of a run's config (train --resume, plot, the
 report, evaluate, distil, export) sees the same fields with the same defaults, or the same error.
-`InnerConfig` is derived from PPO's own settings (metadisco.inner_loops.ppo_config).
-
-It lives here, below `metadisco`, because the analysis side reads run directories without
-importing the engine (the layering of docs/design.md).
+`InnerConfig` is derived from PPO's own settings (metadisco.core.ppo_config). What needs the
+objectives' registry (an option's declared type, building the objectives) is metadisco.config's.
 """
 
 from __future__ import annotations
@@ -22,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metadisco.core.errors import ConfigError
+from metadisco.core.plugs import PLUGS, upgrade_section
+from metadisco.core.ppo_config import PPOConfig, PPOHyperparams
 from metadisco.core.run_checks import check_run_config
-from metadisco.inner_loops.ppo_config import PPOConfig, PPOHyperparams
-from metadisco.meta_objectives.plugs import PLUGS, upgrade_section, version_option
 
 
 @dataclass(frozen=True)
@@ -117,37 +115,6 @@ class PlugChoice:
     def to_dict(self) -> dict:
         return {"name": self.name, **dict(self.options)}
 
-    def typed(self, plug: str, path: str) -> PlugChoice:
-        """The same choice with each option read as the type the objective declares; ConfigError
-        for an unknown objective or option (with close matches) or a value of the wrong type."""
-        from metadisco.meta_objectives import check_options, objective_class
-
-        try:
-            declared = objective_class(plug, self.name).options()
-            for key, value in self.options:
-                if key not in declared:
-                    check_options(plug, self.name, {key: value}, settable=True)  # raises: says what there is
-            options = tuple((k, _coerce(v, declared[k][0], f"{path}.{k}")) for k, v in self.options)
-            check_options(plug, self.name, dict(options), settable=True)
-            version = version_option(plug, self.name)
-            if version is not None and version not in dict(options):  # a new choice records the version it runs
-                options = tuple(sorted((*options, (version, declared[version][1]))))
-        except ConfigError:
-            raise
-        except ValueError as e:
-            raise ConfigError(f"{path}: {e}") from None
-        return PlugChoice(self.name, options)
-
-    def build(self, plug: str, path: str):
-        """The objective this choice names, built with its options (ConfigError if it cannot be)."""
-        from metadisco.meta_objectives import make_objective
-
-        choice = self.typed(plug, path)
-        try:
-            return make_objective(plug, choice.name, **dict(choice.options))
-        except ValueError as e:  # e.g. an option the objective itself refuses (an invalid expression)
-            raise ConfigError(f"{path}: {e}") from None
-
 
 @dataclass(frozen=True)
 class ObjectivesConfig:
@@ -168,17 +135,6 @@ class ObjectivesConfig:
 
     def to_dict(self) -> dict:
         return {**{plug: getattr(self, plug).to_dict() for plug in PLUGS}, "evolve": self.evolve}
-
-    def typed(self) -> ObjectivesConfig:
-        """Every option read as its declared type (ConfigError for an unknown name or option)."""
-        return dataclasses.replace(self, **{p: getattr(self, p).typed(p, f"objectives.{p}") for p in PLUGS})
-
-    def build(self):
-        """The meta_objectives.Objectives these sections describe, not yet sized for an environment
-        (`Objectives.for_env`). Raises ConfigError for anything that cannot be built."""
-        from metadisco.meta_objectives import Objectives
-
-        return Objectives(**{p: getattr(self, p).build(p, f"objectives.{p}") for p in PLUGS})
 
 
 @dataclass(frozen=True)
@@ -287,7 +243,7 @@ class RunConfig:
         so a run written before their removal still reads. Any other value of one is a ConfigError
         saying what was removed; in an experiment file or an override one is an unknown field.
         A versioned family that the file does not pin ran its first version
-        (metadisco.meta_objectives.plugs.VERSIONED). Checked by `check_run_config`: a value `metadisco train`
+        (metadisco.core.plugs.VERSIONED). Checked by `check_run_config`: a value `metadisco train`
         refuses is refused here with the same ConfigError."""
         for (section, name), (inert, what) in REMOVED.items():
             stored = d.get(section)
@@ -321,7 +277,7 @@ def _unwrap_optional(tp):
     return tp
 
 
-def _coerce(value, tp, path: str):
+def coerce(value, tp, path: str):
     """Convert a TOML/JSON/command-line value, or a typed one from the Python API, to the annotated
     field type: a string as the command line writes it ("64,64", "true"), or a value of the type
     (an int for a float too; a single value for a tuple is its one item)."""
@@ -335,7 +291,7 @@ def _coerce(value, tp, path: str):
             value = [v for v in value.split(",") if v.strip()]
         elif not isinstance(value, (list, tuple)):
             value = [value]
-        return tuple(_coerce(v.strip() if isinstance(v, str) else v, item_tp, path) for v in value)
+        return tuple(coerce(v.strip() if isinstance(v, str) else v, item_tp, path) for v in value)
     try:
         if hints_tp is bool:
             if isinstance(value, str):
@@ -387,5 +343,5 @@ def read_section(cls, d: dict, prefix: str = ""):
                 raise ConfigError(f"config field {prefix + k} is a section; set its fields as {prefix + k}.FIELD=VALUE")
             kwargs[k] = read_section(tp, v, f"{prefix}{k}.")
         else:
-            kwargs[k] = _coerce(v, tp, prefix + k)
+            kwargs[k] = coerce(v, tp, prefix + k)
     return cls(**kwargs)

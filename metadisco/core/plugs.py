@@ -33,7 +33,7 @@ LEGACY_OPTIONS = {
 
 # Families whose parameterisation changed: (plug, name) -> (the option that selects the
 # parameterisation, the value that every choice written before the option existed ran with). A new
-# config records the current version (its default: metadisco.analysis.run_config.PlugChoice.typed); a stored
+# config records the current version (its default: metadisco.core.run_config.PlugChoice.typed); a stored
 # config or objectives file that does not name it ran the old one (`pin_stored_version`), so that
 # a run resumes, and is evaluated, with the parameterisation it evolved.
 VERSIONED = {("value_loss", "value_loss_mix"): ("version", 1)}
