@@ -184,7 +184,8 @@ class PPO:
         if config.eval_episodes and (config.eval_max_steps or env.max_episode_steps) is None:
             raise ValueError(
                 f"{env.name} declares no time limit (max_steps_in_episode), so evaluation episodes have no "
-                "step cap: set eval_max_steps in the PPO config (or eval_episodes=0 to skip evaluation)"
+                "step cap: set one (inner.eval_max_steps=N in a run config, eval_max_steps in a PPOConfig), or "
+                "skip evaluation (eval_episodes=0)"
             )
         network = networks.ActorCritic(
             num_actions=env.num_actions, discrete=env.discrete, hidden=config.hidden,

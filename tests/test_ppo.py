@@ -634,6 +634,20 @@ def test_evaluation_scores_complete_episodes_of_the_policy():
     assert float(greedy) == 20.0
 
 
+def test_an_environment_without_a_time_limit_needs_an_evaluation_cap_a_run_config_can_set():
+    """The refusal names the run-config field that fixes it, and that field reaches PPO."""
+    import dataclasses
+
+    from metadisco import config
+
+    unlimited = dataclasses.replace(_long_env(50), max_episode_steps=None)
+    with pytest.raises(ValueError, match=r"inner\.eval_max_steps=N"):
+        PPO.create(unlimited, TINY.replace(eval_episodes=2))
+    cfg = config.resolve("lpo_cartpole_cpu", {"inner": {"eval_max_steps": 30}})
+    capped = PPO.create(unlimited, TINY.replace(eval_episodes=2, eval_max_steps=cfg.inner.eval_max_steps))
+    assert capped.eval_cap == 30 == config.ppo_config(cfg, "CartPole-v1").eval_max_steps
+
+
 @pytest.mark.parametrize("env_name", ["Asterix-MinAtar", "Pendulum-v1"])  # random env steps; Gaussian draws
 def test_without_the_greedy_episodes_the_sampled_score_is_the_same_bit_for_bit(env_name):
     """eval_greedy=False (a meta-training run whose fitness does not read them) plays only the

@@ -43,9 +43,8 @@ class ESConfig:
 
 
 # PPOConfig's fields a run does not set: fixed by the inner loop's caller (record_samples: distil;
-# eval_max_steps: evaluate; eval_greedy: the fitness, metadisco.config.ppo_config) or
-# by the preset alone (activation, anneal_lr).
-FIXED_PPO_FIELDS = ("activation", "anneal_lr", "record_samples", "eval_max_steps", "eval_greedy")
+# eval_greedy: the fitness, metadisco.config.ppo_config) or by the preset alone (activation, anneal_lr).
+FIXED_PPO_FIELDS = ("activation", "anneal_lr", "record_samples", "eval_greedy")
 
 
 def inner_config_class(ppo: type = PPOConfig) -> type:
