@@ -220,11 +220,14 @@ def entry_summary(entry: Entry, state: Path) -> dict:
     results = run.evaluation_dir / "queue" / "results.json"
     if results.exists():
         data = json.loads(results.read_text())
-        held = data.get("aggregate", {}).get("held_out", {}).get("methods", {})
+        aggregate = data.get("aggregate", {}).get("held_out") or {}
+        held = aggregate.get("methods") or {}
         mine = held.get(run_dir.name) or next(iter(held.values()), None)
-        if mine:
-            row["heldout"] = {"envs": data["aggregate"]["held_out"]["envs"], "tuned": data["settings"]["tune_lr"],
-                              "iqm": mine["iqm"], "p_better_than_ppo": mine.get("poi_vs_ppo")}
+        row["heldout"] = {"envs": aggregate.get("envs") or sorted(data.get("envs", {})), "tuned": data["settings"]["tune_lr"],
+                          "iqm": mine["iqm"] if mine else None,
+                          "p_better_than_ppo": mine.get("poi_vs_ppo") if mine else None}
+        if not mine:  # every environment left out: PPO did not beat its initial policy there (results.md says why)
+            row["heldout"]["not_aggregated"] = "no environment with a usable normaliser"
         row["heldout_seconds"] = data.get("time_s")
     return row
 

@@ -66,7 +66,7 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
     copy = tmp_path / "ppo_copy.json"  # PPO's objectives as a file target: a second label, same program
     save_objectives(copy, Objectives(), Objectives().init(jax.random.key(0)))
     lines = []
-    results = evaluation.evaluate([str(copy)], envs=["CartPole-v1"], seeds=2, budget=4096, progress=False, programs=programs,
+    results = evaluation.evaluate([str(copy)], envs=["CartPole-v1"], seeds=4, budget=4096, progress=False, programs=programs,
                           bootstrap_reps=200, log=lines.append)
     assert [line.split(" at lr ")[0] for line in lines] == ["CartPole-v1: ppo_copy", "CartPole-v1: ppo", "CartPole-v1: dpo"]
 
@@ -92,7 +92,7 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
     assert pairwise["ppo_copy"]["ppo"]["point"] == pairwise["ppo"]["ppo_copy"]["point"] == 0.5
     assert pairwise["dpo"]["ppo_copy"]["point"] == pytest.approx(1 - pairwise["ppo_copy"]["dpo"]["point"])
     settings = results["settings"]
-    assert settings["seeds"] == 2 and settings["budgets"] == {"CartPole-v1": 4096}
+    assert settings["seeds"] == 4 and settings["budgets"] == {"CartPole-v1": 4096}
     assert settings["presets"]["CartPole-v1"]["family"] == "classic"
     json.dumps(results, allow_nan=False)  # plain JSON throughout
 

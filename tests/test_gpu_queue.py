@@ -87,7 +87,9 @@ def test_smoke_runs_the_first_entry_through_training_and_evaluation_and_writes_o
     assert [s["kind"] for s in summary["steps"]] == ["train", "evaluate"]
     assert first["stage"] == "done" and first["generations"] == [2, 2]
     assert first["verdict"].startswith(("verdict: FOUND", "verdict: NOT FOUND"))
-    assert first["heldout"]["envs"] == ["Catch-bsuite"] and "point" in first["heldout"]["iqm"]
+    # at the smoke's size PPO does not learn Catch, so there is no normaliser and no aggregate, and it says so
+    assert first["heldout"]["envs"] == ["Catch-bsuite"]
+    assert "point" in first["heldout"]["iqm"] if first["heldout"]["iqm"] else first["heldout"]["not_aggregated"]
     assert all(e["stage"] == "new" for e in summary["entries"][1:])
     assert summary["stopped"] == "--max-runs 1" and summary["smoke"]
     assert "| drift_mix_minatar_gpu_seed1 | done | 2/2 |" in (out / "summary.md").read_text()

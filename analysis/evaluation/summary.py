@@ -95,7 +95,7 @@ def env_stats(job: EnvJob, labels: list[str], env_result: dict, protocol: Protoc
         if not excluded:
             entry["normalized"] = np.asarray(scores.normalise(seed_scores, ppo_mean, init), np.float64)
             entry["norm_mean"], entry["norm_ci_low"], entry["norm_ci_high"] = stats.normalized_ci(
-                scores[:, None], ppo_seeds[:, None], zero_seeds[:, None], stats.mean, reps, CONFIDENCE, seed)
+                seed_scores[:, None], ppo_seeds[:, None], zero_seeds[:, None], stats.mean, reps, CONFIDENCE, seed)
         curves = np.where(np.isfinite(run["returns"]), run["returns"], np.nan)
         band = stats.t_interval(curves, CONFIDENCE)
         entry["curve"] = {"mean": band[0], "low": band[1], "high": band[2], "seeds": curves}
