@@ -4,17 +4,17 @@ Closed-form value loss L(e, t):
 Per-sample critic loss with e = v - target (the prediction error) and t = target; PPO
 averages it over the minibatch. L(0, t) = 0, and L decreases toward e = 0 from either side.
 
-Expression: e**2/2 + 0.565077*Abs(e) + 0.579718*-(e**2/2)
+Expression: e**2/2 + 0.906543*-(e**2/2)
 """
 
 import jax.numpy as jnp
 
-EXPRESSION = 'e**2/2 + 0.565077*Abs(e) + 0.579718*-(e**2/2)'
+EXPRESSION = 'e**2/2 + 0.906543*-(e**2/2)'
 
 
 def value_loss(value, target):
     """L(value - target, target) for arrays that broadcast together; returns the broadcast shape."""
     t = jnp.asarray(target)
     e = jnp.asarray(value) - t
-    out = ((0.565077 * jnp.abs(e)) + (0.21014100000000002 * (e ** 2)))
+    out = (0.046728500000000006 * (e ** 2))
     return jnp.broadcast_to(jnp.asarray(out, dtype=jnp.result_type(e, float)), jnp.shape(e))
