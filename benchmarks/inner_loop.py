@@ -8,8 +8,8 @@ Both implementations train the same PPO (identical settings, checked at start-up
   NormalizeVecObservation + NormalizeVecReward);
 - `metadisco`: `metadisco.inner_loops.make_train(env, preset, Objectives())` (the default objectives are
   PPO: clip drift, clipped L2 value loss, no shaping), with eval_episodes=0: the reference has no
-  in-run final-policy evaluation, so neither side evaluates (benchmarks/eval_overhead.py measures
-  what the evaluation costs).
+  in-run final-policy evaluation, so neither side evaluates (docs/benchmarks.md says what the
+  evaluation costs).
 
 A cell is (environment, population, devices). A population of N agents is `jit(vmap(train))` on
 one device and `jit(shard_map(vmap(train)))` over a 1-D mesh of D host devices (N/D agents each,
