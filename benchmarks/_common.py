@@ -3,7 +3,8 @@ JSON-line results, the machine description and peak memory.
 
 Every measurement runs in a fresh child process because XLA reads
 `--xla_force_host_platform_device_count` only when jax starts, and so that the peak resident
-memory (`ru_maxrss`) belongs to that measurement alone. This module does not import jax.
+memory (`ru_maxrss`) belongs to that measurement alone. This module does not import jax; importing
+it makes the repository's packages importable when a script runs as `python benchmarks/x.py`.
 """
 
 from __future__ import annotations
@@ -19,21 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
-
-
-def ensure_repo_on_path() -> None:
-    """Make the repository's packages importable when a script is run as `python benchmarks/x.py`."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-
-
-def child_env(devices: int) -> dict:
-    """The environment of a child process that sees `devices` CPU host devices."""
-    env = dict(os.environ)
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_FLAG)]
-    env["XLA_FLAGS"] = " ".join(flags + [f"{DEVICE_FLAG}={devices}"])
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 
 def run_child(script: str, args: list[str], devices: int, timeout: float | None = None) -> list[dict]:
@@ -43,8 +31,10 @@ def run_child(script: str, args: list[str], devices: int, timeout: float | None 
     bad measurement does not lose the others.
     """
     cmd = [sys.executable, script, *args]
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_FLAG)]
+    env = {"PYTHONUNBUFFERED": "1"} | dict(os.environ) | {"XLA_FLAGS": " ".join([*flags, f"{DEVICE_FLAG}={devices}"])}
     try:
-        proc = subprocess.run(cmd, env=child_env(devices), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     except subprocess.TimeoutExpired:
         return [{"error": f"timed out after {timeout} s: {' '.join(cmd)}"}]
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -64,51 +54,27 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def total_memory_mb() -> float:
-    """The machine's RAM, MB (Linux /proc/meminfo; 0 where it cannot be read)."""
+def _proc(path: str, key: str) -> str:
+    """The value after `key:` in a Linux /proc file ("" where there is none)."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / 1024
+        return next((line.split(":", 1)[1].strip() for line in Path(path).read_text().splitlines()
+                     if line.startswith(key)), "")
     except OSError:
-        pass
-    return 0.0
+        return ""
+
+
+def total_memory_mb() -> float:
+    """The machine's RAM, MB (0 where /proc/meminfo cannot be read)."""
+    return int((_proc("/proc/meminfo", "MemTotal:").split() or ["0"])[0]) / 1024
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def median(xs) -> float:
     return float(statistics.median(xs))
-
-
-def alternate(calls: dict, reps: int) -> dict[str, list[float]]:
-    """{label: [seconds]}: each of `calls` (label -> a call that returns its seconds) `reps` times,
-    the labels alternating within each repetition, so that slow drift hits all alike."""
-    times = {label: [] for label in calls}
-    for _ in range(reps):
-        for label, call in calls.items():
-            times[label].append(call())
-    return times
-
-
-def speed_vs(reference: list[float], times: list[float]) -> tuple[float, float]:
-    """How many times faster `times` ran than `reference`, paired by repetition: (fastest call
-    against fastest call, median of the per-repetition ratios)."""
-    return min(reference) / min(times), median([r / t for r, t in zip(reference, times)])
-
-
-def save_rows(path: str | None, args, rows: list[dict]) -> None:
-    """Write `rows` with the machine and the script's settings to `path` (if any) as JSON."""
-    if path:
-        write_json(path, {"machine": machine_info(), "settings": vars(args), "rows": rows})
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def machine_info() -> dict:
@@ -118,9 +84,9 @@ def machine_info() -> dict:
 
     return {
         "processor": platform.processor() or platform.machine(),
-        "cpu_model": cpu_model(),
+        "cpu_model": _proc("/proc/cpuinfo", "model name"),
         "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpus_usable": usable_cpus(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "jax": jax.__version__,

@@ -26,8 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import alternate, machine_info, median, speed_vs, write_json  # noqa: E402
+from _common import machine_info, median, write_json
 
 EVALUATE = ["--envs", "CartPole-v1,Acrobot-v1", "--seeds", "2", "--timesteps", "8192", "--host-devices", "1"]
 RUN = ["generations=1", "es.population_size=4", "seeds_per_member=1", "inner.total_timesteps=4096", "eval_every=0"]
@@ -51,7 +50,7 @@ def timed_evaluate(tree: Path, run_dir: Path, counts: dict) -> float:
         seconds = time.perf_counter() - t
     if proc.returncode != 0:
         raise SystemExit(f"{tree}: evaluate failed:\n{proc.stderr[-3000:]}")
-    counts.setdefault(str(tree), []).append(_programs(proc.stderr))
+    counts.setdefault(str(tree), []).append(len(COMPILED.findall(proc.stderr)))
     return seconds
 
 
@@ -69,12 +68,8 @@ def timed_demo(tree: Path, counts: dict) -> float:
             raise SystemExit(f"{tree}: the demo ended before its first generation:\n{proc.stderr.read()[-3000:]}")
         proc.terminate()
         _, err = proc.communicate()
-    counts.setdefault(str(tree), []).append(_programs(err))
+    counts.setdefault(str(tree), []).append(len(COMPILED.findall(err)))
     return seconds
-
-
-def _programs(stderr: str) -> int:
-    return len(COMPILED.findall(stderr))
 
 
 def main() -> None:
@@ -99,8 +94,13 @@ def main() -> None:
         else:
             calls = {"before": lambda: timed_demo(before, counts), "after": lambda: timed_demo(after, counts)}
         info = machine_info()
-        times = alternate(calls, args.reps)
-    fastest, paired = speed_vs(times["before"], times["after"])
+        times = {label: [] for label in calls}
+        for _ in range(args.reps):  # alternating within each repetition, so that slow drift hits both alike
+            for label, call in calls.items():
+                times[label].append(call())
+    # how many times faster `after` ran: fastest call against fastest call, and the median paired ratio
+    fastest = min(times["before"]) / min(times["after"])
+    paired = median([b / a for b, a in zip(times["before"], times["after"])])
     rows = {label: {"tree": str(tree), "seconds": times[label], "median_s": median(times[label]),
                     "programs_compiled": counts[str(tree)]}
             for label, tree in (("before", before), ("after", after))}

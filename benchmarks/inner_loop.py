@@ -1,58 +1,38 @@
 """Like-for-like inner-loop throughput: metadisco's PPO against a PureJaxRL-style reference.
 
 Both implementations train the same PPO (identical settings, checked at start-up by
-`reference_config`) on the same number of devices, in the same run:
-
-- `reference`: `benchmarks/reference_ppo.py`, PureJaxRL's `make_train(config)` (for brax its
-  ppo_continuous_action path: BraxGymnaxWrapper, LogWrapper, ClipAction, VecEnv,
-  NormalizeVecObservation + NormalizeVecReward);
-- `metadisco`: `metadisco.inner_loops.make_train(env, preset, Objectives())` (the default objectives are
-  PPO: clip drift, clipped L2 value loss, no shaping), with eval_episodes=0: the reference has no
-  in-run final-policy evaluation, so neither side evaluates (docs/benchmarks.md says what the
-  evaluation costs).
-
-A cell is (environment, population, devices). A population of N agents is `jit(vmap(train))` on
-one device and `jit(shard_map(vmap(train)))` over a 1-D mesh of D host devices (N/D agents each,
-as metadisco's engine splits its population) on D devices: the same for both implementations.
-Every cell is measured `--reps` times in alternating child processes (reference, metadisco,
-reference, metadisco, ...), each process with its own XLA host-device count:
-
-- compile_s: trace + lower + XLA compile, ahead of time (`jax.jit(f).lower(*args).compile()`),
-  the persistent compilation cache off;
-- time_s: the fastest of `--calls` executions in the process (each with new keys, timed to
-  `block_until_ready`); steps/s = population * steps_per_run / time_s, steps_per_run the
-  environment steps of one run (total_timesteps rounded down to whole updates, equal on both sides);
-- peak_rss_mb: the process's `ru_maxrss` (compile included).
-
-Each cell reports, over its repetitions, the median and range (min-max) of steps/s, compile
-time and peak memory per implementation, and of the ratio metadisco/reference of the paired
-repetitions (repetition i of one against repetition i of the other). A population is skipped
-when the peak memory extrapolated linearly from the cell's largest smaller population exceeds
-`--mem-limit-gb`; the skip and its reason are in the output.
+`reference_config`) on the same devices, in the same run: `reference` is
+`benchmarks/reference_ppo.py` (PureJaxRL's `make_train`; for brax its ppo_continuous_action path),
+`metadisco` is `metadisco.inner_loops.make_train(env, preset, Objectives())` (PPO) with
+eval_episodes=0, as the reference has no in-run final-policy evaluation. A cell is (environment,
+population, devices): N agents are `jit(vmap(train))` on one device and
+`jit(shard_map(vmap(train)))` over a 1-D mesh of D host devices (N/D agents each, as the engine
+splits its population). Each cell runs `--reps` times in alternating child processes (reference,
+metadisco, reference, ...), each with its own XLA host-device count, which compiles ahead of time
+(compile_s, persistent cache off), keeps the fastest of `--calls` calls with new keys (steps/s =
+population * steps_per_run / time) and reports its peak memory (`ru_maxrss`). Per cell: median
+and range of each, and of the ratio metadisco/reference of the paired repetitions. A population
+whose peak memory, extrapolated from the cell's largest smaller one, exceeds `--mem-limit-gb` is
+skipped, with the reason in the output. docs/benchmarks.md says more.
 
 Usage (from the repository root):
 
-    make bench      # = the line below: the full run, JSON + markdown into docs/benchmark_results/
-    .venv/bin/python benchmarks/inner_loop.py --out docs/benchmark_results/inner_loop.json \\
-        --markdown docs/benchmark_results/inner_loop.md
+    make bench      # the full run: JSON + markdown into docs/benchmark_results/
     .venv/bin/python benchmarks/inner_loop.py --quick                 # smoke check, ~3 min, mostly compiling
     .venv/bin/python benchmarks/inner_loop.py --envs CartPole-v1 --pops 1,64 --devices 1
     .venv/bin/python benchmarks/inner_loop.py --table docs/benchmark_results/inner_loop.json
     .venv/bin/python benchmarks/inner_loop.py --profile prof --envs Breakout-MinAtar --pops 64 --devices 1
 
-`--profile DIR` measures one cell (exactly one env, population and device count) once per
-implementation and writes, in DIR/<impl>/: `trace/` (a jax.profiler trace of one call, for
-TensorBoard's profile plugin or Perfetto), `hlo.txt` (the optimised HLO), `cost_analysis.json`
-(XLA's flop and byte estimates) and `summary.md` (benchmarks/profiling.py: the top HLO
-instructions by self time with the JAX op and source line of each, and the top source lines),
-and prints the summaries.
+`--profile DIR` measures one cell once per implementation and writes, in DIR/<impl>/, a
+jax.profiler trace of one call (`trace/`), the optimised HLO (`hlo.txt`), XLA's flop and byte
+estimates (`cost_analysis.json`) and benchmarks/profiling.py's summary (`summary.md`), which it
+prints.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -61,6 +41,7 @@ from pathlib import Path
 import _common
 
 IMPLS = ("reference", "metadisco")
+CHILD_TIMEOUT_S = 1800  # a measurement still running after this is abandoned
 
 
 @dataclass(frozen=True)
@@ -273,11 +254,6 @@ def write_profile(folder: Path, compiled, args, title: str) -> str:
 
 # ============================================================================ the plan and its statistics
 
-def all_devices() -> int:
-    """Host devices that keep every usable core busy: one per core."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def parse_ints(spec: str, all_value: int | None = None) -> list[int]:
     """'1,8,64' -> [1, 8, 64]; 'all' -> all_value (duplicates dropped, order kept)."""
     out = []
@@ -433,9 +409,14 @@ def timesteps_for(env: str, args) -> int:
     return work.quick_timesteps if args.quick else work.timesteps
 
 
-def run_all(args) -> dict:
+def planned(args) -> tuple[list[str], list[tuple[str, int, int]]]:
+    """The environments and the cells that --envs, --pops and --devices name."""
     envs = [e.strip() for e in args.envs.split(",") if e.strip()]
-    cells = plan_cells(envs, parse_ints(args.pops), parse_ints(args.devices, all_devices()))
+    return envs, plan_cells(envs, parse_ints(args.pops), parse_ints(args.devices, _common.usable_cpus()))
+
+
+def run_all(args) -> dict:
+    envs, cells = planned(args)
     limit_mb = args.mem_limit_gb * 1024
     payload = {
         "machine": _common.machine_info(),
@@ -462,7 +443,7 @@ def run_all(args) -> dict:
                 done += 1
                 t0 = time.perf_counter()
                 child = child_args(impl, env, pop, dev, timesteps_for(env, args), args.calls)
-                recs = _common.run_child(__file__, child, dev, timeout=args.child_timeout) or [{"error": "no output"}]
+                recs = _common.run_child(__file__, child, dev, timeout=CHILD_TIMEOUT_S) or [{"error": "no output"}]
                 for r in recs:
                     r.update({"impl": impl, "env": env, "pop": pop, "devices": dev, "rep": rep,
                               "wall_s": time.perf_counter() - t0})
@@ -480,9 +461,7 @@ def run_all(args) -> dict:
 
 def run_profile(args) -> None:
     """`--profile DIR`: one cell, one process per implementation, summaries printed."""
-    envs = [e.strip() for e in args.envs.split(",") if e.strip()]
-    pops, devs = parse_ints(args.pops), parse_ints(args.devices, all_devices())
-    cells = plan_cells(envs, pops, devs)
+    _, cells = planned(args)
     if len(cells) != 1:
         raise SystemExit("--profile measures one cell: give one --envs, one --pops and one --devices "
                          "(the population divisible by the devices)")
@@ -490,7 +469,7 @@ def run_profile(args) -> None:
     for impl in [i.strip() for i in args.impls.split(",")]:
         folder = Path(args.profile).resolve() / impl
         child = [*child_args(impl, env, pop, dev, timesteps_for(env, args), 1), "--profile-dir", str(folder)]
-        r = _common.run_child(__file__, child, dev, timeout=args.child_timeout)[-1]
+        r = _common.run_child(__file__, child, dev, timeout=CHILD_TIMEOUT_S)[-1]
         if "error" in r:
             print(f"{impl}: FAILED\n{r['error']}", file=sys.stderr)
             continue
@@ -515,7 +494,6 @@ def main(argv=None):
     p.add_argument("--table", metavar="JSON", help="print the markdown of a saved --out file and exit")
     p.add_argument("--profile", metavar="DIR", help="profile one cell into DIR/<impl>/ (see below) and exit")
     p.add_argument("--impls", default=",".join(IMPLS), help="implementations to --profile")
-    p.add_argument("--child-timeout", type=float, default=1800, help="seconds before a measurement is abandoned")
     p.add_argument("--one", nargs=5, metavar=("IMPL", "ENV", "POP", "DEVICES", "TIMESTEPS"),
                    help="(internal) run one measurement in this process and print it as a JSON line")
     p.add_argument("--profile-dir", help="(internal, with --one) profile the measurement into this folder")
@@ -530,7 +508,6 @@ def main(argv=None):
     if args.table:
         print(render(json.loads(Path(args.table).read_text())), end="")
         return
-    _common.ensure_repo_on_path()
     if args.one:
         impl, env, pop, devices, timesteps = args.one
         _common.emit(measure_one(impl, env, int(pop), int(devices), int(timesteps), args.calls, args.profile_dir))

@@ -237,14 +237,15 @@ def _log_prob(continuous, pi, action):
         mean, log_std = pi
         z = (action - mean) / jnp.exp(log_std)
         return jnp.sum(-0.5 * z * z - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
-    return _categorical_log_prob(pi, action)
+    return jnp.take_along_axis(jax.nn.log_softmax(pi), action[..., None], axis=-1)[..., 0]
 
 
 def _entropy(continuous, pi):
     if continuous:
         _, log_std = pi
         return jnp.sum(log_std + 0.5 * jnp.log(2 * jnp.pi * jnp.e), axis=-1) * jnp.ones(pi[0].shape[:-1])
-    return _categorical_entropy(pi)
+    logp = jax.nn.log_softmax(pi)
+    return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
 
 
 def _network(config, action_dim, continuous):
@@ -262,27 +263,15 @@ class Transition(NamedTuple):
     info: dict
 
 
-def _categorical_log_prob(logits, action):
-    return jnp.take_along_axis(jax.nn.log_softmax(logits), action[..., None], axis=-1)[..., 0]
-
-
-def _categorical_entropy(logits):
-    logp = jax.nn.log_softmax(logits)
-    return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
-
-
 def make_train(config):
     """PureJaxRL's make_train: config dict -> train(rng) -> {"runner_state", "metrics"}."""
     config = dict(config)
     config["NUM_UPDATES"] = config["TOTAL_TIMESTEPS"] // config["NUM_STEPS"] // config["NUM_ENVS"]
     config["MINIBATCH_SIZE"] = config["NUM_ENVS"] * config["NUM_STEPS"] // config["NUM_MINIBATCHES"]
     env, env_params, obs_size, action_dim, continuous, _ = _base_env(config)
-    if continuous:
-        env = VecEnv(env)
-        if config.get("NORMALIZE_ENV"):
-            env = NormalizeVecReward(NormalizeVecObservation(env), config["GAMMA"])
-    else:
-        env = VecEnv(env)
+    env = VecEnv(env)
+    if continuous and config.get("NORMALIZE_ENV"):
+        env = NormalizeVecReward(NormalizeVecObservation(env), config["GAMMA"])
 
     def linear_schedule(count):
         frac = 1.0 - (count // (config["NUM_MINIBATCHES"] * config["UPDATE_EPOCHS"])) / config["NUM_UPDATES"]
