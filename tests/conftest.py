@@ -51,8 +51,7 @@ gc.set_threshold(100_000, 50, 100)
 # loop; `make test` and CI run everything.
 
 
-# The files that take longest, longest first (summed test time in a whole-suite run,
-# benchmarks/suite_time.py):
+# The files that take longest, longest first (summed test time in a whole-suite run, `--durations=0`):
 # `make test` hands whole files to its workers (--dist loadfile) in collection order, each file to
 # the first worker that is nearly done (--no-loadscope-reorder: otherwise pytest-xdist orders files
 # by their number of tests), so the long ones start first and no worker is left alone with a long
@@ -77,8 +76,66 @@ def pytest_collection_modifyitems(config, items):
 
 
 # METADISCO_COMPILE_LOG=FILE: one JSON line per test (in this process, setup to teardown) with the
-# seconds jax spent tracing, lowering and compiling, and the number of backend compiles; with the
-# durations, it says which tests' time is compilation (docs/developing.md).
+# seconds jax spent tracing, lowering and compiling, the number of backend compiles and the programs
+# compiled; the run ends with the log's summary (`compile_log_summary`, docs/developing.md).
+PHASES = ("backend_compile_duration", "jaxpr_trace_duration", "jaxpr_to_mlir_module_duration", "cache_retrieval_time_sec")
+
+
+def compile_log_summary(rows: list[dict], durations: dict[str, float], workers: int = 1, large_s: float = 1.0) -> dict:
+    """A whole-suite compile log (`rows`) with each test's seconds (setup + call + teardown): the time
+    by phase, the distinct and repeated programs, and the floor on `workers` (at least those in the log).
+
+    A key seen in two tests is a program compiled twice (two workers at once, or a small eager op in
+    two processes); the first compile of each key is work the suite cannot skip without dropping the
+    program, so the floor is the distinct programs' compilation plus tracing and lowering, spread over
+    the workers. What the tests' `metadisco` subprocesses compile is not in the log (it is in the
+    durations)."""
+    phases = dict.fromkeys(PHASES, 0.0)
+    first, repeated, large, finished = {}, 0.0, {}, {}  # first: (program, key) -> compile s of its first compile
+    for row in rows:
+        for phase in PHASES:
+            phases[phase] += row.get(phase, 0.0)
+        for name, key, seconds in row.get("stored", []):
+            if (name, key) in first:
+                repeated += seconds
+            else:
+                first[name, key] = seconds
+        if "end" in row:
+            finished[row["worker"]] = max(finished.get(row["worker"], 0.0), row["end"])
+    for (name, _), s in first.items():
+        if s >= large_s:
+            n, total = large.get(name, (0, 0.0))
+            large[name] = (n + 1, total + s)
+    distinct, test_s = sum(first.values(), 0.0), sum(durations.values(), 0.0)
+    unavoidable = distinct + phases["jaxpr_trace_duration"] + phases["jaxpr_to_mlir_module_duration"]
+    other = test_s - sum(phases.values())  # running programs, Python, subprocesses
+    cores, last = max(workers, len(finished)), max(finished.values(), default=0.0)
+    return {
+        "tests": len(durations), "test_s": round(test_s, 1), "phases_s": {p: round(s, 1) for p, s in phases.items()},
+        "distinct_programs": len(first), "distinct_compile_s": round(distinct, 1), "repeated_compile_s": round(repeated, 1),
+        "large_programs": {name: {"n": n, "s": round(s, 1)} for name, (n, s) in sorted(large.items(), key=lambda kv: -kv[1][1])},
+        "other_s": round(other, 1), "cores": cores, "floor_s": {"compile_trace_lower": round(unavoidable / cores, 1),
+                                                                "with_the_rest": round((unavoidable + other) / cores, 1)},
+        "idle_at_end_s": {w: round(last - t, 1) for w, t in sorted(finished.items())},  # waiting for the last worker
+    }
+
+
+def compile_log_text(s: dict) -> str:
+    lines = [f"{s['tests']} tests timed, {s['test_s']} s of test time (summed over workers)"]
+    lines += [f"  {phase}: {sec} s" for phase, sec in s["phases_s"].items()]
+    lines.append(f"  everything else (running, Python, subprocesses): {s['other_s']} s")
+    lines.append(f"distinct programs: {s['distinct_programs']}, first compiles {s['distinct_compile_s']} s; "
+                 f"compiled again: {s['repeated_compile_s']} s")
+    lines += [f"  {name}: {row['n']} programs of 1 s or more, {row['s']} s" for name, row in s["large_programs"].items()]
+    f = s["floor_s"]
+    lines.append(f"floor on {s['cores']} worker{'s' * (s['cores'] != 1)}: {f['compile_trace_lower']} s of wall time "
+                 f"compiling, tracing and lowering each distinct program once; {f['with_the_rest']} s with everything else")
+    if s["idle_at_end_s"]:
+        lines.append("idle at the end, waiting for the last worker: "
+                     + ", ".join(f"{w} {t} s" for w, t in s["idle_at_end_s"].items()))
+    return "\n".join(lines)
+
+
 if os.environ.get("METADISCO_COMPILE_LOG"):
     import collections
     import json
@@ -126,3 +183,19 @@ if os.environ.get("METADISCO_COMPILE_LOG"):
             f.write(json.dumps({"test": item.nodeid, **_compile_seconds, "large": _programs, "stored": _keys,
                                 "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
                                 "end": round(time.time(), 2)}) + "\n")
+
+    def pytest_terminal_summary(terminalreporter):
+        """The log summed, where the run reports (xdist's controller; the only process without it)."""
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            return
+        durations = collections.defaultdict(float)
+        for reports in terminalreporter.stats.values():
+            for rep in reports:
+                if getattr(rep, "when", None) in ("setup", "call", "teardown"):
+                    durations[rep.nodeid] += rep.duration
+        with open(os.environ["METADISCO_COMPILE_LOG"]) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        terminalreporter.write_sep("-", f"compile log {os.environ['METADISCO_COMPILE_LOG']}")
+        workers = terminalreporter.config.getoption("numprocesses", None)  # pytest-xdist's -n
+        summary = compile_log_summary(rows, durations, workers if isinstance(workers, int) else 1)
+        terminalreporter.write_line(compile_log_text(summary))

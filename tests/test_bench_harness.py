@@ -1,5 +1,6 @@
 """The inner-loop benchmark's harness (benchmarks/inner_loop.py, benchmarks/profiling.py): its
-plan, statistics, rendering and profile summary, on fake measurements. Nothing here is timed."""
+plan, statistics, rendering and profile summary, on fake measurements; and the test suite's compile
+log summary (tests/conftest.py), on a fake log. Nothing here is timed."""
 
 import json
 import sys
@@ -12,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import _common  # noqa: E402
 import inner_loop  # noqa: E402
 import profiling  # noqa: E402
-import suite_time  # noqa: E402
+
+from tests.conftest import compile_log_summary, compile_log_text  # noqa: E402
 
 
 def record(impl, rate, rep, env="CartPole-v1", pop=8, devices=2, **extra):
@@ -143,9 +145,9 @@ def test_summary_ranks_instructions_and_keeps_the_runtime_apart():
     assert "stop_trace" not in text
 
 
-def test_the_suite_time_floor_counts_each_program_once():
-    """benchmarks/suite_time.py: a program compiled in two tests (same cache key) is one distinct
-    program plus a repeat; the floor is the first compiles, tracing and lowering over the cores."""
+def test_the_compile_log_floor_counts_each_program_once():
+    """tests/conftest.py's compile log summary: a program compiled in two tests (same cache key) is one
+    distinct program plus a repeat; the floor is the first compiles, tracing and lowering over the workers."""
     log = [
         {"test": "a", "backend_compile_duration": 7.0, "jaxpr_trace_duration": 1.0, "jaxpr_to_mlir_module_duration": 1.0,
          "stored": [["jit_train", "k1", 5.0], ["jit_add", "k2", 0.05]]},
@@ -154,10 +156,7 @@ def test_the_suite_time_floor_counts_each_program_once():
     ]
     log[0].update(worker="gw0", end=100.0)
     log[1].update(worker="gw1", end=130.5)
-    durations = suite_time.read_durations("12.00s call     tests/x.py::a\n0.50s setup    tests/x.py::a\n"
-                                           "10.00s call     tests/x.py::b\n(3 durations < 0.005s hidden.)\n")
-    assert durations == {"tests/x.py::a": 12.5, "tests/x.py::b": 10.0}
-    s = suite_time.summarize(log, durations, cores=2)
+    s = compile_log_summary(log, {"tests/x.py::a": 12.5, "tests/x.py::b": 10.0})
     assert s["distinct_programs"] == 3 and s["distinct_compile_s"] == pytest.approx(7.05, abs=0.05)
     assert s["repeated_compile_s"] == 4.0
     assert s["large_programs"] == {"jit_train": {"n": 1, "s": 5.0}, "jit__generation_impl": {"n": 1, "s": 2.0}}
@@ -165,5 +164,6 @@ def test_the_suite_time_floor_counts_each_program_once():
     assert s["floor_s"] == pytest.approx({"compile_trace_lower": (7.05 + 4.0) / 2, "with_the_rest": (11.05 + 5.5) / 2},
                                          abs=0.05)
     assert s["idle_at_end_s"] == {"gw0": 30.5, "gw1": 0.0}  # gw0 finished first and waited
-    assert "floor on 2 cores" in suite_time.to_text(s) and "gw0 30.5 s" in suite_time.to_text(s)
+    assert s["cores"] == 2  # one per worker in the log
+    assert "floor on 2 workers" in compile_log_text(s) and "gw0 30.5 s" in compile_log_text(s)
 
