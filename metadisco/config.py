@@ -313,7 +313,7 @@ def ppo_config(cfg: RunConfig, env_name: str, horizon: float = 1.0):
     from metadisco.inner_loops import preset_for
 
     # greedy evaluation episodes only where the fitness scores them: the sampled score is the same
-    # without them, and greedy episodes can run to the time limit (docs/benchmarks.md, "Greedy episodes")
+    # without them, and greedy episodes can run to the time limit (CHANGELOG.md, "greedy evaluation episodes")
     config = preset_for(env_name).replace(**cfg.inner.overrides(), eval_greedy=cfg.fitness.startswith("greedy"))
     if horizon == 1.0:
         return config
