@@ -11,6 +11,8 @@ What a run is and the values it may hold:
     scores.py        the score registry over a TrainResult's arrays (meta-training's fitness and
                      evaluation's scores), the normaliser's guard and the rank of a diverged run
     streams.py       named random streams: which key feeds what (jax imported only when a key is made)
+    records.py       what a generation's metrics row is (GenerationRecord, its Comparison on fresh
+                     seeds): the one place metrics.jsonl's keys are written and read
 
 What every layer uses:
 
