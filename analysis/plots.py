@@ -11,7 +11,7 @@ matplotlib `Figure`):
     progress_surfaces_figure(obj, p)      TA-LPO: D(r, A; n/N) at several training progresses
     value_loss_figure(obj, p)             a value loss and its gradient vs the error e = v - t
     shaping_figure(obj, p, low, high)     a learned potential Phi(s) over 2-D observation slices
-    training_curves_figure(rows)          fitness and ES step size over generations
+    training_curves_figure(records)       fitness and ES step size over generations
 
 Each builder lives in `metadisco.analysis.figures.<what it draws>` (drift, value_loss, shaping, training;
 the shared theme in `metadisco.analysis.figures.style`), the page in `metadisco.analysis.report`; import them from

@@ -15,6 +15,7 @@ from metadisco.analysis import search_health
 from metadisco.analysis.runs import completed
 from metadisco.analysis.verdicts import es_mean_vs_ppo, verdict
 from metadisco.core.fileio import atomic_write_text
+from metadisco.core.records import GenerationRecord
 
 __all__ = ["CAPTIONS", "write_report"]
 
@@ -74,18 +75,19 @@ def _config_summary(config) -> list[tuple[str, object]]:
     ]
 
 
-def write_report(path, run_dir, config, rows: list, images: dict, written: dict, notes, which: str,
-                 extra: dict, evaluation: Path | None = None, distillation: dict | None = None) -> Path:
+def write_report(path, run_dir, config, records: list[GenerationRecord], images: dict, written: dict, notes,
+                 which: str, extra: dict, evaluation: Path | None = None, distillation: dict | None = None) -> Path:
     """One self-contained HTML page: config summary (`config`, the run's RunConfig), the verdict,
-    the held-out evaluation, the distillation, the last metrics row, figures as data URIs.
+    the held-out evaluation, the distillation, the last metrics row (`records`, the run's
+    generations), figures as data URIs.
 
     images {figure name: PNG file} are embedded in order; written {figure name: [paths]} are linked.
     evaluation: the folder `metadisco evaluate RUN_DIR` wrote (results.md), or None;
     distillation: {plug: distil's report or None} for the plug points with closed forms.
     """
     path, run_dir = Path(path), Path(run_dir)
-    last = rows[-1] if rows else {}
-    last_eval = next((r for r in reversed(rows) if r.get("eval_mean_fitness") is not None), None)
+    last = records[-1] if records else None
+    last_eval = next((r for r in reversed(records) if r.comparison is not None and r.comparison.scored), None)
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>metadisco report: {html.escape(config.name)}</title>",
@@ -106,13 +108,12 @@ def write_report(path, run_dir, config, rows: list, images: dict, written: dict,
     parts += _verdict_section(config, last_eval, run_dir)
     parts += _evaluation_section(evaluation, run_dir, path.parent)
     parts += _distillation_section(distillation or {}, run_dir)
-    if last:  # the row's stored `generation` is 0-based: the heading says how many are done
-        parts += [f"<h2>Last generation ({completed(last)})</h2>",
-                  _table((k, v) for k, v in last.items() if k != "generation")]
+    if last is not None:  # the stored `generation` is 0-based: the heading says how many are done
+        parts += [f"<h2>Last generation ({completed(last)})</h2>", _table(last.measures().items())]
     if last_eval is not None and last_eval is not last:
-        parts += [f"<h2>Last evaluation (generation {completed(last_eval)})</h2>",
-                  _table((k, v) for k, v in last_eval.items() if k.startswith("eval"))]
-    parts += _health_section(rows)
+        found = last_eval.comparison.to_row() | (last_eval.violations.to_row() if last_eval.violations else {})
+        parts += [f"<h2>Last evaluation (generation {completed(last_eval)})</h2>", _table(found.items())]
+    parts += _health_section(records)
     if notes:
         parts.append("<div class='notes'><b>Notes</b><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes)
                      + "</ul></div>")
@@ -130,7 +131,7 @@ def write_report(path, run_dir, config, rows: list, images: dict, written: dict,
     return atomic_write_text(path, "\n".join(parts))
 
 
-def _verdict_section(config, last_eval: dict | None, run_dir: Path) -> list[str]:
+def _verdict_section(config, last_eval: GenerationRecord | None, run_dir: Path) -> list[str]:
     """The verdict on the run's stated expectation from its last comparison on fresh seeds, or
     what it lacks for one."""
     if last_eval is None:
@@ -138,7 +139,7 @@ def _verdict_section(config, last_eval: dict | None, run_dir: Path) -> list[str]
                 f"`metadisco train --resume {run_dir}` continues it.")
     else:
         text = verdict(last_eval, config.expect) or (
-            f"after generation {completed(last_eval)}: {es_mean_vs_ppo(last_eval)}. No verdict: the config states "
+            f"after generation {completed(last_eval)}: {es_mean_vs_ppo(last_eval.comparison)}. No verdict: the config states "
             "no expectation (expect.beats).")
     return ["<h2>Verdict</h2>", f"<p>{html.escape(text)}</p>"]
 
@@ -172,9 +173,9 @@ def _distillation_section(distillation: dict, run_dir: Path) -> list[str]:
     return ["<h2>Distillation</h2>", "<ul>" + "".join(items) + "</ul>"]
 
 
-def _health_section(rows: list) -> list[str]:
+def _health_section(records: list[GenerationRecord]) -> list[str]:
     """Search health over the last 10 generations (metadisco.analysis.search_health), with its warning."""
-    recent = search_health.recent(rows)
+    recent = search_health.recent(records)
     if recent is None:
         return []
     cos, n = recent.mean, recent.defined

@@ -12,14 +12,15 @@
     run.config()               RunConfig, the one typed reading of config.json; RunDirError when
                                missing, corrupt, not a run config, or holding a value that the
                                schema's checks refuse (`metadisco train`'s message, after the file)
-    run.metrics()              [row, ...]: complete lines only (a run may be writing the next one)
+    run.metrics()              [GenerationRecord, ...] (metadisco.core.records), one per complete line
+                               (a run may be writing the next one)
     run.baseline()             dict, or None when the run has none
     run.checkpoints()          [Path, ...] oldest first; temporary files ignored
     run.heldout()              HeldoutConfig the run declared before it ran, or None
     run.objectives_path(which) RUN_DIR/objectives/{which}.json ("mean" or "best")
     run.objectives(which)      (objectives, params, extra): imports jax, on demand
     run_containing(file)       the Run a file inside RUN_DIR/objectives or RUN_DIR/export belongs to
-    completed(row)             the generations done when a metrics row was written: how the console,
+    completed(record)          the generations done when a metrics row was written: how the console,
                                the report and the figures number generations (1 = the first)
     with writing(path): ...    an OSError while writing `path` -> RunWriteError naming it and the cause
 
@@ -37,16 +38,19 @@ import re
 from pathlib import Path
 
 from metadisco.core.errors import ConfigError, MetadiscoError
+from metadisco.core.records import GenerationRecord
 from metadisco.core.run_config import HeldoutConfig, RunConfig
 
 CHECKPOINT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
 
 
-def completed(row: dict) -> int:
+def completed(record: GenerationRecord) -> int:
     """The generations completed when a metrics.jsonl row was written, 1 for the first row: the one
     number every human-facing place (console, report, figures, verdicts) calls "generation N", as
-    checkpoints and objectives files count. The row's stored `generation` is 0-based."""
-    return int(row["generation"]) + 1
+    checkpoints and objectives files count. The record's `generation` is 0-based."""
+    return record.generation + 1
+
+
 WHICH = ("mean", "best")
 
 
@@ -175,12 +179,20 @@ class Run:
         except ConfigError as e:
             raise RunDirError(f"{self.config_path} is not a run config this metadisco reads: {e}") from None
 
-    def metrics(self) -> list[dict]:
-        """One dict per completed generation, oldest first; [] before the first generation."""
+    def metrics(self) -> list[GenerationRecord]:
+        """One record per completed generation, oldest first; [] before the first generation.
+        RunDirError for a line that is JSON but not a metrics row (no integer generation)."""
         try:
-            return parse_metrics(self.metrics_path.read_text())
+            rows = parse_metrics(self.metrics_path.read_text())
         except FileNotFoundError:
             return []
+        records = []
+        for line, row in enumerate(rows, 1):
+            try:
+                records.append(GenerationRecord.from_row(row))
+            except ValueError as e:
+                raise RunDirError(f"{self.metrics_path} line {line} is not a metrics row: {e}") from None
+        return records
 
     def baseline(self) -> dict | None:
         """{env: {field: PPO's value}} (the fields of metadisco.engine.Baseline: init_eval, final_eval,

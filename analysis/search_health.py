@@ -20,12 +20,12 @@ finite population's sampling error: the figure says whether more seeds would hel
 the population is large enough. Cost: nothing (the scores exist already); it needs S >= 2.
 
 2c/(1+c) is a heuristic: it reads c as |s|^2 / (|s|^2 + |n_h|^2), which holds in expectation over
-the seeds, not for one generation's c. Where the cosine cannot tell, health is NaN and
-`health/undefined` in the metrics row says why (`UNDEFINED`, read with `why_undefined`): every
-member scored the same (a collapsed population: no ranking, so no gradient and nothing to
-agree on), a half whose gradient is zero, or a search over one meta-parameter, where the cosine
-of two 1-D vectors is +-1 by construction (the halves' rank correlation, `rank_corr`, still
-means something there and is kept).
+the seeds, not for one generation's c. Where the cosine cannot tell, health is NaN and the
+generation's `Health.undefined` (metadisco.core.records) says why (`UNDEFINED`, read with
+`why_undefined`): every member scored the same (a collapsed population: no ranking, so no
+gradient and nothing to agree on), a half whose gradient is zero, or a search over one
+meta-parameter, where the cosine of two 1-D vectors is +-1 by construction (the halves' rank
+correlation, `rank_corr`, still means something there and is kept).
 
 Zhang, Clune & Stanley 2017 (arXiv 1712.06564) compare ES gradients with true gradients as the
 population grows; the split-half agreement is the seed-noise counterpart that a run can measure
@@ -38,12 +38,15 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from metadisco.analysis.runs import completed
+from metadisco.core.records import GenerationRecord, Health, finite
+
 # Below this cosine between the halves' gradients (a mean over the recent generations) the
 # gradient the ES follows is mostly seed noise: its signal share 2c/(1+c) is under 1/3.
 NOISY_COSINE = 0.2
 
-# Why a generation's health is undefined: the code in the metrics row's `health/undefined` (0:
-# defined) -> (a short label for the progress bar, the reason in words).
+# Why a generation's health is undefined: the code in its `Health.undefined` (0: defined) -> (a
+# short label for the progress bar, the reason in words).
 DEFINED, COLLAPSED, ONE_PARAMETER, FLAT_HALF = 0, 1, 2, 3
 UNDEFINED = {
     COLLAPSED: ("collapsed", "every member scored the same (collapsed population)"),
@@ -143,9 +146,9 @@ def flat_perturbations(pop):
     return flat - flat.mean(0)
 
 
-def why_undefined(row: dict) -> str | None:
-    """Why a metrics row's health is undefined, in words; None where it is defined or not measured."""
-    code = row.get("health/undefined")
+def why_undefined(health: Health | None) -> str | None:
+    """Why a generation's health is undefined, in words; None where it is defined or not measured."""
+    code = health.undefined if health is not None else None
     return UNDEFINED[code][1] if code in UNDEFINED else None
 
 
@@ -163,20 +166,22 @@ class Window(NamedTuple):
     undefined: dict  # reason in words -> generations undefined for it
 
 
-def recent(rows: list[dict], key: str = "health/grad_cos", window: int = 10) -> Window | None:
-    """`key` over the last `window` metrics rows that measure health (have `key`): the mean of
-    the defined (finite) values, how many, and why the others are undefined; None where no row
-    measures it. NaN (null in metrics.jsonl) generations are counted, never averaged."""
-    measured = [r for r in rows if key in r][-window:]
-    if not measured:
+def recent(records: list[GenerationRecord], measure: str = "grad_cos", window: int = 10) -> Window | None:
+    """Health's `measure` (a field of Health: grad_cos or rank_corr) over the last `window`
+    generations that measured it: the mean of the defined (finite) values, how many, and why the
+    others are undefined; None where no generation measured it. NaN generations (null in
+    metrics.jsonl) are counted, never averaged."""
+    values = [(r.health, getattr(r.health, measure)) for r in records
+              if r.health is not None and getattr(r.health, measure) is not None][-window:]
+    if not values:
         return None
-    values = [r[key] for r in measured if r[key] is not None and math.isfinite(r[key])]
+    defined = [v for _, v in values if finite(v)]
     undefined: dict = {}
-    for r in measured:
-        if r[key] is None or not math.isfinite(r[key]):
-            reason = why_undefined(r) or "not a number"
+    for health, v in values:
+        if not finite(v):
+            reason = why_undefined(health) or "not a number"
             undefined[reason] = undefined.get(reason, 0) + 1
-    return Window(sum(values) / len(values) if values else math.nan, len(values), undefined)
+    return Window(sum(defined) / len(defined) if defined else math.nan, len(defined), undefined)
 
 
 def undefined_text(undefined: dict) -> str:
@@ -184,23 +189,23 @@ def undefined_text(undefined: dict) -> str:
     return "; ".join(f"n/a in {n}: {reason}" for reason, n in undefined.items())
 
 
-def is_collapsed(row: dict) -> bool:
-    """Whether a metrics row's population collapsed: its health says so or, where health is not
-    measured, its finite scores are tied (`tied`, on the row's min and max)."""
-    if "health/undefined" in row:
-        return row["health/undefined"] == COLLAPSED
-    lo, hi = row.get("fitness_min"), row.get("fitness_max")
-    if lo is None or hi is None or not math.isfinite(lo) or not math.isfinite(hi):
+def is_collapsed(record: GenerationRecord) -> bool:
+    """Whether a generation's population collapsed: its health says so or, where health is not
+    measured, its finite scores are tied (`tied`, on the generation's min and max)."""
+    if record.health is not None and record.health.undefined is not None:
+        return record.health.undefined == COLLAPSED
+    lo, hi = record.fitness_min, record.fitness_max
+    if not finite(lo) or not finite(hi):
         return False
     return hi - lo <= TIE_ULPS * FLOAT32_EPS * max(abs(hi), abs(lo))
 
 
-def collapse_warning(rows: list[dict]) -> str | None:
+def collapse_warning(records: list[GenerationRecord]) -> str | None:
     """A warning, with its causes and what to change, at the first generation of a collapse (the
-    newest row collapsed, the one before it not); None otherwise, so an episode is warned of once."""
-    if not rows or not is_collapsed(rows[-1]) or (len(rows) > 1 and is_collapsed(rows[-2])):
+    newest generation collapsed, the one before it not); None otherwise, so an episode is warned of once."""
+    if not records or not is_collapsed(records[-1]) or (len(records) > 1 and is_collapsed(records[-2])):
         return None
-    return (f"generation {rows[-1]['generation'] + 1}: every member scored the same (fitness std 0): the "
+    return (f"generation {completed(records[-1])}: every member scored the same (fitness std 0): the "
             "population has collapsed, so the ES gradient is zero and the search cannot move. Causes: a search "
             "space with a flat region (a dead zone, e.g. every relu weight at 0, where every member is the same "
             "objective), or a sigma too small for the fitness's resolution. Try a larger es.sigma_init, another "

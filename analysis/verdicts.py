@@ -1,45 +1,44 @@
 """A run's comparisons on fresh seeds, in words: the ES mean against PPO and its start, the pass
 criterion an experiment states before it runs, and the verdict on it (jax-free).
 
-Rows are metrics.jsonl evaluation rows (metadisco.engine writes `eval_*` keys with `_low`/`_high`
-95% bounds; metadisco.train adds `eval_mean_violations`, the constraints the ES mean fails at that
-generation); the expectation is the run's ExpectConfig. A verdict looks at what was found before
-it looks at the score: an ES mean that is not a valid objective of its plug is DEGENERATE, never
-FOUND. `metadisco train` prints these lines, and benchmarks/gpu_queue.py reads them back out of a
+A comparison is a metrics row's Comparison (metadisco.core.records: the engine's paired
+differences with their 95% intervals); a verdict reads the row's GenerationRecord, whose
+violations (metadisco.train) are the constraints the ES mean fails at that generation; the
+expectation is the run's ExpectConfig. A verdict looks at what was found before it looks at the
+score: an ES mean that is not a valid objective of its plug is DEGENERATE, never FOUND.
+`metadisco train` prints these lines, and benchmarks/gpu_queue.py reads them back out of a
 finished run directory.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from metadisco.analysis.runs import completed
+from metadisco.core.records import Comparison, GenerationRecord, Interval, finite
 
 
-def _interval(row: dict, key: str, fmt: str = "+.4g") -> str:
-    return f"{row[key]:{fmt}} [{row[key + '_low']:{fmt}}, {row[key + '_high']:{fmt}}]"
+def _interval(interval: Interval, fmt: str = "+.4g") -> str:
+    return f"{interval.value:{fmt}} [{interval.low:{fmt}}, {interval.high:{fmt}}]"
 
 
-def _has_interval(row: dict, key: str) -> bool:
-    low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
-    return low is not None and high is not None and bool(np.isfinite(low) and np.isfinite(high))
+def _bounded(interval: Interval | None) -> bool:
+    return interval is not None and interval.bounded
 
 
-def _reading(row: dict, key: str, other: str) -> str:
-    low, high = row[f"{key}_low"], row[f"{key}_high"]
-    return f"better than {other}" if low > 0 else f"worse than {other}" if high < 0 else "no difference shown"
+def _reading(interval: Interval, other: str) -> str:
+    return (f"better than {other}" if interval.low > 0 else f"worse than {other}" if interval.high < 0
+            else "no difference shown")
 
 
-def es_mean_vs_ppo(row: dict) -> str:
-    """The ES mean against PPO (and its start point, where the row has it) on the same fresh
-    seeds, with the paired differences' 95% intervals."""
-    text = f"ES mean {row['eval_mean_fitness']:.4g} vs PPO {row['eval_ppo_fitness']:.4g} on the same fresh seeds"
-    if not _has_interval(row, "eval_diff"):
+def es_mean_vs_ppo(comparison: Comparison) -> str:
+    """The ES mean against PPO (and its start point, where the comparison has it) on the same
+    fresh seeds, with the paired differences' 95% intervals."""
+    c = comparison
+    text = f"ES mean {c.mean:.4g} vs PPO {c.ppo:.4g} on the same fresh seeds"
+    if not _bounded(c.diff):
         return text
-    text += f": difference {_interval(row, 'eval_diff')} (95% t-interval; {_reading(row, 'eval_diff', 'PPO')})"
-    if _has_interval(row, "eval_vs_start"):
-        text += (f"; vs its start {row['eval_start_fitness']:.4g}: {_interval(row, 'eval_vs_start')} "
-                 f"({_reading(row, 'eval_vs_start', 'its start')})")
+    text += f": difference {_interval(c.diff)} (95% t-interval; {_reading(c.diff, 'PPO')})"
+    if _bounded(c.vs_start):
+        text += f"; vs its start {c.start:.4g}: {_interval(c.vs_start)} ({_reading(c.vs_start, 'its start')})"
     return text
 
 
@@ -74,30 +73,31 @@ def pass_criterion(expect) -> str:
     return text
 
 
-def verdict(row: dict, expect) -> str | None:
-    """The verdict line of a run from its last check on fresh seeds (an evaluation row):
-    DEGENERATE when the ES mean fails its plug's constraint checks (whether or not the run states
-    an expectation); otherwise, with an expectation (ExpectConfig.beats), found or not, the
-    comparison that is the point of the run with its interval, and the pass criterion; else None."""
-    if "eval_mean_fitness" not in row:
+def verdict(record: GenerationRecord, expect) -> str | None:
+    """The verdict line of a run from its last check on fresh seeds (a generation with a
+    comparison): DEGENERATE when the ES mean fails its plug's constraint checks (whether or not
+    the run states an expectation); otherwise, with an expectation (ExpectConfig.beats), found or
+    not, the comparison that is the point of the run with its interval, and the pass criterion;
+    else None."""
+    c = record.comparison
+    if c is None:
         return None
-    after = f"after generation {completed(row)}"
-    reason = degenerate(row.get("eval_mean_violations"))
+    after = f"after generation {completed(record)}"
+    reason = degenerate(record.violations.mean if record.violations is not None else None)
     if reason:
         return (f"verdict: DEGENERATE {after}: the ES mean is not a valid objective, whatever it scores: {reason} "
-                f"({es_mean_vs_ppo(row)})")
+                f"({es_mean_vs_ppo(c)})")
     if not expect.beats:
         return None
-    key = "eval_vs_start" if expect.beats == "start" else "eval_diff"
+    point = c.vs_start if expect.beats == "start" else c.diff
     other = "its start point" if expect.beats == "start" else "PPO"
-    found = _has_interval(row, key) and row[f"{key}_low"] > 0
-    text = f"the point of this run is the ES mean against {other} on fresh seeds: {_interval(row, key)}"
-    closed = row.get("eval_gap_closed")
-    has_gap = closed is not None and bool(np.isfinite(closed))
+    found = _bounded(point) and point.low > 0
+    text = f"the point of this run is the ES mean against {other} on fresh seeds: {_interval(point)}"
+    has_gap = c.gap_closed is not None and finite(c.gap_closed.value)
     if has_gap:
-        text += f", closing {_interval(row, 'eval_gap_closed', '.0%')} of the gap from its start to PPO"
+        text += f", closing {_interval(c.gap_closed, '.0%')} of the gap from its start to PPO"
     if expect.gap_closed:
         if not has_gap:
             text += " (no gap to close: its start is not below PPO)"
-        found = found and has_gap and closed >= expect.gap_closed
+        found = found and has_gap and c.gap_closed.value >= expect.gap_closed
     return f"verdict: {'FOUND' if found else 'NOT FOUND'} {after}: {text} (pass: {pass_criterion(expect)})"

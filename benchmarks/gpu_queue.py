@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from metadisco.analysis.runs import Run, completed  # noqa: E402  (jax-free)
 from metadisco.analysis.verdicts import es_mean_vs_ppo, verdict  # noqa: E402
 from metadisco.core.errors import EXIT_TIME_LIMIT, ConfigError  # noqa: E402
+from metadisco.core.records import finite  # noqa: E402
 from metadisco.time_limit import format_duration, parse_duration  # noqa: E402
 
 QUEUE = ROOT / "benchmarks" / "gpu_queue.toml"
@@ -208,13 +209,13 @@ def entry_summary(entry: Entry, state: Path) -> dict:
         return row
     run = Run(run_dir)
     cfg, metrics = run.config(), run.metrics()
-    healths = [m["health/grad_cos"] for m in metrics if m.get("health/grad_cos") is not None]
-    evals = [m for m in metrics if "eval_mean_fitness" in m]
+    healths = [m.health.grad_cos for m in metrics if m.health is not None and finite(m.health.grad_cos)]
+    evals = [m for m in metrics if m.comparison is not None]
     row |= {"generations": [len(metrics), cfg.generations],
-            "generation_seconds": sum(m.get("wall_time_s", 0.0) for m in metrics),
+            "generation_seconds": sum(0.0 if m.wall_time_s is None else m.wall_time_s for m in metrics),
             "health_mean": sum(healths) / len(healths) if healths else None}
     if evals:
-        row["comparison"] = f"after generation {completed(evals[-1])}: {es_mean_vs_ppo(evals[-1])}"
+        row["comparison"] = f"after generation {completed(evals[-1])}: {es_mean_vs_ppo(evals[-1].comparison)}"
         if len(metrics) == cfg.generations:
             row["verdict"] = verdict(evals[-1], cfg.expect)
     results = run.evaluation_dir / "queue" / "results.json"

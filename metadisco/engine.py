@@ -27,6 +27,7 @@ from metadisco.analysis.stats import gap_closed_ci, mean_ci
 from metadisco.config import ObjectivesConfig, RunConfig, objectives_of, ppo_config
 from metadisco.core import scores, streams
 from metadisco.core.errors import ConfigError, MetadiscoError
+from metadisco.core.records import Comparison, GenerationRecord, Health, Interval, ProblemScores
 from metadisco.core.scores import GUARD_SE, at_worst
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, MIRRORED_STRATEGIES
 from metadisco.inner_loops import Env, PPOConfig, make_env, make_train
@@ -86,6 +87,21 @@ class Draw:
     envs: jax.Array  # [k] int32 indices into cfg.envs: a subset drawn without replacement, or all in order
     horizon: jax.Array  # [] int32 index into MetaTrainer.horizons (0 when the run has one)
     lr_factor: jax.Array  # [P] factor on each env's preset lr; equal within an antithetic pair (i, i + P/2)
+
+
+@struct.dataclass
+class GenerationMetrics:
+    """What one generation reports, on device ([] each); `MetaTrainer.record` makes its metrics row."""
+
+    fitness_mean: jax.Array  # over the members that did not diverge (NaN where every member did)
+    fitness_max: jax.Array
+    fitness_min: jax.Array
+    fitness_std: jax.Array
+    best_fitness: jax.Array  # the highest member fitness so far
+    sigma: jax.Array  # the strategy's step size after the update
+    num_diverged: jax.Array  # int
+    draw: dict  # what was drawn (GenerationRecord.draw), only the levers the run uses
+    health: dict  # search_health.split_half's {grad_cos, rank_corr, undefined}; {} with one seed per member
 
 
 def mirrored(es_cfg) -> bool:
@@ -359,17 +375,17 @@ class MetaTrainer:
             es_state, jnp.maximum(state.best_fitness, fitness_or_worst[best_idx]), best_params, state.generation + 1
         ))
         finite = jnp.where(diverged, jnp.nan, fitness)
-        metrics = {
-            "fitness_mean": jnp.nanmean(finite),
-            "fitness_max": jnp.nanmax(finite),
-            "fitness_min": jnp.nanmin(finite),
-            "fitness_std": jnp.nanstd(finite),
-            "best_fitness": new_state.best_fitness,
-            "sigma": strategies.sigma_of(es_state),
-            "num_diverged": diverged.sum(),
-            **self._draw_metrics(draw),
-            **self._health_metrics(pop, per_seed, diverged, fitness_or_worst if self._by_mean else es_fitness),
-        }
+        metrics = GenerationMetrics(
+            fitness_mean=jnp.nanmean(finite),
+            fitness_max=jnp.nanmax(finite),
+            fitness_min=jnp.nanmin(finite),
+            fitness_std=jnp.nanstd(finite),
+            best_fitness=new_state.best_fitness,
+            sigma=strategies.sigma_of(es_state),
+            num_diverged=diverged.sum(),
+            draw=self._draw_metrics(draw),
+            health=self._health_metrics(pop, per_seed, diverged, fitness_or_worst if self._by_mean else es_fitness),
+        )
         return new_state, metrics
 
     def _es_fitness(self, fitness, per_env, diverged):
@@ -408,19 +424,18 @@ class MetaTrainer:
         # The pair control variate leaves residuals near 0: their ties are judged against the
         # scores' own magnitude. Ranks (env_fitness=rank) are judged as they are.
         scale = jnp.maximum(jnp.abs(fitness_a).max(), jnp.abs(fitness_b).max()) if self._by_mean else None
-        halves = health.split_half(health.flat_perturbations(pop), es_fitness_a, es_fitness_b, scores=scores,
-                                   scale=scale)
-        return {f"health/{k}": v for k, v in halves.items()}
+        return health.split_half(health.flat_perturbations(pop), es_fitness_a, es_fitness_b, scores=scores,
+                                 scale=scale)
 
     def _draw_metrics(self, draw: Draw) -> dict:
-        """What was drawn, for the metrics row (only the levers the run uses)."""
+        """What was drawn, for the metrics row (GenerationRecord.draw: only the levers the run uses)."""
         out = {}
         if self.env_slots < len(self.envs):
-            out |= {f"draw/{name}": jnp.isin(e, draw.envs).astype(jnp.float32) for e, name in enumerate(self.cfg.envs)}
+            out |= {name: jnp.isin(e, draw.envs).astype(jnp.float32) for e, name in enumerate(self.cfg.envs)}
         if len(self.horizons) > 1:
-            out["draw/horizon"] = jnp.asarray(self.horizons)[draw.horizon]
+            out["horizon"] = jnp.asarray(self.horizons)[draw.horizon]
         if self.cfg.distribution.lr_range:
-            out["draw/lr_factor"] = jnp.exp(jnp.log(draw.lr_factor).mean())  # geometric mean over members
+            out["lr_factor"] = jnp.exp(jnp.log(draw.lr_factor).mean())  # geometric mean over members
         return out
 
     def _compare_impl(self, solution, key_data, baseline: Baseline):
@@ -461,10 +476,20 @@ class MetaTrainer:
         check_normaliser(per_seed, self.cfg.fitness, [p.name for p in self.problems])
         return per_seed.mean()
 
-    def generation(self, state: RunState, baseline: Baseline, index: int):
+    def generation(self, state: RunState, baseline: Baseline, index: int) -> tuple[RunState, GenerationMetrics]:
         """Run generation `index` (= state.generation, known to the host loop, so no device read)
         -> (new state, metrics on device). `state` and `baseline` are replicated (`replicate`)."""
         return self._generation(state, self.replicate(jax.random.key_data(self.generation_key(index))), baseline)
+
+    def record(self, index: int, metrics: GenerationMetrics, wall_time_s: float) -> GenerationRecord:
+        """The metrics row of generation `index`: its `metrics` (as `generation` returned them, or
+        fetched) and its wall time, with the environment steps per second that makes."""
+        m = jax.tree.map(lambda x: np.asarray(x).item(), fetch(metrics))
+        return GenerationRecord(
+            generation=index, fitness_mean=m.fitness_mean, fitness_max=m.fitness_max, fitness_min=m.fitness_min,
+            fitness_std=m.fitness_std, best_fitness=m.best_fitness, sigma=m.sigma, num_diverged=m.num_diverged,
+            draw=m.draw, health=Health(**m.health) if m.health else None, wall_time_s=wall_time_s,
+            env_steps_per_s=self.steps_per_generation / wall_time_s)
 
     def generation_key(self, index: int):
         """The key of generation `index`: everything random in it (ask, seeds, draw, tell) comes from it."""
@@ -474,33 +499,28 @@ class MetaTrainer:
         """What generation `index` trained on (its Draw): a function of (seed, generation) only."""
         return self.draw(jax.random.fold_in(self.generation_key(index), streams.DRAW))
 
-    def compare(self, state: RunState, baseline: Baseline, completed: int) -> dict:
+    def compare(self, state: RunState, baseline: Baseline, completed: int) -> Comparison:
         """The ES mean against PPO and against the run's start point (its initial solution), all on
-        the same fresh seeds, mean over seeds, per training problem (its name) and overall;
-        paired differences with 95% t-intervals, and the share of the gap from the start to PPO
-        that the ES mean closed (paired bootstrap over seeds).
+        the same fresh seeds, mean over seeds, per training problem and overall; paired
+        differences with 95% t-intervals, and the share of the gap from the start to PPO that the
+        ES mean closed (paired bootstrap over seeds).
         `completed`: generations done (= state.generation); it picks the seeds."""
         key = streams.key(self.cfg.seed, streams.Stream.COMPARISON, completed)
         mean = self.replicate(fetch(self.mean_params(fetch(state))))  # host-side: same in every process
         out = [tuple(np.asarray(x, np.float64) for x in scores)
                for scores in fetch(self._compare(mean, self.replicate(jax.random.key_data(key)), baseline))]
-        row = {}
-        for problem, (mean_scores, start, ppo) in zip(self.problems, out):
-            row[f"eval/{problem.name}/mean"] = float(np.mean(mean_scores))
-            row[f"eval/{problem.name}/start"] = float(np.mean(start))
-            row[f"eval/{problem.name}/ppo"] = float(np.mean(ppo))
+        problems = tuple(ProblemScores(problem.name, *(float(np.mean(x)) for x in scores))
+                         for problem, scores in zip(self.problems, out))
         mean_scores, start, ppo = (np.mean([scores[j] for scores in out], axis=0) for j in range(3))  # [eval_seeds]
-        row["eval_mean_fitness"] = float(np.mean(mean_scores))
-        row["eval_start_fitness"] = float(np.mean(start))
-        row["eval_ppo_fitness"] = float(np.mean(ppo))
-        # paired by seed (all trained on the same seeds); a diverged seed has no score
-        for name, other in (("eval_diff", ppo), ("eval_vs_start", start)):
+
+        def paired(other) -> Interval:  # paired by seed (all trained on the same seeds); a diverged seed has no score
             diff = (mean_scores - other)[np.isfinite(mean_scores - other)]
-            row[name], row[f"{name}_low"], row[f"{name}_high"] = mean_ci(diff) if diff.size else (np.nan,) * 3
+            return Interval(*(mean_ci(diff) if diff.size else (np.nan,) * 3))
+
         ok = np.isfinite(mean_scores) & np.isfinite(start) & np.isfinite(ppo)
         closed = gap_closed_ci(mean_scores[ok], start[ok], ppo[ok]) if ok.sum() >= 2 else (np.nan,) * 3
-        row["eval_gap_closed"], row["eval_gap_closed_low"], row["eval_gap_closed_high"] = closed
-        return row
+        return Comparison(problems, mean=float(np.mean(mean_scores)), start=float(np.mean(start)),
+                          ppo=float(np.mean(ppo)), diff=paired(ppo), vs_start=paired(start), gap_closed=Interval(*closed))
 
 
 def _at_lr(train, hparams, key, meta_params, lr_factor):

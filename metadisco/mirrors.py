@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
+
+from metadisco.core.records import GenerationRecord
 
 
 class Mirrors:
@@ -30,9 +31,10 @@ class Mirrors:
                                     "population_size": cfg.es.population_size, "fitness": cfg.fitness,
                                     "evolve": ",".join(cfg.objectives.evolve), "run_dir": str(run_path)})
 
-    def log(self, row: dict, step: int) -> None:
-        scalars = {k.replace("/", "."): float(v) for k, v in row.items()
-                   if k != "generation" and isinstance(v, (int, float)) and v is not None and math.isfinite(v)}
+    def log(self, record: GenerationRecord) -> None:
+        """A generation's finite numbers under their metrics.jsonl keys, at step = its generation index."""
+        step = record.generation
+        scalars = {k.replace("/", "."): v for k, v in record.scalars().items()}
         if self.tb is not None:
             for k, v in scalars.items():
                 self.tb.add_scalar(k.replace(".", "/"), v, step)

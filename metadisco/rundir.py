@@ -5,7 +5,7 @@
     run.check_unlocked()             RunLockedError at once if another process holds it
         run.create(config)           config.json (refuses a non-empty directory unless overwrite)
         run.write_json(name, obj)    RUN_DIR/name, atomically
-        run.append_metrics(row)      one line of metrics.jsonl (never a partial line left behind)
+        run.append_metrics(record)   one line of metrics.jsonl, record.to_row() (never a partial line left behind)
         run.truncate_metrics(gen)    keep the rows a checkpoint covers (on resume)
         run.save_checkpoint(gen, tree) / run.load_checkpoint(template)
 
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from metadisco.analysis.runs import Run, RunDirError, RunWriteError, writing
 from metadisco.core.fileio import atomic_write_bytes, atomic_write_text, to_jsonable
+from metadisco.core.records import GenerationRecord
 
 __all__ = ["KEEP_CHECKPOINTS", "RunDir", "RunDirError", "RunLockedError", "RunWriteError"]
 
@@ -107,9 +108,9 @@ class RunDir(Run):
             return write(path, *args)
 
     # metrics
-    def append_metrics(self, row: dict) -> None:
-        """Append one line; on failure the file is cut back to its previous complete lines."""
-        line = (json.dumps(to_jsonable(row)) + "\n").encode()
+    def append_metrics(self, record: GenerationRecord) -> None:
+        """Append its row as one line; on failure the file is cut back to its previous complete lines."""
+        line = _line(record).encode()
         with writing(self.metrics_path):
             fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             try:
@@ -126,9 +127,9 @@ class RunDir(Run):
 
     def truncate_metrics(self, generation: int) -> None:
         """Keep only rows of generations < `generation` (those covered by the checkpoint)."""
-        rows = [r for r in self.metrics() if r["generation"] < generation]
+        kept = [r for r in self.metrics() if r.generation < generation]
         with writing(self.metrics_path):
-            atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+            atomic_write_text(self.metrics_path, "".join(_line(r) for r in kept))
 
     # checkpoints
     def save_checkpoint(self, generation: int, tree: dict) -> Path:
@@ -176,3 +177,8 @@ class RunDir(Run):
             + (f" ({'; '.join(warnings)})" if warnings else "")
             + ": the run stopped before its first checkpoint; start it again with `metadisco train`."
         )
+
+
+def _line(record: GenerationRecord) -> str:
+    """A record's line of metrics.jsonl: its row as strict JSON."""
+    return json.dumps(record.to_row()) + "\n"

@@ -21,6 +21,7 @@ file, the cause and the next step. Either way the directory is left resumable.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
@@ -35,6 +36,7 @@ from metadisco.analysis import search_health as health
 from metadisco.analysis.runs import completed
 from metadisco.analysis.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
 from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
+from metadisco.core.records import GenerationRecord, Health, Violations, finite
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.meta_objectives import save_objectives
 from metadisco.meta_objectives.constraints import check_evolved
@@ -240,33 +242,33 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
                 raise _out_of_time(run, cfg, gen, time_limit, evaluates)
             t = time.perf_counter()
             state, metrics = trainer.generation(state, baseline_dev, gen)
-            metrics = {k: v.item() for k, v in fetch(metrics).items()}
+            metrics = fetch(metrics)  # waits for the generation
             wall = time.perf_counter() - t
-            row = {"generation": gen, **metrics, "wall_time_s": wall,
-                   "env_steps_per_s": trainer.steps_per_generation / wall}
+            record = trainer.record(gen, metrics, wall)
             if time_limit is not None:
                 time_limit.record_generation(wall)
             if evaluates:
                 t = time.perf_counter()
-                row |= trainer.compare(state, baseline_dev, gen + 1) | found_violations(trainer, state)
+                record = dataclasses.replace(record, comparison=trainer.compare(state, baseline_dev, gen + 1),
+                                             violations=found_violations(trainer, state))
                 if time_limit is not None:
                     time_limit.record_evaluation(time.perf_counter() - t)
             if is_main:
-                run.append_metrics(row)
+                run.append_metrics(record)
             logged = state
             if is_main:
-                mirrors.log(row, gen)
+                mirrors.log(record)
             if (gen + 1) % cfg.checkpoint_every == 0 or gen + 1 == end:
                 _timed_save(run, trainer, state, baseline_dev, time_limit)
                 saved = gen + 1
             if is_main:
-                history.append(row)
+                history.append(record)
                 # at the last generation the run's summary says it
                 collapse = health.collapse_warning(history)
                 notes = [f"warning: {collapse}"] if collapse else []
                 if evaluates and gen + 1 < cfg.generations:
-                    notes += [health_line(history), degenerate_warning(row)]
-                _update_bar(bar, row, log, cfg.generations, [n for n in notes if n])
+                    notes += [health_line(history), degenerate_warning(record)]
+                _update_bar(bar, record, log, cfg.generations, [n for n in notes if n])
     except KeyboardInterrupt:
         save_state(run, trainer, logged, baseline_dev)
         if is_main:  # a row written after `logged` (a signal inside the append) is dropped, as resume would
@@ -323,46 +325,47 @@ def _progress_bar(enabled: bool, start: int, total: int):
     return tqdm(total=total, initial=start, unit="gen", dynamic_ncols=True, file=sys.stderr)
 
 
-def _update_bar(bar, row: dict, log, total: int | None = None, notes=()) -> None:
+def _update_bar(bar, record: GenerationRecord, log, total: int | None = None, notes=()) -> None:
+    measured = record.health is not None and record.health.grad_cos is not None
     if bar is None:  # --no-progress (logs, batch jobs): one line per generation instead
-        gen = completed(row)
-        log(f"gen {gen}{f'/{total}' if total else ''}: fitness mean {row['fitness_mean']:.4g}, "
-            f"max member so far {row['best_fitness']:.4g}, "
-            + (f"health {_health_figure(row, long=True)}, " if "health/grad_cos" in row else "")
-            + f"{row['num_diverged']} diverged, {row['wall_time_s']:.1f} s ({row['env_steps_per_s']:.3g} env steps/s)")
-        if "eval_mean_fitness" in row and gen != total:  # the last one: the run's summary says it
-            log(f"gen {gen}: {es_mean_vs_ppo(row)}")
+        gen = completed(record)
+        log(f"gen {gen}{f'/{total}' if total else ''}: fitness mean {record.fitness_mean:.4g}, "
+            f"max member so far {record.best_fitness:.4g}, "
+            + (f"health {_health_figure(record, long=True)}, " if measured else "")
+            + f"{record.num_diverged} diverged, {record.wall_time_s:.1f} s ({record.env_steps_per_s:.3g} env steps/s)")
+        if record.comparison is not None and gen != total:  # the last one: the run's summary says it
+            log(f"gen {gen}: {es_mean_vs_ppo(record.comparison)}")
         for note in notes:
             log(note)
         return
-    health_figure = {"health": _health_figure(row)} if "health/grad_cos" in row else {}
-    bar.set_postfix(mean=f"{row['fitness_mean']:.3g}", **health_figure, sps=f"{row['env_steps_per_s']:.3g}")
+    health_figure = {"health": _health_figure(record)} if measured else {}
+    bar.set_postfix(mean=f"{record.fitness_mean:.3g}", **health_figure, sps=f"{record.env_steps_per_s:.3g}")
     bar.update(1)
-    if "eval_mean_fitness" in row and completed(row) != total:  # the last one: the summary says it
-        bar.write(f"gen {completed(row)}: {es_mean_vs_ppo(row)}")
+    if record.comparison is not None and completed(record) != total:  # the last one: the summary says it
+        bar.write(f"gen {completed(record)}: {es_mean_vs_ppo(record.comparison)}")
     for note in notes:
         bar.write(note)
 
 
-def _health_figure(row: dict, long: bool = False) -> str:
-    """A metrics row's split-half cosine, or n/a with its reason (short for the progress bar)."""
-    cos = row.get("health/grad_cos")
-    if cos is not None and np.isfinite(cos):
-        return f"{cos:+.2f}"
-    short, reason = health.UNDEFINED.get(row.get("health/undefined"), ("nan", "not a number"))
+def _health_figure(record: GenerationRecord, long: bool = False) -> str:
+    """A generation's split-half cosine, or n/a with its reason (short for the progress bar)."""
+    measured = record.health or Health()
+    if finite(measured.grad_cos):
+        return f"{measured.grad_cos:+.2f}"
+    short, reason = health.UNDEFINED.get(measured.undefined, ("nan", "not a number"))
     return f"n/a: {reason}" if long else f"n/a ({short})"
 
 
-def health_line(rows: list[dict], window: int = 10) -> str | None:
+def health_line(records: list[GenerationRecord], window: int = 10) -> str | None:
     """Search health over the last `window` generations that measured it (undefined ones counted
     with their reasons, not averaged), with a warning and advice when the ES gradient is mostly
     seed noise; None when the run does not measure it."""
-    recent = health.recent(rows, window=window)
+    recent = health.recent(records, window=window)
     if recent is None:
         return None
     undefined = f" ({health.undefined_text(recent.undefined)})" if recent.undefined else ""
     if not recent.defined:
-        ranks = health.recent(rows, key="health/rank_corr", window=window)
+        ranks = health.recent(records, measure="rank_corr", window=window)
         rank_note = (f"; the halves' rank correlation {ranks.mean:+.2f} over {ranks.defined} of them"
                      if ranks is not None and ranks.defined else "")
         return (f"search health: n/a over the last {sum(recent.undefined.values())} generation(s)"
@@ -374,43 +377,42 @@ def health_line(rows: list[dict], window: int = 10) -> str | None:
             f"generation(s) that define it{undefined}, {health.share_text(recent.mean)} of the ES gradient")
 
 
-def found_violations(trainer: MetaTrainer, state: RunState) -> dict:
+def found_violations(trainer: MetaTrainer, state: RunState) -> Violations:
     """What the run found, through its plugs' constraint checks (`metadisco check`'s, at the
-    evolved parameters): the ES mean's and the best member's failures as metrics-row fields,
-    {"eval_mean_violations": [...], "eval_best_violations": [...]}, each "plug/constraint: message"."""
+    evolved parameters): the failures of the ES mean and of the best member, each "plug/constraint: message"."""
     host = fetch(state)
     found = {"mean": fetch(trainer.mean_params(host)), "best": host.best_params}
-    return {f"eval_{which}_violations": [str(v) for v in check_evolved(trainer.objectives, trainer.full_params(params),
-                                                                          trainer.evolve)]
-            for which, params in found.items()}
+    return Violations(**{which: tuple(str(v) for v in check_evolved(trainer.objectives, trainer.full_params(params),
+                                                                     trainer.evolve))
+                         for which, params in found.items()})
 
 
-def degenerate_warning(row: dict) -> str | None:
-    """A warning line when the ES mean of a comparison row is not a valid objective."""
-    reason = degenerate(row.get("eval_mean_violations"))
+def degenerate_warning(record: GenerationRecord) -> str | None:
+    """A warning line when the ES mean of a generation with a comparison is not a valid objective."""
+    reason = degenerate(record.violations.mean if record.violations is not None else None)
     if reason is None:
         return None
-    return (f"warning: generation {row['generation'] + 1}: the ES mean is DEGENERATE, whatever it scores: {reason}. "
+    return (f"warning: generation {completed(record)}: the ES mean is DEGENERATE, whatever it scores: {reason}. "
             "Its search space holds invalid objectives: pick a family that is valid for every member "
             "(`metadisco objectives`), or a smaller sigma")
 
 
-def _summary(run: RunDir, cfg, log, violations: dict) -> None:
-    rows = run.metrics()
-    if not rows:
+def _summary(run: RunDir, cfg, log, violations: Violations) -> None:
+    records = run.metrics()
+    if not records:
         return
-    k = min(5, len(rows))
+    k = min(5, len(records))
 
-    def mean_fitness(part):  # a generation whose every member scored NaN is logged as null
-        values = [np.nan if r["fitness_mean"] is None else r["fitness_mean"] for r in part]
+    def mean_fitness(part):  # a generation whose every member scored NaN is logged as null (NaN)
+        values = [np.nan if r.fitness_mean is None else r.fitness_mean for r in part]
         return np.nanmean(values) if np.isfinite(values).any() else np.nan
 
-    first, last = mean_fitness(rows[:k]), mean_fitness(rows[-k:])
+    first, last = mean_fitness(records[:k]), mean_fitness(records[-k:])
     log(f"population mean fitness: first {k} generations {first:.4g}, last {k} {last:.4g}"
         + ("" if np.isfinite([first, last]).all() else
            " (nan: no member had a finite score there; with fitness=final no training episode may have ended)"))
-    evals = [r for r in rows if "eval_mean_fitness" in r]
-    state = health_line(rows)
+    evals = [r for r in records if r.comparison is not None]
+    state = health_line(records)
     if state:
         log(state)
     log(f"run directory: {run.path}")
@@ -419,15 +421,15 @@ def _summary(run: RunDir, cfg, log, violations: dict) -> None:
     log(f"next: metadisco plot {run.path}   |   metadisco evaluate {run.path} --quick")
     if cfg.expect.not_applied:
         log(f"no verdict: {cfg.expect.not_applied}")
-    if violations["eval_best_violations"]:
+    if violations.best:
         log(f"warning: best.json (the highest single-generation score) is not a valid objective: "
-            f"{degenerate(violations['eval_best_violations'])}")
+            f"{degenerate(violations.best)}")
     if evals:
         e = evals[-1]
-        log(f"after generation {completed(e)}: {es_mean_vs_ppo(e)}")
+        log(f"after generation {completed(e)}: {es_mean_vs_ppo(e.comparison)}")
         line = verdict(e, cfg.expect)
         if line:
             log(line)
-    elif violations["eval_mean_violations"]:  # no comparison on fresh seeds (eval_every = 0): the checks still speak
-        log(f"verdict: DEGENERATE after generation {rows[-1]['generation'] + 1}: the ES mean is not a valid objective: "
-            f"{degenerate(violations['eval_mean_violations'])}")
+    elif violations.mean:  # no comparison on fresh seeds (eval_every = 0): the checks still speak
+        log(f"verdict: DEGENERATE after generation {completed(records[-1])}: the ES mean is not a valid objective: "
+            f"{degenerate(violations.mean)}")

@@ -147,11 +147,11 @@ def test_draws_are_logged_and_resume_bit_for_bit(tmp_path):
     run(cfg, tmp_path / "full", progress=False, trainer=trainer, log=lambda *a: None)
     assert sorted(traces) == [0, 1, 2, 3]  # 2 envs x 2 horizons, compiled once for the whole run
     rows = metric_rows(tmp_path / "full")
-    for gen, row in enumerate(rows):
-        draw = fetch(trainer.draw_of(gen))
-        assert row[f"draw/{TWO_ENVS[int(draw.envs[0])]}"] == 1.0 and sum(row[f"draw/{e}"] for e in TWO_ENVS) == 1
-        assert row["draw/horizon"] == (0.5, 1.0)[int(draw.horizon)]
-        assert row["draw/lr_factor"] == pytest.approx(np.exp(np.log(draw.lr_factor).mean()), rel=1e-5)
+    for record in RunDir(tmp_path / "full").metrics():
+        draw = fetch(trainer.draw_of(record.generation))
+        assert record.draw[TWO_ENVS[int(draw.envs[0])]] == 1.0 and sum(record.draw[e] for e in TWO_ENVS) == 1
+        assert record.draw["horizon"] == (0.5, 1.0)[int(draw.horizon)]
+        assert record.draw["lr_factor"] == pytest.approx(np.exp(np.log(draw.lr_factor).mean()), rel=1e-5)
     run(cfg, tmp_path / "resumed", progress=False, stop_after=2, trainer=trainer, log=lambda *a: None)
     run(None, tmp_path / "resumed", resume=True, progress=False, trainer=trainer, log=lambda *a: None)
     assert metric_rows(tmp_path / "resumed") == rows
@@ -167,10 +167,15 @@ def test_two_devices_equal_one_with_draws(tmp_path):
         trainer = stand_in_trainer(c, lambda p: quadratic(0.01 * p))
         assert trainer.mesh.devices.size == devices
         run(c, tmp_path / str(devices), progress=False, trainer=trainer, log=lambda *a: None)
-        rows.append(metric_rows(tmp_path / str(devices)))
+        rows.append(RunDir(tmp_path / str(devices)).metrics())
+
+    def values(r):
+        return {"fitness_mean": r.fitness_mean, "fitness_max": r.fitness_max, "best_fitness": r.best_fitness,
+                "horizon": r.draw["horizon"], "lr_factor": r.draw["lr_factor"]}
+
     for a, b in zip(*rows):
-        for k in ("fitness_mean", "fitness_max", "best_fitness", "draw/horizon", "draw/lr_factor"):
-            np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
+        for k, v in values(a).items():
+            np.testing.assert_allclose(v, values(b)[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
 def mean_w2(cfg, trains, ppo_trains=None, generations=60):
@@ -259,7 +264,7 @@ def test_real_ppo_generation_over_rates_and_horizons(tmp_path):
                       distribution=DistributionConfig(lr_range=(0.5, 2.0), horizons=(0.5, 1.0)))
     run(cfg, tmp_path / "run", progress=False, log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
-    assert len(rows) == 2 and all(np.isfinite(r["fitness_mean"]) for r in rows)
+    assert len(rows) == 2 and all(np.isfinite(r.fitness_mean) for r in rows)
 
 
 def test_an_experiment_file_declares_the_distribution():

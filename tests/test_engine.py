@@ -1,5 +1,6 @@
 """The meta-training engine: the outer loop, its sign convention, faults, devices, resume."""
 
+import dataclasses
 import json
 import re
 
@@ -10,6 +11,7 @@ import pytest
 
 from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
 from metadisco.core.errors import EXIT_TIME_LIMIT, RunInterrupted
+from metadisco.core.records import Interval
 from metadisco.core.scores import FITNESS_KINDS
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES, WEIGHTED_STRATEGIES
 from metadisco.engine import Baseline, MetaTrainer, NormaliserError, fetch, fitness_from
@@ -60,9 +62,14 @@ def tiny_config(**changes) -> RunConfig:
     return validate(RunConfig(**base))
 
 
+def untimed(run_dir):
+    """A run's records with their timing cleared: what two runs that compute the same write alike."""
+    return [dataclasses.replace(r, wall_time_s=None, env_steps_per_s=None) for r in RunDir(run_dir).metrics()]
+
+
 def metric_rows(run_dir):
-    timing = {"wall_time_s", "env_steps_per_s"}
-    return [{k: v for k, v in row.items() if k not in timing} for row in RunDir(run_dir).metrics()]
+    """A run's metrics rows as stored, timing aside (NaN as null, so that equal runs compare equal)."""
+    return [r.to_row() for r in untimed(run_dir)]
 
 
 def test_fitness_improves_on_a_meta_problem_with_a_known_answer(tmp_path):
@@ -70,10 +77,10 @@ def test_fitness_improves_on_a_meta_problem_with_a_known_answer(tmp_path):
     trainer = MetaTrainer(cfg, trains=[quadratic_train])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
-    first = np.mean([r["fitness_mean"] for r in rows[:5]])
-    last = np.mean([r["fitness_mean"] for r in rows[-5:]])
+    first = np.mean([r.fitness_mean for r in rows[:5]])
+    last = np.mean([r.fitness_mean for r in rows[-5:]])
     assert last > first + 0.05, (first, last)  # fitness is maximised: the sign reaches evosax right
-    assert rows[-1]["best_fitness"] >= max(r["fitness_max"] for r in rows) - 1e-6
+    assert rows[-1].best_fitness >= max(r.fitness_max for r in rows) - 1e-6
 
 
 def test_a_diverging_member_does_not_stop_the_run(tmp_path):
@@ -82,9 +89,9 @@ def test_a_diverging_member_does_not_stop_the_run(tmp_path):
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
     assert len(rows) == 3
-    assert sum(r["num_diverged"] for r in rows) > 0  # counted ...
-    assert all(np.isfinite(r["fitness_mean"]) for r in rows if r["num_diverged"] < 4)  # ... and excluded
-    assert np.isfinite(rows[-1]["best_fitness"])
+    assert sum(r.num_diverged for r in rows) > 0  # counted ...
+    assert all(np.isfinite(r.fitness_mean) for r in rows if r.num_diverged < 4)  # ... and excluded
+    assert np.isfinite(rows[-1].best_fitness)
 
 
 @pytest.fixture(scope="module")
@@ -191,11 +198,11 @@ def test_an_extended_run_keeps_the_comparison_of_its_old_last_generation_and_ref
         run(tiny_config(generations=4, eval_every=2, es=ESConfig(population_size=4, lr=0.2)), path, resume=True,
             progress=False, trainer=trainer)
     run(cfg, path, resume=True, progress=False, trainer=trainer, log=lambda *a: None)
-    extended, full = metric_rows(path), metric_rows(tmp_path / "full")
+    extended, full = untimed(path), untimed(tmp_path / "full")
     # generation 3 was the old run's last: its comparison on fresh seeds stays; nothing else differs
-    assert "eval_mean_fitness" in extended[2] and "eval_mean_fitness" not in full[2]
-    assert {k: v for k, v in extended[2].items() if not k.startswith("eval")} == full[2]
-    assert extended[:2] + extended[3:] == full[:2] + full[3:]
+    assert extended[2].comparison is not None and full[2].comparison is None
+    assert dataclasses.replace(extended[2], comparison=None, violations=None).to_row() == full[2].to_row()
+    assert [r.to_row() for r in extended[:2] + extended[3:]] == [r.to_row() for r in full[:2] + full[3:]]
     mean = [json.loads((p / "objectives" / "mean.json").read_text())["params"] for p in (path, tmp_path / "full")]
     assert mean[0] == mean[1]
 
@@ -217,9 +224,9 @@ def test_two_devices_equal_one(uninterrupted, trainer, tmp_path):
     cfg = tiny_config(devices=1, generations=1, eval_every=0)
     assert MetaTrainer(cfg).mesh.devices.size == 1
     run(cfg, tmp_path / "ppo", progress=False, log=lambda *a: None)
-    one, two = metric_rows(tmp_path / "ppo")[0], metric_rows(uninterrupted)[0]
-    for k in ("fitness_mean", "fitness_max", "fitness_min"):
-        np.testing.assert_allclose(one[k], two[k], rtol=2e-3, err_msg=k)
+    one, two = RunDir(tmp_path / "ppo").metrics()[0], RunDir(uninterrupted).metrics()[0]
+    for field in ("fitness_mean", "fitness_max", "fitness_min"):
+        np.testing.assert_allclose(getattr(one, field), getattr(two, field), rtol=2e-3, err_msg=field)
     # A smooth stand-in inner loop: every generation agrees.
     rows = []
     for devices in (1, 2):
@@ -227,30 +234,31 @@ def test_two_devices_equal_one(uninterrupted, trainer, tmp_path):
         t = MetaTrainer(cfg, trains=[quadratic_train])
         assert t.mesh.devices.size == devices
         run(cfg, tmp_path / f"quad{devices}", progress=False, trainer=t, log=lambda *a: None)
-        rows.append(metric_rows(tmp_path / f"quad{devices}"))
+        rows.append(RunDir(tmp_path / f"quad{devices}").metrics())
     for a, b in zip(*rows):
-        for k in ("fitness_mean", "fitness_max", "best_fitness", "sigma"):
-            np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
+        for field in ("fitness_mean", "fitness_max", "best_fitness", "sigma"):
+            np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=1e-5, atol=1e-6, err_msg=field)
 
 
 def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted, trainer):
     rows = RunDir(uninterrupted).metrics()
-    evals = [r for r in rows if "eval_mean_fitness" in r]
-    assert [r["generation"] for r in evals] == [1, 3]
-    assert "eval/CartPole-v1/ppo" in evals[0] and "eval/CartPole-v1/mean" in evals[0]
+    evals = [r.comparison for r in rows if r.comparison is not None]
+    assert [r.generation for r in rows if r.comparison is not None] == [1, 3]
+    (problem,) = evals[0].problems
+    assert problem.name == "CartPole-v1" and problem.mean is not None and problem.ppo is not None
     # Before any generation the ES mean is the initial LPO, which is PPO exactly: on the same
     # fresh seeds the two columns must then be equal (different seeds or a drifted start would not be).
     state, baseline = trainer.replicate(fetch(trainer.init())), trainer.replicate(fetch(trainer.baseline()))
-    row = trainer.compare(state, baseline, 0)
-    assert row["eval_mean_fitness"] == row["eval_ppo_fitness"]
-    assert row["eval/CartPole-v1/mean"] == row["eval/CartPole-v1/ppo"]
-    assert row["eval_diff"] == row["eval_diff_low"] == row["eval_diff_high"] == 0.0  # paired by seed
+    c = trainer.compare(state, baseline, 0)
+    assert c.mean == c.ppo
+    assert c.problems[0].name == "CartPole-v1" and c.problems[0].mean == c.problems[0].ppo
+    assert c.diff == Interval(0.0, 0.0, 0.0)  # paired by seed
     # ... and the run's start point is the ES mean itself
-    assert row["eval_start_fitness"] == row["eval_mean_fitness"] and row["eval_vs_start"] == 0.0
+    assert c.start == c.mean and c.vs_start.value == 0.0
     for e in evals:  # later: the paired difference and its interval, which the run summary prints
-        assert e["eval_diff_low"] <= e["eval_diff"] <= e["eval_diff_high"]
-        assert e["eval_diff"] == pytest.approx(e["eval_mean_fitness"] - e["eval_ppo_fitness"], abs=1e-4)
-        assert e["eval_vs_start"] == pytest.approx(e["eval_mean_fitness"] - e["eval_start_fitness"], abs=1e-4)
+        assert e.diff.low <= e.diff.value <= e.diff.high
+        assert e.diff.value == pytest.approx(e.mean - e.ppo, abs=1e-4)
+        assert e.vs_start.value == pytest.approx(e.mean - e.start, abs=1e-4)
 
 
 def test_a_generation_compiles_once(tmp_path):
@@ -342,7 +350,7 @@ def test_normalised_fitness_over_two_environments(tmp_path, fitness):
         expected = np.mean([(15 - 10) / (30 - 10), (-400 + 500) / (-300 + 500)])
     else:
         expected = np.mean([(30 - 10) / (50 - 10), (-300 + 500) / (-100 + 500)])  # 0.5
-    np.testing.assert_allclose(row["fitness_mean"], expected, rtol=1e-5)
+    np.testing.assert_allclose(row.fitness_mean, expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize("ppo_gain, noise, refused", [(0.0, 0.0, True), (0.5, 10.0, True), (40.0, 1.0, False)])
@@ -374,8 +382,8 @@ def test_every_strategy_runs_by_name(strategy, tmp_path):
     trainer = MetaTrainer(cfg, trains=[quadratic_train])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
-    assert [r["generation"] for r in rows] == [0, 1]
-    assert all(np.isfinite(r["fitness_mean"]) and np.isfinite(r["best_fitness"]) for r in rows)
+    assert [r.generation for r in rows] == [0, 1]
+    assert all(np.isfinite(r.fitness_mean) and np.isfinite(r.best_fitness) for r in rows)
 
 
 @pytest.mark.parametrize("override, message", [
@@ -402,6 +410,6 @@ def test_a_start_point_that_is_ppo_exactly_is_trained_once_in_the_comparisons_on
     separate.start_is_ppo = False
     assert shared.start_is_ppo and not MetaTrainer(tiny_config()).start_is_ppo  # LPO's start is not PPO's own params
     state, baseline = shared.replicate(fetch(shared.init())), shared.replicate(shared.baseline_template())
-    rows = [t.compare(state, baseline, 1) for t in (shared, separate)]
-    np.testing.assert_equal(rows[0], rows[1])  # NaN where both are NaN (no gap from the start to PPO)
-    assert rows[0]["eval_start_fitness"] == rows[0]["eval_ppo_fitness"]
+    comparisons = [t.compare(state, baseline, 1) for t in (shared, separate)]
+    assert comparisons[0].to_row() == comparisons[1].to_row()  # NaN (null) where both are NaN: no gap from the start to PPO
+    assert comparisons[0].start == comparisons[0].ppo

@@ -28,6 +28,7 @@ from metadisco.analysis.figures.style import A_LABEL, D_LABEL, R_LABEL
 from metadisco.analysis.figures.training import training_curves_figure
 from metadisco.analysis.figures.value_loss import value_loss_figure
 from metadisco.core.errors import MetadiscoError
+from metadisco.core.records import GenerationRecord, Interval
 from metadisco.meta_objectives import save_objectives
 from metadisco.meta_objectives.objectives import Objectives
 
@@ -92,7 +93,7 @@ def test_drawing_leaves_the_users_matplotlib_settings_alone(drifts):
     """The seaborn theme is scoped to each builder: a notebook's own rcParams survive every figure."""
     before = dict(matplotlib.rcParams)
     drift_slices_figure(drifts, num=11)
-    training_curves_figure(metrics_rows(2))
+    training_curves_figure(records(metrics_rows(2)))
     after = dict(matplotlib.rcParams)
     assert {k for k in before if str(before[k]) != str(after[k])} == set()
 
@@ -334,6 +335,7 @@ def test_shaping_figure_rejects_empty_box():
 
 
 def metrics_rows(n=6, eval_at=(2, 5)):
+    """Synthetic metrics rows as metrics.jsonl stores them, comparisons at the generations `eval_at`."""
     rows = []
     for g in range(n):
         row = {"generation": g, "fitness_mean": 10.0 + g, "fitness_min": 8.0 + g, "fitness_max": 12.0 + g,
@@ -346,8 +348,12 @@ def metrics_rows(n=6, eval_at=(2, 5)):
     return rows
 
 
+def records(rows):
+    return [GenerationRecord.from_row(r) for r in rows]
+
+
 def test_training_curves_figure():
-    rows = metrics_rows()
+    rows = records(metrics_rows())
     fig = training_curves_figure(rows, "fitness (auc)")
     (fit,), (sig,) = panels(fig, "curves/fitness"), panels(fig, "curves/sigma")
     lines = {ln.get_label(): ln for ln in fit.lines}
@@ -363,7 +369,7 @@ def test_training_curves_figure():
     assert sig.get_ylabel() == "ES step size σ" and sig.get_yscale() == "log"
     assert len(sig.lines[0].get_xdata()) == 6
     # without evaluation rows and with a non-positive sigma: two lines, linear scale
-    rows = [dict(r, sigma=0.0) for r in metrics_rows(eval_at=())]
+    rows = records(dict(r, sigma=0.0) for r in metrics_rows(eval_at=()))
     fig = training_curves_figure(rows)
     (fit,), (sig,) = panels(fig, "curves/fitness"), panels(fig, "curves/sigma")
     assert len(fit.lines) == 2 and sig.get_yscale() == "linear"
@@ -377,7 +383,7 @@ def test_the_figure_the_console_and_the_report_number_a_generation_alike(tmp_pat
     from metadisco.core.run_config import RunConfig
     from metadisco.train import _update_bar
 
-    rows = metrics_rows(3, eval_at=(2,))
+    rows = records(metrics_rows(3, eval_at=(2,)))
     console = []
     _update_bar(None, rows[-1], console.append, total=4)
     (fit,) = panels(training_curves_figure(rows), "curves/fitness")
@@ -397,7 +403,7 @@ def test_training_curves_show_search_health_and_the_start_point():
         r["health/grad_cos"] = c
         if "eval_mean_fitness" in r:
             r["eval_start_fitness"] = 9.0
-    fig = training_curves_figure(rows)
+    fig = training_curves_figure(records(rows))
     (health,) = panels(fig, "curves/health")
     points, running = health.lines[0], health.lines[1]
     np.testing.assert_array_equal(points.get_ydata(), cos)
@@ -521,7 +527,8 @@ def test_the_report_carries_the_verdict_the_held_out_results_and_the_distillatio
     (run.distil_dir / "distil.json").write_text(json.dumps({"chosen": {"expression": "(r - 1)**2*Abs(A)"}}))
     config = dataclasses.replace(run.config(), expect=ExpectConfig(beats="ppo"))
     rows = run.metrics()
-    rows[-1] |= {"eval_diff": 2.5, "eval_diff_low": 0.5, "eval_diff_high": 4.5}
+    rows[-1] = dataclasses.replace(rows[-1], comparison=dataclasses.replace(rows[-1].comparison,
+                                                                            diff=Interval(2.5, 0.5, 4.5)))
     page = write_report(tmp_path / "report.html", run.path, config, rows, {}, {}, [], "mean", {},
                         evaluation=plots.newest_evaluation(run), distillation=plots._distillation(run, config))
     text = page.read_text()

@@ -1,6 +1,8 @@
 """Search health: the split-half estimate of how much of the ES gradient is signal, checked on
 synthetic fitness whose signal and noise are known, and as the engine reports it."""
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 
 from metadisco.analysis import search_health
 from metadisco.config import ESConfig, ExpectConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.core.records import Comparison, GenerationRecord, Health, Interval, Violations
 from metadisco.engine import MetaTrainer
 from metadisco.meta_objectives import MetaObjective
 from metadisco.rundir import RunDir
@@ -84,7 +87,7 @@ def test_tied_scores_give_nan_with_the_reason():
         out = search_health.split_half(z, tie, tie, scores=tie)
         assert np.isnan(out["grad_cos"]) and np.isnan(out["rank_corr"])
         assert int(out["undefined"]) == search_health.COLLAPSED
-        assert search_health.why_undefined({"health/undefined": int(out["undefined"])}) == (
+        assert search_health.why_undefined(Health(undefined=int(out["undefined"]))) == (
             "every member scored the same (collapsed population)")
     resolved = jnp.float32(100.0 + 1e-3 * order)
     out = search_health.split_half(z, resolved, resolved, scores=resolved)
@@ -110,15 +113,17 @@ def test_one_meta_parameter_keeps_the_rank_correlation_only():
     a, b = (jnp.asarray(rng.normal(size=16)) for _ in range(2))
     one = search_health.split_half(z, a, b, scores=a + b)
     assert np.isnan(one["grad_cos"]) and int(one["undefined"]) == search_health.ONE_PARAMETER
-    assert "±1 by construction" in search_health.why_undefined({"health/undefined": int(one["undefined"])})
+    assert "±1 by construction" in search_health.why_undefined(Health(undefined=int(one["undefined"])))
     two = search_health.split_half(jnp.asarray(rng.normal(size=(16, 2))), a, b, scores=a + b)
     assert np.isfinite(two["grad_cos"]) and float(one["rank_corr"]) == pytest.approx(float(two["rank_corr"]))
 
 
 def health_rows(codes, cos=0.9):
-    """Synthetic metrics rows: code 0 a defined cosine `cos`, else undefined (null) for that reason."""
-    return [{"generation": g, "health/grad_cos": cos if c == 0 else None, "health/rank_corr": 0.5 if c != 1 else None,
-             "health/undefined": c, "fitness_min": 1.0, "fitness_max": 1.0 if c == 1 else 2.0}
+    """Synthetic generations, read from stored rows: code 0 a defined cosine `cos`, else undefined
+    (null) for that reason."""
+    return [GenerationRecord.from_row({"generation": g, "health/grad_cos": cos if c == 0 else None,
+                                       "health/rank_corr": 0.5 if c != 1 else None, "health/undefined": c,
+                                       "fitness_min": 1.0, "fitness_max": 1.0 if c == 1 else 2.0})
             for g, c in enumerate(codes)]
 
 
@@ -129,8 +134,8 @@ def test_a_collapse_is_warned_of_once_at_its_first_generation():
     assert warned == [2, 6]
     message = search_health.collapse_warning(rows[:3])
     assert message.startswith("generation 3: every member scored the same") and "es.sigma_init" in message
-    # a run that does not measure health: the row's tied min and max say it
-    bare = [{k: v for k, v in r.items() if not k.startswith("health/")} for r in rows]
+    # a run that does not measure health: the generation's tied min and max say it
+    bare = [replace(r, health=None) for r in rows]
     assert [g for g in range(len(bare)) if search_health.collapse_warning(bare[: g + 1])] == [2, 6]
 
 
@@ -162,8 +167,8 @@ def test_the_progress_bar_shows_why_health_is_undefined_and_prints_the_warning()
         def write(self, line):
             self.written.append(line)
 
-    row = {**health_rows([search_health.COLLAPSED])[0], "fitness_mean": 1.0, "best_fitness": 1.0,
-           "num_diverged": 0, "wall_time_s": 1.0, "env_steps_per_s": 1e3}
+    row = replace(health_rows([search_health.COLLAPSED])[0], fitness_mean=1.0, best_fitness=1.0, num_diverged=0,
+                  wall_time_s=1.0, env_steps_per_s=1e3)
     bar = Bar()
     _update_bar(bar, row, print, 10, ["warning: collapsed"])
     assert bar.postfix["health"] == "n/a (collapsed)" and bar.written == ["warning: collapsed"]
@@ -217,10 +222,10 @@ def test_the_engine_reports_signal_and_noise_every_generation(tmp_path):
         trainer = MetaTrainer(cfg, trains=[linear_train(noise)], ppo_trains=[constant_ppo])
         run(cfg, path, progress=False, trainer=trainer, log=logged.append)
         rows = RunDir(path).metrics()
-        assert all("health/grad_cos" in r and "health/rank_corr" in r for r in rows)
-        means[noise] = np.mean([r["health/grad_cos"] for r in rows])
+        assert all(r.health.grad_cos is not None and r.health.rank_corr is not None for r in rows)
+        means[noise] = np.mean([r.health.grad_cos for r in rows])
         if noise == 0.0:
-            assert all(r["health/grad_cos"] == pytest.approx(1.0, abs=1e-5) for r in rows)
+            assert all(r.health.grad_cos == pytest.approx(1.0, abs=1e-5) for r in rows)
             assert not any("warning" in line for line in logged)
         else:
             assert any(line.startswith("warning: search health") for line in logged)
@@ -241,8 +246,8 @@ def test_a_population_tied_beside_diverged_members_reads_as_collapsed_and_warns(
     logged = []
     run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[dead_zone]), log=logged.append)
     rows = RunDir(tmp_path / "r").metrics()
-    assert all(r["health/grad_cos"] is None and r["health/undefined"] == search_health.COLLAPSED for r in rows)
-    assert all(r["num_diverged"] > 0 for r in rows)
+    assert all(np.isnan(r.health.grad_cos) and r.health.undefined == search_health.COLLAPSED for r in rows)
+    assert all(r.num_diverged > 0 for r in rows)
     warnings = [line for line in logged if line.startswith("warning: generation")]
     assert len(warnings) == 1 and warnings[0].startswith("warning: generation 1: every member scored the same")
     assert logged.index(warnings[0]) == next(i for i, line in enumerate(logged) if line.startswith("gen 1/")) + 1
@@ -254,7 +259,7 @@ def test_one_seed_per_member_is_not_measured_and_says_so(tmp_path):
     cfg = tiny(seeds_per_member=1, generations=2, eval_every=0)
     logged = []
     run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[linear_train(1.0)]), log=logged.append)
-    assert not any("health/grad_cos" in r for r in RunDir(tmp_path / "r").metrics())
+    assert all(r.health is None for r in RunDir(tmp_path / "r").metrics())
     assert any("search health is not measured" in line for line in logged)
     assert health_line(RunDir(tmp_path / "r").metrics()) is None
 
@@ -270,7 +275,7 @@ def test_a_run_whose_every_score_is_nan_ends_with_its_summary(tmp_path):
 
     logged = []
     run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[no_episode_ended]), log=logged.append)
-    assert all(r["fitness_mean"] is None for r in RunDir(tmp_path / "r").metrics())
+    assert all(np.isnan(r.fitness_mean) for r in RunDir(tmp_path / "r").metrics())
     summary = next(line for line in logged if line.startswith("population mean fitness"))
     assert "nan" in summary and "no member had a finite score" in summary
 
@@ -287,10 +292,12 @@ def test_a_run_that_finds_its_expected_answer_says_found(tmp_path):
     assert any("expected answer (stated before the run): more w2" in line for line in logged)
     assert logged[-1].startswith("verdict: FOUND"), logged[-1]
     row = RunDir(tmp_path / "r").metrics()[-1]
-    assert row["eval_vs_start_low"] > 0 and row["eval_gap_closed"] > 0.5
+    c = row.comparison
+    assert c.vs_start.low > 0 and c.gap_closed.value > 0.5
     # the same row with an interval that reaches 0, or short of the share of the gap asked for
-    assert verdict({**row, "eval_vs_start_low": -1.0}, ExpectConfig(beats="start")).startswith("verdict: NOT FOUND")
-    short = {**row, "eval_gap_closed": 0.7}
+    reaching = replace(row, comparison=replace(c, vs_start=replace(c.vs_start, low=-1.0)))
+    assert verdict(reaching, ExpectConfig(beats="start")).startswith("verdict: NOT FOUND")
+    short = replace(row, comparison=replace(c, gap_closed=replace(c.gap_closed, value=0.7)))
     assert verdict(short, ExpectConfig(beats="start", gap_closed=0.8)).startswith("verdict: NOT FOUND")
     assert verdict(short, ExpectConfig(beats="start", gap_closed=0.6)).startswith("verdict: FOUND")
     assert verdict(row, ExpectConfig()) is None
@@ -319,7 +326,8 @@ def test_a_rediscovery_problem_at_test_size_states_its_answer_and_ends_with_a_ve
     assert any(line.startswith("  expected answer (stated before the run)") for line in logged)
     assert logged[-1].startswith(("verdict: FOUND", "verdict: NOT FOUND")) and "the point of this run" in logged[-1]
     rows = RunDir(tmp_path / "r").metrics()
-    assert all("health/grad_cos" in r for r in rows) and {"eval_vs_start_low", "eval_diff_low"} <= set(rows[-1])
+    assert all(r.health is not None and r.health.grad_cos is not None for r in rows)
+    assert rows[-1].comparison.vs_start.low is not None and rows[-1].comparison.diff.low is not None
 
 
 def test_metadisco_train_with_nothing_named_runs_the_demo(monkeypatch):
@@ -358,13 +366,14 @@ def test_a_degenerate_es_mean_gets_a_degenerate_verdict_never_found(tmp_path):
                                                                  ppo_trains=[constant_ppo]), log=logged.append)
     rows = RunDir(tmp_path / "r").metrics()
     final = rows[-1]
-    assert final["eval_vs_start_low"] > 0  # what the score alone would have called FOUND
-    assert any("trains_the_critic" in v for v in final["eval_mean_violations"])
+    assert final.comparison.vs_start.low > 0  # what the score alone would have called FOUND
+    assert any("trains_the_critic" in v for v in final.violations.mean)
     assert logged[-1].startswith("verdict: DEGENERATE after generation 6"), logged[-1]
     assert "value loss fails trains_the_critic: the value loss is 0 everywhere" in logged[-1]
     assert not any(line.startswith("verdict: FOUND") for line in logged)
     # the same row without the violations is FOUND: the checks, not the score, decide
-    assert verdict({**final, "eval_mean_violations": []}, cfg.expect).startswith("verdict: FOUND")
+    assert verdict(replace(final, violations=Violations(mean=(), best=final.violations.best)),
+                   cfg.expect).startswith("verdict: FOUND")
 
 
 def test_an_expectation_does_not_outlive_the_objectives_it_was_written_for():
@@ -376,8 +385,7 @@ def test_an_expectation_does_not_outlive_the_objectives_it_was_written_for():
     assert swapped.expect.beats == "" and swapped.expect.answer == ""
     assert "was written for drift=ppo_clip, value_loss=value_loss_mix" in swapped.expect.not_applied
     assert "value_loss=learned_clipped" in swapped.expect.not_applied
-    row = {"generation": 9, "eval_mean_fitness": 1.0, "eval_ppo_fitness": 0.0, "eval_diff": 1.0, "eval_diff_low": 0.5,
-           "eval_diff_high": 1.5}
+    row = GenerationRecord(9, comparison=Comparison(mean=1.0, ppo=0.0, diff=Interval(1.0, 0.5, 1.5)))
     assert verdict(row, swapped.expect) is None  # the plain comparison only
     unchecked = resolve("rediscover_value_loss", ["eval_every=0"])  # the demo without its checks on fresh seeds
     assert unchecked.expect.beats == "" and "eval_every=0 turns off" in unchecked.expect.not_applied
@@ -391,8 +399,8 @@ def test_the_gap_closed_is_reported_only_where_the_start_is_below_ppo():
     start, ppo = np.zeros(8), np.ones(8)
     assert gap_closed_ci(np.full(8, 0.5), start, ppo)[0] == pytest.approx(0.5)
     assert all(np.isnan(gap_closed_ci(np.full(8, 0.5), ppo, start)))  # the start is above PPO: no gap
-    row = {"generation": 4, "eval_mean_fitness": 2.0, "eval_ppo_fitness": 1.0, "eval_start_fitness": 1.5,
-           "eval_vs_start": 0.5, "eval_vs_start_low": 0.1, "eval_vs_start_high": 0.9, "eval_gap_closed": np.nan}
+    row = GenerationRecord(4, comparison=Comparison(mean=2.0, ppo=1.0, start=1.5, vs_start=Interval(0.5, 0.1, 0.9),
+                                                    gap_closed=Interval(np.nan)))
     line = verdict(row, ExpectConfig(beats="start", gap_closed=0.5))
     assert line.startswith("verdict: NOT FOUND") and "no gap to close" in line and "closing" not in line
 
@@ -430,7 +438,7 @@ def test_a_plug_that_does_not_evolve_has_one_set_of_parameters_everywhere(tmp_pa
     assert abs(c - float(trainer.objectives.default_params()["value_loss"]["c"])) > 1e-3  # key(0)'s would differ
     run(cfg, tmp_path / "r", progress=False, trainer=trainer, log=lambda _: None)
     rows = RunDir(tmp_path / "r").metrics()
-    assert rows[0]["fitness_mean"] == pytest.approx(100 * c, rel=1e-5)  # what every member trained with
-    assert rows[-1]["eval_mean_fitness"] == pytest.approx(100 * c, rel=1e-5)  # what the comparison trained
+    assert rows[0].fitness_mean == pytest.approx(100 * c, rel=1e-5)  # what every member trained with
+    assert rows[-1].comparison.mean == pytest.approx(100 * c, rel=1e-5)  # what the comparison trained
     _, params, _ = load_objectives(tmp_path / "r" / "objectives" / "mean.json")
     assert float(params["value_loss"]["c"]) == pytest.approx(c)  # what was saved

@@ -12,15 +12,17 @@ import seaborn as sns
 from metadisco.analysis.figures.style import theme
 from metadisco.analysis.runs import completed
 from metadisco.analysis.search_health import NOISY_COSINE
+from metadisco.core.records import GenerationRecord, finite
 
 __all__ = ["training_curves_figure"]
 
 
-def _column(rows, key):
-    return np.asarray([np.nan if r.get(key) is None else float(r[key]) for r in rows], np.float64)
+def _column(values):
+    """Numbers (None: not recorded) -> a float64 array, NaN where there is none."""
+    return np.asarray([np.nan if v is None else float(v) for v in values], np.float64)
 
 
-def training_curves_figure(metrics_rows, fitness_label: str = "fitness"):
+def training_curves_figure(records: list[GenerationRecord], fitness_label: str = "fitness"):
     """Fitness over generations (top), search health (middle, where the run measured it) and the
     ES step size sigma (bottom).
 
@@ -31,17 +33,18 @@ def training_curves_figure(metrics_rows, fitness_label: str = "fitness"):
     below the dotted line the gradient is mostly seed noise. Bottom: sigma (log scale when
     positive). Returns the Figure.
     """
-    rows = [r for r in metrics_rows if isinstance(r, dict) and "generation" in r]
+    rows = list(records)
     if not rows:
-        raise ValueError("training_curves_figure needs at least one metrics row with a 'generation'")
+        raise ValueError("training_curves_figure needs at least one generation's record")
     gen = np.array([completed(r) for r in rows], float)  # generations done, as the console and report count
-    mean, lo, hi = (_column(rows, k) for k in ("fitness_mean", "fitness_min", "fitness_max"))
-    best = _column(rows, "best_fitness") if any("best_fitness" in r for r in rows) else hi
+    mean, lo, hi = (_column(r.fitness_mean for r in rows), _column(r.fitness_min for r in rows),
+                    _column(r.fitness_max for r in rows))
+    best = _column(r.best_fitness for r in rows) if any(r.best_fitness is not None for r in rows) else hi
     best = np.fmax.accumulate(np.where(np.isnan(best), -np.inf, best))
     best[np.isneginf(best)] = np.nan
     colors = sns.color_palette("colorblind")
     with theme():
-        cos = _column(rows, "health/grad_cos")
+        cos = _column(r.health.grad_cos if r.health is not None else None for r in rows)
         measured = bool(np.isfinite(cos).any())
         fig, axes = plt.subplots(3 if measured else 2, 1, figsize=(6.0, 6.0 if measured else 4.6), sharex=True,
                                  layout="constrained", height_ratios=(2.2, 1.0, 1.0) if measured else (2.2, 1.0))
@@ -50,15 +53,15 @@ def training_curves_figure(metrics_rows, fitness_label: str = "fitness"):
         ax_f.plot(gen, mean, color=colors[0], linewidth=1.5, label="population mean")
         ax_f.plot(gen, best, color=colors[1], linewidth=1.0, linestyle="--", alpha=0.7,
                   label="max member so far (selected on noise)")
-        evals = [r for r in rows if r.get("eval_mean_fitness") is not None]
+        evals = [r for r in rows if r.comparison is not None and r.comparison.scored]
         if evals:
             eg = np.array([completed(r) for r in evals], float)
-            ax_f.plot(eg, _column(evals, "eval_mean_fitness"), color=colors[2], marker="o", markersize=4,
+            ax_f.plot(eg, _column(r.comparison.mean for r in evals), color=colors[2], marker="o", markersize=4,
                       linestyle=":", linewidth=1.0, label="ES mean (fresh seeds)")
-            ax_f.plot(eg, _column(evals, "eval_ppo_fitness"), color=colors[3], marker="s", markersize=4,
+            ax_f.plot(eg, _column(r.comparison.ppo for r in evals), color=colors[3], marker="s", markersize=4,
                       linestyle=":", linewidth=1.0, label="PPO (same seeds)")
-            if any(r.get("eval_start_fitness") is not None for r in evals):
-                ax_f.plot(eg, _column(evals, "eval_start_fitness"), color=colors[7], marker="^", markersize=4,
+            if any(finite(r.comparison.start) for r in evals):
+                ax_f.plot(eg, _column(r.comparison.start for r in evals), color=colors[7], marker="^", markersize=4,
                           linestyle=":", linewidth=1.0, label="its start (same seeds)")
         ax_f.set_ylabel(fitness_label)
         ax_f.set_title("Meta-training progress")
@@ -66,13 +69,13 @@ def training_curves_figure(metrics_rows, fitness_label: str = "fitness"):
         ax_f.set_label("curves/fitness")
         if measured:
             _health_panel(axes[1], gen, cos, colors)
-        sigma = _column(rows, "sigma")
+        sigma = _column(r.sigma for r in rows)
         ax_s.plot(gen, sigma, color=colors[4], linewidth=1.3, marker="." if len(rows) < 30 else None)
-        finite = sigma[np.isfinite(sigma)]
-        if finite.size and np.all(finite > 0):
+        shown = sigma[np.isfinite(sigma)]
+        if shown.size and np.all(shown > 0):
             ax_s.set_yscale("log")
-            if finite.max() / finite.min() < 3.0:  # (nearly) constant: a readable decade around it
-                centre = math.sqrt(finite.max() * finite.min())
+            if shown.max() / shown.min() < 3.0:  # (nearly) constant: a readable decade around it
+                centre = math.sqrt(shown.max() * shown.min())
                 ax_s.set_ylim(centre / 3.0, centre * 3.0)
         ax_s.set_ylabel("ES step size σ")
         ax_s.set_xlabel("generation")
