@@ -55,15 +55,6 @@ def degenerate(violations) -> str | None:
     return "; ".join(parts)
 
 
-def objectives_signature(objectives) -> str:
-    """What an expectation is written for: the objective at each plug point and which evolve
-    (an ObjectivesConfig), e.g. "drift=ppo_clip, value_loss=value_loss_mix, shaping=none; evolving value_loss"."""
-    from metadisco.core.plugs import PLUGS
-
-    return (", ".join(f"{p}={getattr(objectives, p).name}" for p in PLUGS)
-            + f"; evolving {', '.join(objectives.evolve)}")
-
-
 def pass_criterion(expect) -> str:
     """The pass criterion of an ExpectConfig, in words."""
     other = "its start point" if expect.beats == "start" else "PPO"

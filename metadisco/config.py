@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from metadisco import resources
-from metadisco.analysis.verdicts import objectives_signature
 from metadisco.core.errors import ConfigError
 from metadisco.core.plugs import PLUGS, version_option
 from metadisco.core.run_checks import check_run_config
@@ -160,7 +159,7 @@ def resolve(experiment: str | None = None, overrides: Overrides = ()) -> RunConf
         loaded = load_experiment(experiment)
         d = _merge(d, loaded)
         if "expect" in loaded:
-            written_for = objectives_signature(RunConfig.from_dict(d).objectives)
+            written_for = RunConfig.from_dict(d).objectives.signature()
     given = _nested(overrides)
     d = _merge(d, given)
     if written_for is not None and "expect" not in given:
@@ -173,7 +172,7 @@ def resolve(experiment: str | None = None, overrides: Overrides = ()) -> RunConf
 
 def _expectation_lost(cfg: RunConfig, written_for: str) -> str | None:
     """Why an expectation written for the objectives `written_for` does not apply to `cfg`, or None."""
-    now = objectives_signature(cfg.objectives)
+    now = cfg.objectives.signature()
     if now != written_for:
         return f"was written for {written_for}; this run has {now}"
     if not cfg.eval_every:

@@ -135,6 +135,11 @@ class ObjectivesConfig:
     def to_dict(self) -> dict:
         return {**{plug: getattr(self, plug).to_dict() for plug in PLUGS}, "evolve": self.evolve}
 
+    def signature(self) -> str:
+        """What an expectation is written for: the objective at each plug point and which evolve,
+        e.g. "drift=ppo_clip, value_loss=value_loss_mix, shaping=none; evolving value_loss"."""
+        return ", ".join(f"{p}={getattr(self, p).name}" for p in PLUGS) + f"; evolving {', '.join(self.evolve)}"
+
 
 @dataclass(frozen=True)
 class HeldoutConfig:
