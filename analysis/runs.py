@@ -179,6 +179,15 @@ class Run:
         except ConfigError as e:
             raise RunDirError(f"{self.config_path} is not a run config this metadisco reads: {e}") from None
 
+    @property
+    def digest_path(self) -> Path:
+        return self.path / "config.digest"
+
+    def started_digest(self) -> str | None:
+        """RunConfig.digest of the config the run started with (None for a run written before the
+        digest was kept)."""
+        return self.digest_path.read_text().strip() if self.digest_path.is_file() else None
+
     def metrics(self) -> list[GenerationRecord]:
         """One record per completed generation, oldest first; [] before the first generation.
         RunDirError for a line that is JSON but not a metrics row (no integer generation)."""

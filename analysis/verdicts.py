@@ -67,7 +67,8 @@ def pass_criterion(expect) -> str:
 def verdict(record: GenerationRecord, expect) -> str | None:
     """The verdict line of a run from its last check on fresh seeds (a generation with a
     comparison): DEGENERATE when the ES mean fails its plug's constraint checks (whether or not
-    the run states an expectation); otherwise, with an expectation (ExpectConfig.beats), found or
+    the run states an expectation); UNCHECKED when the row holds no record of those checks;
+    otherwise, with an expectation (ExpectConfig.beats), found or
     not, the comparison that is the point of the run with its interval, and the pass criterion;
     else None."""
     c = record.comparison
@@ -80,6 +81,10 @@ def verdict(record: GenerationRecord, expect) -> str | None:
                 f"({es_mean_vs_ppo(c)})")
     if not expect.beats:
         return None
+    if record.violations is None:
+        return (f"verdict: UNCHECKED {after}: no constraint check of what was found was recorded with this "
+                f"comparison, so it cannot be called found ({es_mean_vs_ppo(c)}); `metadisco evaluate RUN` "
+                "checks it before it trains")
     point = c.vs_start if expect.beats == "start" else c.diff
     other = "its start point" if expect.beats == "start" else "PPO"
     found = _bounded(point) and point.low > 0

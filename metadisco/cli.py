@@ -22,7 +22,10 @@ def _setup_jax(args) -> None:
     compile_cache.configure()
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_force_host_platform_device_count" not in flags:
-        count = getattr(args, "host_devices", None) or os.cpu_count() or 1
+        # at least two: jax compiles a population on one device without shard_map's manual region, and
+        # XLA then simplifies the inner loop otherwise (other last bits); from two devices on, every
+        # count gives the same bits (docs/guide.md, "What is bit for bit")
+        count = getattr(args, "host_devices", None) or max(2, os.cpu_count() or 1)
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
     coordinator = getattr(args, "coordinator", None) or os.environ.get("METADISCO_COORDINATOR")
     if coordinator:

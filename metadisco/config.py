@@ -48,7 +48,7 @@ __all__ = [
 Overrides = Mapping | Sequence[str]
 
 EXPERIMENTS = "experiments"  # the data folder of named experiments (metadisco.resources)
-DEMO_EXPERIMENT = "rediscover_value_loss"  # what `metadisco train` runs with no experiment and no override
+DEMO_EXPERIMENT = "rediscover_shaping"  # what `metadisco train` runs with no experiment and no override
 
 
 def _merge(base: dict, update: dict) -> dict:

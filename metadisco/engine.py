@@ -234,7 +234,7 @@ class MetaTrainer:
         devices = list(devices if devices is not None else jax.devices())
         if cfg.devices:
             devices = devices[: cfg.devices]
-        n = max(d for d in range(1, len(devices) + 1) if cfg.es.population_size % d == 0)
+        n = devices_for(cfg.es.population_size, cfg.members_per_batch, len(devices))
         self.mesh = Mesh(np.array(devices[:n]), ("pop",))
         self.num_params = int(sum(x.size for x in jax.tree.leaves(self.initial_solution)))
         # expected over the draw: k of the envs, each at the mean of its horizons
@@ -342,15 +342,38 @@ class MetaTrainer:
             fitness, bad = jnp.stack(fitness), jnp.stack(bad)
         return jnp.moveaxis(fitness, 0, 1), bad.any(0)
 
+    def _members_in_batches(self, pop, lr_factor, seeds, baseline: Baseline, envs, horizon):
+        """`_members` over a device's shard, `cfg.members_per_batch` members at a time (a lax.map):
+        every batch is the same program whatever the shard's size, so that a member's bits do not
+        depend on how many devices split the population (a vmap of one member is compiled otherwise
+        than one of several, and XLA may vectorise each width its own way)."""
+        size = self.cfg.members_per_batch
+        local = lr_factor.shape[0]
+        if not size:
+            return self._members(pop, lr_factor, seeds, baseline, envs, horizon)
+
+        def batched(x):
+            return x.reshape(local // size, size, *x.shape[1:])
+
+        fitness, bad = jax.lax.map(lambda b: self._members(*b, seeds, baseline, envs, horizon),
+                                   jax.tree.map(batched, (pop, lr_factor)))
+        return fitness.reshape(local, *fitness.shape[2:]), bad.reshape(local)
+
     def members_fitness(self, pop, draw: Draw, seeds, baseline: Baseline):
         """Fitness of a population on a draw: pop leaves [P, ...] (split over the mesh), seeds [S]
         (every member's). Returns (fitness [P, k, S] per drawn env and seed, NaN where a seed
         diverged; diverged [P])."""
         members = jax.shard_map(
-            self._members, mesh=self.mesh, in_specs=(P("pop"), P("pop"), P(), P(), P(), P()),
+            self._members_in_batches, mesh=self.mesh, in_specs=(P("pop"), P("pop"), P(), P(), P(), P()),
             out_specs=(P("pop"), P("pop")), check_vma=False,
         )
-        return members(pop, draw.lr_factor, seeds, baseline, draw.envs, draw.horizon)
+        # Replicated on both sides: otherwise the partitioner carries the split into what computes
+        # the population and reads its fitness (the ES's sums over members), whose order of summation
+        # then depends on the device count
+        replicated = NamedSharding(self.mesh, P())
+        pop = jax.lax.with_sharding_constraint(pop, replicated)
+        out = members(pop, draw.lr_factor, seeds, baseline, draw.envs, draw.horizon)
+        return jax.lax.with_sharding_constraint(out, replicated)
 
     def _generation_impl(self, state: RunState, key_data, baseline: Baseline):
         # keys cross the jit boundary as raw uint32 data: typed keys cannot become global arrays
@@ -521,6 +544,13 @@ class MetaTrainer:
         closed = gap_closed_ci(mean_scores[ok], start[ok], ppo[ok]) if ok.sum() >= 2 else (np.nan,) * 3
         return Comparison(problems, mean=float(np.mean(mean_scores)), start=float(np.mean(start)),
                           ppo=float(np.mean(ppo)), diff=paired(ppo), vs_start=paired(start), gap_closed=Interval(*closed))
+
+
+def devices_for(population_size: int, members_per_batch: int, available: int) -> int:
+    """How many of `available` devices split the population: the most that give each device a whole
+    number of batches of `members_per_batch` members (any number with 0)."""
+    return max(d for d in range(1, available + 1)
+               if population_size % d == 0 and (population_size // d) % (members_per_batch or 1) == 0)
 
 
 def _at_lr(train, hparams, key, meta_params, lr_factor):

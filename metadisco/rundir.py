@@ -27,6 +27,7 @@ from pathlib import Path
 from metadisco.analysis.runs import Run, RunDirError, RunWriteError, writing
 from metadisco.core.fileio import atomic_write_bytes, atomic_write_text, to_jsonable
 from metadisco.core.records import GenerationRecord
+from metadisco.core.run_config import RunConfig
 
 __all__ = ["KEEP_CHECKPOINTS", "RunDir", "RunDirError", "RunLockedError", "RunWriteError"]
 
@@ -77,14 +78,18 @@ class RunDir(Run):
             with self.lock():
                 pass
 
-    def create(self, config: dict, overwrite: bool = False) -> RunDir:
-        """Write config.json into an empty (or, with overwrite, a cleared) directory."""
+    def create(self, config: RunConfig, overwrite: bool = False) -> RunDir:
+        """Write config.json and its digest (RunConfig.digest, which `--resume` compares) into an
+        empty (or, with overwrite, a cleared) directory."""
         self.refuse_existing(overwrite)
         with writing(self.path):
-            for child in (self.metrics_path, self.baseline_path, self.config_path, *self.checkpoints()):
+            for child in (self.metrics_path, self.baseline_path, self.config_path, self.digest_path,
+                          *self.checkpoints()):
                 child.unlink(missing_ok=True)
             self.path.mkdir(parents=True, exist_ok=True)
-        self.write_json("config.json", config)
+        self.write_json("config.json", config.to_dict())
+        with writing(self.digest_path):
+            atomic_write_text(self.digest_path, config.digest() + "\n")
         return self
 
     def refuse_existing(self, overwrite: bool = False) -> None:

@@ -36,10 +36,11 @@ from metadisco.analysis import search_health as health
 from metadisco.analysis.runs import completed
 from metadisco.analysis.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
 from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
+from metadisco.core.plugs import PLUGS
 from metadisco.core.records import GenerationRecord, Health, Violations, finite
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.meta_objectives import save_objectives
-from metadisco.meta_objectives.constraints import check_evolved
+from metadisco.meta_objectives.constraints import check_evolved, require_valid
 from metadisco.mirrors import Mirrors
 from metadisco.rundir import RunDir, RunDirError, RunWriteError
 from metadisco.time_limit import TimeLimit
@@ -125,6 +126,8 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
         run.refuse_existing(overwrite)
     if trainer is None and not resume:
         trainer = MetaTrainer(cfg)  # a config it cannot build fails before the directory is created
+    if not resume:
+        refuse_invalid_start(trainer)
     with run.lock() if is_main else contextlib.nullcontext(), _sigterm_interrupts():
         try:
             _run(run, cfg, resume, overwrite, progress, stop_after, log, trainer or MetaTrainer(cfg), time_limit)
@@ -135,11 +138,28 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
     return run.path
 
 
+def refuse_invalid_start(trainer: MetaTrainer) -> None:
+    """ConstraintsViolated, before any compute, where a plug's objective fails its plug point's
+    constraints at the parameters the run starts from (as `check`, `evaluate` and `export` refuse)."""
+    for plug in PLUGS:
+        objective = getattr(trainer.objectives, plug)
+        require_valid(f"objectives.{plug}={getattr(trainer.cfg.objectives, plug)}", objective,
+                      trainer.default_params[plug], refusing="start this run",
+                      hint="Fix the objective (`metadisco check NAME` runs the same checks), or choose another.")
+
+
 def _stored_config(run: RunDir, cfg: config_lib.RunConfig | None) -> config_lib.RunConfig:
     """The run's own config, or `cfg` where it differs from it in `generations` alone and by no
     fewer than the generations done (a finished run is extended so); any other difference is
     refused with the differences listed."""
     stored = run.config()
+    started = run.started_digest()
+    if started is not None and started != stored.digest():
+        raise RunDirError(
+            f"refusing to resume {run.path}: its config.json was changed since the run began (its digest, kept in "
+            f"{run.digest_path.name}, no longer matches), and a run resumed under another config is neither run "
+            "nor the one it claims to be. Restore config.json, or start a new run with the config you want "
+            "(`metadisco train --resume DIR generations=N` is the one change a resume accepts).")
     if cfg is None or cfg == stored:
         return config_lib.validate(stored)
     changes = config_lib.diff(stored.to_dict(), cfg.to_dict())
@@ -217,7 +237,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         t0 = time.perf_counter()
         baseline = trainer.baseline()  # before anything is written: a refused normaliser leaves no run behind
         if is_main:
-            run.create(cfg.to_dict(), overwrite=overwrite)
+            run.create(cfg, overwrite=overwrite)
         state = trainer.init()
         if is_main and cfg.fitness.endswith("_norm"):
             b = fetch(baseline)
@@ -296,8 +316,9 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
     for env in trainer.envs:
         pc = env.ppo_config
         log(f"  inner loop: PPO on {env.name}, {pc.steps_per_run:,} steps per run ({pc.num_updates} updates)")
+    batch = f"{cfg.members_per_batch} members at a time" if cfg.members_per_batch else "its whole shard at once"
     log(f"  fitness: {cfg.fitness}; population split over {trainer.mesh.devices.size} "
-        f"{jax.devices()[0].platform} device(s) in {jax.process_count()} process(es)")
+        f"{jax.devices()[0].platform} device(s) in {jax.process_count()} process(es), each training {batch}")
     d = cfg.distribution
     drawn = [f"{d.envs_per_generation} of {len(cfg.envs)} envs" if d.envs_per_generation else "",
              f"lr x [{d.lr_range[0]:g}, {d.lr_range[1]:g}] per {d.lr_draw}" if d.lr_range else "",

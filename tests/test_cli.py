@@ -262,7 +262,7 @@ def test_a_refused_resume_lists_what_its_overrides_change_in_the_stored_config(t
 
     path = tmp_path / "run"
     stored = resolve(None, ["generations=2", "es.population_size=4", "inner.total_timesteps=2048"])
-    RunDir(path).create(stored.to_dict())  # refused before any checkpoint is read or anything compiles
+    RunDir(path).create(stored)  # refused before any checkpoint is read or anything compiles
     code, _, err = metadisco_in_process(["train", "--resume", str(path), "es.lr=0.2", "--no-progress"], capsys)
     assert code == 2, err
     listed = [line.strip() for line in err.splitlines() if line.startswith("  ")]

@@ -432,7 +432,7 @@ def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
                              objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}),
                              es=ESConfig(population_size=4)))
     trainer = MetaTrainer(cfg)
-    run = RunDir(tmp_path / "run").create(cfg.to_dict())
+    run = RunDir(tmp_path / "run").create(cfg)
     moved = jax.tree.map(lambda x: x + 1.0, trainer.default_params)  # the ES mean, somewhere else
     run.write_file(run.objectives_path("mean"), save_objectives, trainer.objectives, moved, {"envs": list(cfg.envs)})
 

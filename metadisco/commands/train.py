@@ -76,7 +76,8 @@ def add(subparsers) -> None:
                         "9m, 1h30m, 01:30:00), predicted from this process's measured generation and comparison "
                         "times; exit status 75 then, so a job script can requeue with --resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--host-devices", type=int, help="CPU devices to split the population over (default: cores)")
+    p.add_argument("--host-devices", type=int, help="CPU devices to split the population over (default: the cores, at least 2; "
+                   "from 2 on, the count does not change the results)")
     p.add_argument("--coordinator", help="HOST:PORT of process 0 in a multi-host job")
     p.add_argument("--num-processes", type=int)
     p.add_argument("--process-id", type=int)

@@ -53,8 +53,8 @@ def check_run_config(cfg) -> None:
     for name in ("seeds_per_member", "generations", "checkpoint_every", "eval_seeds", "baseline_seeds"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} must be >= 1, got {getattr(cfg, name)}")
-    if cfg.eval_every < 0 or cfg.devices < 0:
-        raise ConfigError("eval_every and devices must be >= 0")
+    if cfg.eval_every < 0 or cfg.devices < 0 or cfg.member_batch < 0:
+        raise ConfigError("eval_every, devices and member_batch must be >= 0")
 
 
 def _check_es(es) -> None:

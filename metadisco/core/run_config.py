@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
+import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -225,12 +228,28 @@ class RunConfig:
     baseline_seeds: int = 8  # seeds of the PPO run that normalises fitness (*_norm kinds)
     checkpoint_every: int = 5  # generations between checkpoints (train --resume continues from the last)
     devices: int = 0  # 0: all local devices (on CPU, one per core)
+    # members each device trains at once, at most (a lax.map over batches of gcd(population, this)):
+    # with the batch fixed, a run's bits do not depend on how many devices split the population
+    # (docs/guide.md, "What is bit for bit"); 0: the whole local shard at once (a GPU's fastest layout,
+    # whose bits change with the device count)
+    member_batch: int = 4
+
+    @property
+    def members_per_batch(self) -> int:
+        """The members each device trains at once (0: its whole shard), fixed by the config alone."""
+        return math.gcd(self.es.population_size, self.member_batch) if self.member_batch else 0
     tensorboard: bool = False  # also log to TensorBoard (RUN_DIR/tb; the tensorboard extra)
     mlflow: bool = False  # also log to MLflow (the mlflow extra)
     mlflow_uri: str = ""  # empty: a local SQLite store, RUN_DIR/mlflow.db
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "objectives": self.objectives.to_dict()}
+
+    def digest(self) -> str:
+        """A fingerprint of everything but `generations` (the one field a resume may change): a run
+        keeps its start's (RUN_DIR/config.digest), so that `--resume` notices an edited config.json."""
+        fields = {k: v for k, v in self.to_dict().items() if k != "generations"}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
@@ -260,6 +279,8 @@ class RunConfig:
             d = {**d, section: {k: v for k, v in stored.items() if k != name}}
         if isinstance(d.get("objectives"), dict):
             d = {**d, "objectives": upgrade_section(d["objectives"], stored=True)}
+        # a run stored before member_batch existed trained each device's whole shard at once
+        d = {"member_batch": 0, **d}
         cfg = cls.from_dict(d)
         check_run_config(cfg)
         return cfg
