@@ -67,10 +67,9 @@ def pass_criterion(expect) -> str:
 def verdict(record: GenerationRecord, expect) -> str | None:
     """The verdict line of a run from its last check on fresh seeds (a generation with a
     comparison): DEGENERATE when the ES mean fails its plug's constraint checks (whether or not
-    the run states an expectation); UNCHECKED when the row holds no record of those checks;
-    otherwise, with an expectation (ExpectConfig.beats), found or
-    not, the comparison that is the point of the run with its interval, and the pass criterion;
-    else None."""
+    the run states an expectation); otherwise, with an expectation (ExpectConfig.beats), found or
+    not (found but UNCHECKED where the row holds no record of those checks), the comparison that is
+    the point of the run with its interval, and the pass criterion; else None."""
     c = record.comparison
     if c is None:
         return None
@@ -81,10 +80,6 @@ def verdict(record: GenerationRecord, expect) -> str | None:
                 f"({es_mean_vs_ppo(c)})")
     if not expect.beats:
         return None
-    if record.violations is None:
-        return (f"verdict: UNCHECKED {after}: no constraint check of what was found was recorded with this "
-                f"comparison, so it cannot be called found ({es_mean_vs_ppo(c)}); `metadisco evaluate RUN` "
-                "checks it before it trains")
     point = c.vs_start if expect.beats == "start" else c.diff
     other = "its start point" if expect.beats == "start" else "PPO"
     found = _bounded(point) and point.low > 0
@@ -96,4 +91,8 @@ def verdict(record: GenerationRecord, expect) -> str | None:
         if not has_gap:
             text += " (no gap to close: its start is not below PPO)"
         found = found and has_gap and c.gap_closed.value >= expect.gap_closed
+    if found and record.violations is None:  # a score alone never makes a discovery
+        return (f"verdict: UNCHECKED {after}: {text}, but no constraint check of what was found was recorded "
+                f"with this comparison, so it is not called found (pass: {pass_criterion(expect)}); "
+                "`metadisco evaluate RUN` checks it before it trains")
     return f"verdict: {'FOUND' if found else 'NOT FOUND'} {after}: {text} (pass: {pass_criterion(expect)})"

@@ -255,7 +255,7 @@ def test_a_machine_with_one_core_still_gets_two_devices(monkeypatch):
 @pytest.mark.parametrize("population, batch, available, devices", [
     (16, 4, 2, 2), (16, 4, 8, 4), (16, 4, 3, 2), (8, 4, 1, 1), (6, 4, 4, 3), (16, 0, 8, 8), (5, 4, 4, 1)])
 def test_devices_are_chosen_so_that_each_holds_whole_batches(population, batch, available, devices):
-    cfg = validate(RunConfig(es=ESConfig(population_size=population), member_batch=batch))
+    cfg = validate(RunConfig(es=ESConfig(population_size=population, antithetic=False), member_batch=batch))
     assert devices_for(population, cfg.members_per_batch, available) == devices
     if cfg.members_per_batch:
         assert (population // devices) % cfg.members_per_batch == 0
@@ -434,3 +434,54 @@ def test_a_start_point_that_is_ppo_exactly_is_trained_once_in_the_comparisons_on
     comparisons = [t.compare(state, baseline, 1) for t in (shared, separate)]
     assert comparisons[0].to_row() == comparisons[1].to_row()  # NaN (null) where both are NaN: no gap from the start to PPO
     assert comparisons[0].start == comparisons[0].ppo
+
+
+LINEAR_BAD = '''
+import jax.numpy as jnp
+from metadisco.meta_objectives import MetaObjective
+
+
+class LinearBad(MetaObjective):
+    """D = c A (r - 1): zero at r = 1, but neither flat there nor >= 0."""
+
+    plug = "drift"
+    name = "linear_bad"
+
+    def init(self, key):
+        return {"c": jnp.float32(1.0)}
+
+    def drift(self, params, ratio, advantage, progress):
+        return params["c"] * advantage * (ratio - 1.0)
+'''
+
+
+def test_train_refuses_an_objective_that_is_invalid_at_its_start_before_any_compute(tmp_path, monkeypatch, capsys):
+    (tmp_path / "bad_drifts.py").write_text(LINEAR_BAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        code, out, err = metadisco_in_process(
+            ["train", *LPO, "objectives.drift=bad_drifts:LinearBad", "--run-dir", str(tmp_path / "run")], capsys)
+    finally:
+        sys.modules.pop("bad_drifts", None)
+    assert code == 2, err
+    assert "refusing to start this run: objectives.drift=bad_drifts:LinearBad is not a valid drift" in err
+    assert "flat_at_one" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()  # nothing written, nothing trained
+
+
+def test_resume_refuses_a_config_json_edited_since_the_run_began(tmp_path):
+    cfg = tiny_config(generations=4, eval_every=0)
+    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    path = tmp_path / "run"
+    run(cfg, path, progress=False, stop_after=2, trainer=trainer, log=lambda *a: None)
+    stored = json.loads((path / "config.json").read_text())
+    edited = {**stored, "seed": 7, "es": {**stored["es"], "population_size": 8}}
+    (path / "config.json").write_text(json.dumps(edited))
+    before = (path / "metrics.jsonl").read_text()
+    for given in (None, tiny_config(generations=6, eval_every=0, seed=7, es=ESConfig(population_size=8))):
+        with pytest.raises(RunDirError, match="config.json was changed since the run began"):
+            run(given, path, resume=True, progress=False, log=lambda *a: None)
+    assert (path / "metrics.jsonl").read_text() == before
+    (path / "config.json").write_text(json.dumps(stored))  # restored: it resumes
+    run(None, path, resume=True, progress=False, trainer=trainer, log=lambda *a: None)
+    assert len(RunDir(path).metrics()) == 4

@@ -37,7 +37,7 @@ from metadisco.meta_objectives import (
     make_objective,
     save_objectives,
 )
-from metadisco.meta_objectives.constraints import perturbed_params
+from metadisco.meta_objectives.constraints import check_objective, check_value_loss_constraints, perturbed_params
 from metadisco.meta_objectives.shaping import monotone_transform
 
 pytestmark = pytest.mark.timeout(240)
@@ -799,3 +799,40 @@ def test_a_family_that_says_it_contains_ppo_computes_ppo_bit_for_bit(plug):
     assert answered == {e for e in EXPRESSING_PPO if e[0] == plug} | {(plug, ppo.name)}
     for drift in (meta_objectives.make_objective("drift", "lpo", clip_eps=0.3), meta_objectives.make_objective("drift", "dpo")):
         assert Objectives(drift=drift).params_reproducing(Objectives()) is None
+
+
+class PushesAwayNearThree(meta_objectives.MetaObjective):
+    """L = e^2/2 - 5 c^2 e^2 exp(-(|e| - 3)^2 / 2): L2 at c = 0 (its start); at c = 1 it pushes v
+    away from its target near |e| = 3."""
+
+    plug = "value_loss"
+    name = "pushes_away_near_three"
+
+    def init(self, key):
+        return {"c": jnp.float32(0.0)}
+
+    def value_loss(self, params, value, target, old_value, clip_eps):
+        e = value - target
+        return e**2 / 2 - 5 * params["c"] ** 2 * e**2 * jnp.exp(-((jnp.abs(e) - 3) ** 2) / 2)
+
+
+def test_a_value_loss_that_pushes_away_at_its_found_parameters_fails_its_checks():
+    from metadisco.meta_objectives.constraints import check_evolved
+
+    loss = PushesAwayNearThree()
+    assert check_objective(loss) == []  # at its start it is L2
+    found = {"c": jnp.float32(1.0)}
+    assert [v.constraint for v in check_objective(loss, found)] == ["pulls_toward_target"]
+    evolved = check_evolved(Objectives(value_loss=loss), {"drift": {}, "value_loss": found, "shaping": {}},
+                            ["value_loss"])
+    assert [v.constraint for v in evolved] == ["pulls_toward_target"]
+    assert str(evolved[0]).startswith("value_loss/pulls_toward_target: ")
+
+
+def test_a_value_loss_that_turns_only_beyond_the_old_grid_is_caught():
+    # pulls toward the target up to |e| = 20, away beyond: the errors a CartPole critic makes reach 75
+    def fn(e, t):  # slope e - e^3 / 400: toward the target for |e| < 20, away beyond
+        return e**2 / 2 - e**4 / 1600
+
+    assert [v.constraint for v in check_value_loss_constraints(fn)] == ["pulls_toward_target"]
+    assert check_value_loss_constraints(fn, e_wide=0) == []  # what the check saw before: |e| <= 10

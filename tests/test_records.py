@@ -94,7 +94,10 @@ def test_an_old_row_missing_fields_reads_them_as_absent():
     assert c.start is None and c.vs_start is None and c.gap_closed is None and c.diff == Interval(1.0, 0.5, 1.5)
     assert record.to_row() == row
     assert es_mean_vs_ppo(c).endswith("(95% t-interval; better than PPO)")  # nothing said of a start it lacks
-    assert verdict(record, ExpectConfig(beats="ppo")).startswith("verdict: FOUND after generation 5")
+    # it beats PPO, but nothing checked what it found: never FOUND
+    assert verdict(record, ExpectConfig(beats="ppo")).startswith("verdict: UNCHECKED after generation 5")
+    assert verdict(dataclasses.replace(record, violations=Violations((), ())), ExpectConfig(beats="ppo")).startswith(
+        "verdict: FOUND after generation 5")
     minimal = GenerationRecord.from_row({"generation": 0, "fitness_mean": 1.0})
     assert minimal.comparison is None and minimal.sigma is None and minimal.fitness_mean == 1.0
     assert Comparison.from_row({"generation": 0, "fitness_mean": 1.0}) is None
