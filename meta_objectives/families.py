@@ -12,7 +12,8 @@ one expression: what evolved *is* the formula, no distillation loss.
                                                   of the valid terms of drift_terms.mix_terms, per
                                                   sign of A; starts at PPO-clip exactly
     ValueLossMix ("value_loss_mix", 2 parameters) a convex combination of PPO's clipped value
-                                                  loss and robust losses; starts at PPO's exactly
+                                                  loss, robust losses and the unclipped one; starts
+                                                  at PPO's exactly
 
 Progress dependence is linear between the start (p = 0) and the end (p = 1) of training, so a
 member is read as "this at the start, that at the end".
@@ -119,7 +120,8 @@ class DriftMix(MetaObjective):
     """A non-negative combination of valid drift terms with weights that follow training progress:
 
         D(r, A, p) = sum_k w_k(p, s) T_k(r, A),  s = [A >= 0] or [A < 0]
-        w_k(p, s) = relu(start[k, s]) + p (relu(end[k, s]) - relu(start[k, s])) >= 0
+        w_k(p, s) = u(start)[k, s] + p (u(end)[k, s] - u(start)[k, s]) >= 0
+        u(x)[k, s] = relu(x[k, s]) + relu(-x[k, s'])   (s' the other sign of A)
 
     T_k = drift_terms.mix_terms(clip_eps) (K = 10: PPO-clip's term, smooth walls, quadratic and
     KL-like trust regions, squares of (r-1)A, DPO's hinges), or the subset that `terms` names. Each
@@ -130,12 +132,15 @@ class DriftMix(MetaObjective):
     Starts at PPO-clip exactly: weight `ppo_weight` = 1 on PPO-clip's term (on both sides, at
     both ends), 0 on the rest, so a PPO run with it at init is PPO's bit for bit. With
     ppo_weight = 0 it starts at D = 0, the plain importance-sampled surrogate r A with no trust
-    region (the start of the trust-region rediscovery problem). The relu puts the other weights
-    on the edge of their domain: of an antithetic pair, one member adds the term and the other
-    leaves it out, which still gives the ES a signal (a square would give none: both members equal).
-    A negative initial weight (ppo_weight, other_weight < 0) starts inside relu's dead zone: the
-    drift is still exactly 0 there, and only the members that step across 0 add the term, so the
-    population starts where its start is rather than half-way up.
+    region (the start of the trust-region rediscovery problem). A parameter at 0 is on the edge of
+    its term's weight: of an antithetic pair, one member adds the term on its own sign of A and the
+    other adds it on the other sign, so the two differ and the ES has a signal.
+
+    Every parameter moves a weight wherever it is (version 2): a positive one weighs its term on
+    its own sign of A, a negative one on the other sign. Version 1, kept so that its runs resume
+    with it, was w = relu(x): every parameter <= 0 is relu's dead zone, where all the members a
+    population draws there train the same drift and the search stalls unseen. Its negative initial
+    weights (other_weight < 0) started inside that zone.
     """
 
     clip_eps: float = 0.2
@@ -143,11 +148,13 @@ class DriftMix(MetaObjective):
     other_weight: float = 0.0  # the initial weight of every other term
     terms: tuple[str, ...] = ()  # names of mix_terms to combine (empty: all ten)
     schedule: bool = True  # weights follow training progress (False: one weight per term and side)
+    version: int = 2  # 2: no dead zone; 1: relu weights (its runs resume with it)
     plug = "drift"
     name = "drift_mix"
     title = "drift mix"
 
     def __post_init__(self):
+        check_version(self.name, self.version, DRIFT_MIX_VERSIONS)
         known = [name for name, _ in mix_terms(self.clip_eps)]
         unknown = [t for t in self.terms if t not in known]
         if unknown or len(set(self.terms)) != len(self.terms):
@@ -190,11 +197,17 @@ class DriftMix(MetaObjective):
             return dataclasses.replace(self, ppo_weight=1.0, other_weight=0.0).default_params()
         return super().params_reproducing(other)
 
+    def _side_weights(self, x):
+        """[K, 2] parameters -> [K, 2] weights >= 0 (version 2: a negative one weighs the other side)."""
+        if self.version == 1:
+            return jax.nn.relu(x)
+        return jax.nn.relu(x) + jax.nn.relu(-x[:, ::-1])
+
     def weights(self, params, progress):
         """w_k(p, s): [..., K, 2] for progress of shape [...]."""
         p = jnp.asarray(progress, jnp.float32)[..., None, None]
-        start = jax.nn.relu(params["start"])
-        return interpolate(start, jax.nn.relu(params["end"]) if self.schedule else start, p)
+        start = self._side_weights(params["start"])
+        return interpolate(start, self._side_weights(params["end"]) if self.schedule else start, p)
 
     def _term_values(self, ratio, advantage, progress):
         values = []
@@ -213,8 +226,8 @@ class DriftMix(MetaObjective):
         return jnp.sum(side * values, axis=-1)
 
     def closed_form(self, params) -> str:
-        start = np.maximum(np.asarray(params["start"], np.float32), 0.0)
-        end = np.maximum(np.asarray(params["end"], np.float32), 0.0) if self.schedule else start
+        start = np.asarray(self._side_weights(jnp.asarray(params["start"], jnp.float32)))
+        end = np.asarray(self._side_weights(jnp.asarray(params["end"], jnp.float32))) if self.schedule else start
         expressions = [ppo_clip_expression(self.clip_eps) if self._is_ppo(n) else term for n, term in self.selected]
         parts = []
         for k, term in enumerate(expressions):
@@ -236,48 +249,64 @@ ROBUST_VALUE_TERMS = (
 )
 
 
-VALUE_LOSS_MIX_VERSIONS = (1, 2)
+VALUE_LOSS_MIX_VERSIONS = (1, 2, 3)
+DRIFT_MIX_VERSIONS = (1, 2)
+
+
+def check_version(name: str, version: int, versions: tuple[int, ...]) -> None:
+    if version not in versions:
+        raise ValueError(f"{name} version {version} does not exist; the versions are {', '.join(map(str, versions))} "
+                         f"({versions[-1]}, the default, is valid for every parameter and has no flat region)")
 
 
 @register
 class ValueLossMix(MetaObjective):
-    """A convex combination of PPO's clipped value loss and bounded-slope robust losses:
+    """A convex combination of PPO's clipped value loss, bounded-slope robust losses and the
+    squared loss without PPO's clip:
 
-        L(v, t, v_old) = w_0 clipped_l2(v, t, v_old) + sum_k w_k T_k(v - t),
-        w = sparsemax([1, s_1, ..., s_K])
+        L(v, t, v_old) = w_0 clipped_l2(v, t, v_old) + sum_k w_k T_k(v - t) + w_l2 (v - t)^2 / 2,
+        w = u / sum(u),  u = [1, relu(s_1), ..., relu(s_K), sum_k relu(-s_k)]
 
-    T_k = ROBUST_VALUE_TERMS (Huber with delta 1, and log(1 + e^2)). Params {"scores": [K]}: each
-    robust term's score against the squared loss's, which is fixed at 1; sparsemax (Martins &
-    Astudillo 2016, the Euclidean projection onto the simplex: optax.projections) turns the scores
-    into weights that are >= 0 and sum to 1 for every parameter value, so every member is a value
+    T_k = ROBUST_VALUE_TERMS (Huber with delta 1, and log(1 + e^2)). Params {"scores": [K]}: a
+    score above 0 moves weight onto its robust term, one below 0 onto the unclipped squared loss.
+    Every weight is >= 0 and they sum to 1 for every parameter value, so every member is a value
     loss that trains the critic (>= 0, 0 at e = 0, pulls toward the target); none is 0 everywhere.
+    And every score moves a weight wherever it is: the family has no flat region (version 3), so
+    a population never collapses onto one objective. The clipped loss keeps a weight
+    1 / sum(u) > 0 that a score of s takes down to 1 / (1 + |s|).
 
     Starts at PPO's clipped value loss exactly (scores 0: weights [1, 0, ..., 0]), so "evolved vs
-    its start" is "evolved vs PPO". A score above 0 moves weight onto its term, one at 1 more than
-    the others takes it all. Of an antithetic pair at the start, one member adds a term and the
-    other does not, which gives the ES a signal. The answer for rewards with heavy-tailed noise is
-    known: a loss whose gradient in e is bounded (Huber 1964), i.e. weight moving from w_0 to the
-    robust terms.
+    its start" is "evolved vs PPO". Of an antithetic pair at the start, one member adds a robust
+    term and the other the unclipped loss, which gives the ES a signal. The answer for rewards with
+    heavy-tailed noise is known: a loss whose gradient in e is bounded (Huber 1964), i.e. weight
+    moving from w_0 to the robust terms.
 
-    version = 1 is the earlier parameterisation, kept so that runs made with it resume with it:
+    Earlier parameterisations, kept so that runs made with them resume with them: version 2, w =
+    sparsemax([1, s_1, ..., s_K]) (Martins & Astudillo 2016, optax.projections), which is PPO's
+    loss for every score <= 0 and flat at each vertex of the simplex; version 1,
     {"weights": [1 + K]}, w = relu(weights), which is 0 everywhere once every weight is <= 0.
     """
 
     clip_eps: float = 0.2
-    version: int = 2
+    version: int = 3
     plug = "value_loss"
     name = "value_loss_mix"
     title = "value-loss mix"
 
     def __post_init__(self):
-        if self.version not in VALUE_LOSS_MIX_VERSIONS:
-            raise ValueError(f"value_loss_mix version {self.version} does not exist; the versions are "
-                             f"{', '.join(map(str, VALUE_LOSS_MIX_VERSIONS))} (2, the default, is valid for every parameter)")
+        check_version(self.name, self.version, VALUE_LOSS_MIX_VERSIONS)
 
     @property
     def terms(self) -> list[tuple[str, str]]:
-        """(name, expression) of every term, PPO's clipped loss first (its expression without the clipping)."""
-        return [("clipped_l2", "e**2/2"), *ROBUST_VALUE_TERMS]
+        """(name, expression) of every term, PPO's clipped loss first (its expression without the
+        clipping), then the robust ones, then (version 3) the unclipped squared loss."""
+        unclipped = [("l2", "e**2/2")] if self.version >= 3 else []
+        return [("clipped_l2", "e**2/2"), *ROBUST_VALUE_TERMS, *unclipped]
+
+    @property
+    def _free_terms(self) -> list[str]:
+        """The expressions of e of every term but PPO's clipped loss, in `terms` order."""
+        return [term for _, term in self.terms[1:]]
 
     @property
     def drawn_when_fixed(self) -> bool:
@@ -293,10 +322,14 @@ class ValueLossMix(MetaObjective):
         return {"scores": jnp.zeros(len(ROBUST_VALUE_TERMS), jnp.float32)}
 
     def weights(self, params) -> jax.Array:
-        """[1 + K] weights of the terms (PPO's clipped loss first), each >= 0."""
+        """The weights of `terms` (PPO's clipped loss first), each >= 0."""
         if self.version == 1:
             return jax.nn.relu(params["weights"])
-        return projection_simplex(jnp.concatenate([jnp.ones(1, jnp.float32), params["scores"]]))
+        scores = params["scores"]
+        if self.version == 2:
+            return projection_simplex(jnp.concatenate([jnp.ones(1, jnp.float32), scores]))
+        u = jnp.concatenate([jnp.ones(1, jnp.float32), jax.nn.relu(scores), jnp.sum(jax.nn.relu(-scores))[None]])
+        return u / jnp.sum(u)
 
     def params_reproducing(self, other):
         """PPO's clipped value loss at this clip range: the initial parameters."""
@@ -311,7 +344,7 @@ class ValueLossMix(MetaObjective):
 
         w = self.weights(params)
         loss = w[0] * clipped_l2(value, target, old_value, self.clip_eps)
-        for k, (_, term) in enumerate(ROBUST_VALUE_TERMS, start=1):
+        for k, term in enumerate(self._free_terms, start=1):
             loss = loss + w[k] * compile_function(term, "value_loss")(value, target)
         return loss
 
@@ -321,7 +354,7 @@ class ValueLossMix(MetaObjective):
         w = np.asarray(self.weights(params), np.float32)
         if w[0] > 0:
             return None
-        parts = [f"{number(float(wk))}*({term})" for wk, (_, term) in zip(w[1:], ROBUST_VALUE_TERMS) if wk > 0]
+        parts = [f"{number(float(wk))}*({term})" for wk, term in zip(w[1:], self._free_terms) if wk > 0]
         return " + ".join(parts) or "0"
 
     def describe(self, params) -> str:

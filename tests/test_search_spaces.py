@@ -9,6 +9,7 @@ evolution found is its own closed form.
 import functools
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from metadisco.meta_objectives import (
     Objectives,
     PotentialShaping,
     PPOClip,
+    ValueLossMix,
 )
 from metadisco.meta_objectives.constraints import check_drift_constraints, check_objective
 from tests.test_objectives import TINY
@@ -189,7 +191,7 @@ def test_value_loss_mix_starts_at_ppo_and_is_its_closed_form_once_it_leaves_the_
     from metadisco.meta_objectives import ClosedFormValueLoss, ValueLossMix
     from metadisco.meta_objectives.value_loss import clipped_l2
 
-    mix = ValueLossMix()
+    mix = ValueLossMix(version=2)  # sparsemax: a member can leave PPO's loss entirely
     k1, k2 = jax.random.split(jax.random.key(7))
     value, target = 3.0 * jax.random.normal(k1, (1024,)), 3.0 * jax.random.normal(k2, (1024,))
     old = value + 0.5 * jax.random.normal(k1, (1024,))
@@ -207,6 +209,21 @@ def test_value_loss_mix_starts_at_ppo_and_is_its_closed_form_once_it_leaves_the_
     for scores in ([-50.0, -50.0], [0.3, -0.2], [40.0, 41.0]):
         w = np.asarray(mix.weights({"scores": jnp.asarray(scores)}))
         assert (w >= 0).all() and w.sum() == pytest.approx(1.0), (scores, w)
+
+
+def test_value_loss_mix_3_starts_at_ppo_and_moves_weight_with_every_score():
+    from metadisco.meta_objectives.value_loss import clipped_l2
+
+    mix = ValueLossMix()
+    assert mix.version == 3 and [name for name, _ in mix.terms] == ["clipped_l2", "huber(1)", "log(1+e^2)", "l2"]
+    value, target = 3.0 * jax.random.normal(jax.random.key(1), (256,)), jnp.zeros(256)
+    np.testing.assert_array_equal(mix.value_loss(mix.default_params(), value, target, value + 1.0),
+                                  clipped_l2(value, target, value + 1.0, 0.2))  # PPO's loss, bit for bit
+    np.testing.assert_allclose(mix.weights({"scores": jnp.asarray([3.0, -1.0])}), [0.2, 0.6, 0.0, 0.2])
+    assert mix.describe({"scores": jnp.asarray([3.0, -1.0])}) == "0.2*clipped_l2 + 0.6*huber(1) + 0.2*l2"
+    for scores in ([-50.0, -50.0], [0.3, -0.2], [40.0, 41.0]):
+        w = np.asarray(mix.weights({"scores": jnp.asarray(scores)}))
+        assert (w > 0).any() and (w >= 0).all() and w.sum() == pytest.approx(1.0) and w[0] > 0, (scores, w)
 
 
 VALID_FOR_EVERY_MEMBER = [(plug, name) for plug in meta_objectives.PLUGS for name in meta_objectives.names(plug)
@@ -230,6 +247,44 @@ def test_every_member_of_a_space_that_claims_validity_passes_its_plugs_checks(pl
     assert check_objective(objective, es_member(objective, jax.random.key(seed), scale)) == []
 
 
+def family_outputs(objective, params) -> np.ndarray:
+    """The objective's values on a grid of its inputs: a drift's D(r, A, p), a value loss's L(v, t, v_old)."""
+    if objective.plug == "drift":
+        r, a, p = np.meshgrid(np.linspace(0.5, 1.6, 12), [-2.0, -0.5, 0.5, 2.0], [0.0, 0.5, 1.0], indexing="ij")
+        return np.asarray(objective.drift(params, jnp.asarray(r), jnp.asarray(a), jnp.asarray(p)))
+    v, t = np.meshgrid(np.linspace(-20, 20, 41), [-3.0, 0.0, 3.0], indexing="ij")
+    return np.asarray(objective.value_loss(params, jnp.asarray(v), jnp.asarray(t), jnp.asarray(v + 1.0)))
+
+
+def flat_parameters(objective, params, step=0.05) -> list[int]:
+    """The parameters (flat indices) that neither a step up nor a step down moves: where a
+    population differs only in them, every member trains the same objective."""
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+    base = family_outputs(objective, params)
+    return [i for i in range(flat.size)
+            if all(np.array_equal(family_outputs(objective, unravel(flat.at[i].add(d))), base) for d in (step, -step))]
+
+
+@pytest.mark.parametrize("objective", [DriftMix(), DriftMix(ppo_weight=0.0, schedule=False), ValueLossMix()],
+                         ids=["drift_mix", "drift_mix_from_zero", "value_loss_mix"])
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from((0.0, 0.3, 3.0, 30.0)))
+def test_the_families_have_no_flat_region(objective, seed, scale):
+    """Wherever the ES mean is (the start, near it, far from it, a vertex), a step of any
+    parameter changes the objective, so no population collapses onto one objective."""
+    assert flat_parameters(objective, es_member(objective, jax.random.key(seed), scale)) == []
+
+
+def test_the_earlier_versions_had_the_flat_regions_their_successors_remove():
+    sparsemax = ValueLossMix(version=2)
+    assert flat_parameters(sparsemax, {"scores": jnp.asarray([-1.0, -2.0])}) == [0, 1]  # PPO's loss throughout
+    assert flat_parameters(sparsemax, {"scores": jnp.asarray([3.0, -1.0])}) == [0, 1]  # a vertex: Huber alone
+    relu = DriftMix(version=1)
+    dead = {k: v - 0.5 for k, v in relu.default_params().items()}  # every weight but PPO-clip's below 0
+    assert len(flat_parameters(relu, dead)) == 36  # all but PPO-clip's four
+    assert flat_parameters(DriftMix(), dead) == []
+
+
 def test_the_first_value_loss_mix_is_kept_for_its_runs_and_its_dead_zone_is_caught():
     """version = 1 (relu weights) resumes the runs made with it; its members with every weight
     <= 0 (the demo's ES mean once) are a loss that is 0 everywhere, which the checks name."""
@@ -240,8 +295,8 @@ def test_the_first_value_loss_mix_is_kept_for_its_runs_and_its_dead_zone_is_caug
     dead = {"weights": jnp.asarray([-0.72, -0.78, -0.33])}
     [violation] = check_objective(old, dead)
     assert violation.constraint == "trains_the_critic" and "0 everywhere" in violation
-    with pytest.raises(ValueError, match="version 3 does not exist"):
-        ValueLossMix(version=3)
+    with pytest.raises(ValueError, match="version 4 does not exist"):
+        ValueLossMix(version=4)
 
 
 def test_closed_forms_are_readable():
@@ -348,19 +403,26 @@ def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path
     assert exported.drift.expression == mean.drift.closed_form(params["drift"])
 
 
-def test_a_stored_run_or_objectives_file_keeps_the_value_loss_mix_it_evolved():
-    """Run directories and objectives files written before value_loss_mix had versions hold
-    relu weights: they read (resume, evaluate) as version 1; a new config records version 2."""
+def test_a_stored_run_or_objectives_file_keeps_the_family_version_it_evolved():
+    """Run directories and objectives files written before a family had versions ran its first:
+    they read (resume, evaluate) as version 1; one that names its version keeps it; a new config
+    records the newest (value_loss_mix 3, drift_mix 2)."""
     from metadisco.config import resolve
     from metadisco.core.run_config import RunConfig
     from metadisco.meta_objectives import from_spec
 
-    new = resolve("rediscover_value_loss", ["generations=2"])
+    new = resolve("rediscover_value_loss", ["generations=2", "objectives.drift=drift_mix"])
     stored = new.to_dict()
-    assert stored["objectives"]["value_loss"] == {"name": "value_loss_mix", "version": 2}
-    del stored["objectives"]["value_loss"]["version"]  # as config.json was written before versions
-    assert RunConfig.from_stored(stored).objectives.value_loss.options == (("version", 1),)
-    assert RunConfig.from_stored(new.to_dict()).objectives.value_loss.options == (("version", 2),)
+    assert stored["objectives"]["value_loss"] == {"name": "value_loss_mix", "version": 3}
+    assert stored["objectives"]["drift"] == {"name": "drift_mix", "version": 2}
+    for plug in ("value_loss", "drift"):
+        del stored["objectives"][plug]["version"]  # as config.json was written before versions
+    old = RunConfig.from_stored(stored).objectives
+    assert old.value_loss.options == (("version", 1),) and old.drift.options == (("version", 1),)
+    stored["objectives"]["value_loss"]["version"] = 2  # a run of the sparsemax version
+    assert RunConfig.from_stored(stored).objectives.value_loss.options == (("version", 2),)
+    assert RunConfig.from_stored(new.to_dict()).objectives.value_loss.options == (("version", 3),)
     old_file_spec = {"plug": "value_loss", "name": "value_loss_mix", "config": {"clip_eps": 0.2}}
     assert from_spec(old_file_spec).version == 1
+    assert from_spec({"plug": "drift", "name": "drift_mix", "config": {}}).version == 1
     assert "weights" in from_spec(old_file_spec).default_params()

@@ -36,7 +36,7 @@ LEGACY_OPTIONS = {
 # config records the current version (its default: metadisco.core.run_config.PlugChoice.typed); a stored
 # config or objectives file that does not name it ran the old one (`pin_stored_version`), so that
 # a run resumes, and is evaluated, with the parameterisation it evolved.
-VERSIONED = {("value_loss", "value_loss_mix"): ("version", 1)}
+VERSIONED = {("value_loss", "value_loss_mix"): ("version", 1), ("drift", "drift_mix"): ("version", 1)}
 
 
 def pin_stored_version(plug: str, choice: dict) -> dict:
