@@ -811,7 +811,7 @@ class PushesAwayNearThree(meta_objectives.MetaObjective):
     def init(self, key):
         return {"c": jnp.float32(0.0)}
 
-    def value_loss(self, params, value, target, old_value, clip_eps):
+    def value_loss(self, params, value, target, old_value):
         e = value - target
         return e**2 / 2 - 5 * params["c"] ** 2 * e**2 * jnp.exp(-((jnp.abs(e) - 3) ** 2) / 2)
 
