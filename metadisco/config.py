@@ -162,12 +162,44 @@ def resolve(experiment: str | None = None, overrides: Overrides = ()) -> RunConf
             written_for = RunConfig.from_dict(d).objectives.signature()
     given = _nested(overrides)
     d = _merge(d, given)
+    d = _evolving_what_is_named(d, given)
     if written_for is not None and "expect" not in given:
         reason = _expectation_lost(RunConfig.from_dict(d), written_for)
         if reason:
             d = {**d, "expect": {"not_applied": f"experiment {experiment}'s expectation {reason}; the run ends with the "
                                                 "plain comparison, without a verdict"}}
     return validate(RunConfig.from_dict(d))
+
+
+def _evolving_what_is_named(d: dict, given: dict) -> dict:
+    """A config dict in which every plug whose objective the overrides name (objectives.drift=NAME), and
+    which has parameters to evolve (a plug-in of the user's, drift_mix, lpo...), evolves beside what
+    already did, unless the overrides set objectives.evolve: naming a learnable objective asks to search it."""
+    named = given.get("objectives", {})
+    if not isinstance(named, dict) or "evolve" in named:
+        return d
+    evolve = list(d["objectives"].get("evolve", ()))
+    for plug in PLUGS:
+        chosen = isinstance(named.get(plug), str) or (isinstance(named.get(plug), dict) and "name" in named[plug])
+        if chosen and plug not in evolve and _has_parameters(plug, d["objectives"][plug]):
+            evolve.append(plug)
+    return {**d, "objectives": {**d["objectives"], "evolve": [p for p in PLUGS if p in evolve]}}
+
+
+def _has_parameters(plug: str, choice) -> bool:
+    """Whether the objective a config section names for `plug` has parameters, built with its
+    default options (False where it cannot be built: validate reports why)."""
+    import jax
+
+    from metadisco.meta_objectives import make_objective
+
+    choice = PlugChoice.read(choice, f"objectives.{plug}")
+    try:
+        objective = make_objective(plug, choice.name)
+        objective = objective.for_env(objective.observation_shape() or (3,))
+        return bool(jax.tree.leaves(objective.default_params()))
+    except Exception:  # noqa: BLE001  (a bad name or option: validate says what is wrong)
+        return False
 
 
 def _expectation_lost(cfg: RunConfig, written_for: str) -> str | None:

@@ -313,6 +313,8 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
     log(f"  evolving {', '.join(f'{p}={getattr(cfg.objectives, p)}' for p in trainer.evolve)} "
         f"({trainer.num_params} meta-parameters) with {cfg.es.strategy}, population {cfg.es.population_size} "
         f"x {cfg.seeds_per_member} seeds, {cfg.generations} generations")
+    fixed = [f"{p}={getattr(cfg.objectives, p)}" for p in PLUGS if p not in trainer.evolve]
+    log(f"  fixed at their start (objectives.evolve chooses what evolves): {', '.join(fixed)}")
     for env in trainer.envs:
         pc = env.ppo_config
         log(f"  inner loop: PPO on {env.name}, {pc.steps_per_run:,} steps per run ({pc.num_updates} updates)")

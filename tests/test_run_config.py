@@ -175,3 +175,17 @@ def test_a_typed_override_the_checks_refuse_gets_the_command_lines_message():
     with pytest.raises(ConfigError) as strings:
         resolve("lpo_cartpole_cpu", ["es.population_size=1"])
     assert str(typed.value) == str(strings.value) and "population_size" in str(typed.value)
+
+
+def test_an_objective_named_with_parameters_evolves_unless_evolve_is_given(monkeypatch):
+    from metadisco.config import DEMO_EXPERIMENT
+
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[1] / "examples"))
+    # the README's plug-in example on the demo: the user's drift is searched, not frozen at its start
+    assert resolve(DEMO_EXPERIMENT, ["objectives.drift=my_drifts:ScaledSquare"]).objectives.evolve == ("drift", "shaping")
+    assert resolve("lpo_cartpole_cpu", ["objectives.value_loss=learned_clipped"]).objectives.evolve == (
+        "drift", "value_loss")
+    assert resolve("lpo_cartpole_cpu", ["objectives.value_loss=l2"]).objectives.evolve == ("drift",)  # nothing to search
+    assert resolve("lpo_cartpole_cpu", ["objectives.drift.hidden=8"]).objectives.evolve == ("drift",)  # an option only
+    said = resolve(DEMO_EXPERIMENT, ["objectives.drift=my_drifts:ScaledSquare", "objectives.evolve=shaping"])
+    assert said.objectives.evolve == ("shaping",)  # said otherwise
