@@ -5,6 +5,8 @@
   comment beside it in the source (or on the lines above it); a field without one fails the build.
 - objectives.md, the objectives reference: every built-in objective, from the function that
   `metadisco objectives NAME` prints (metadisco.commands.objectives.describe).
+- cli.md, the command-line reference: every verb, argument and option, read from the parser that
+  `metadisco` itself builds, and the evaluation suites from their one table (analysis.suites).
 - index.md, the front page: README.md, and changelog.md: CHANGELOG.md, with their links made
   relative to docs/ (a link to a file outside docs/ becomes its path as code).
 """
@@ -54,9 +56,51 @@ def on_files(files, config):
     if str(ROOT) not in sys.path:  # the checkout's metadisco, as PYTHONPATH=. would give
         sys.path.insert(0, str(ROOT))
     for name, render in (("index.md", front_page), ("config.md", config_reference), ("objectives.md", objectives_reference),
-                         ("changelog.md", changelog)):
+                         ("cli.md", cli_reference), ("changelog.md", changelog)):
         files.append(File.generated(config, name, content=render()))
     return files
+
+
+# --- the command-line reference ----------------------------------------------------------------
+
+
+def cli_reference() -> str:
+    import argparse
+
+    from metadisco.analysis import suites
+    from metadisco.cli import build_parser
+
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    out = ["# Command-line reference", "",
+           "Every command, argument and option of `metadisco`, read from the parser the command itself builds "
+           "when this site is built (`metadisco VERB --help` prints the same). What each workflow is for: "
+           "[the user guide](guide.md); every config field an override can set: [configuration](config.md).", ""]
+    helps = {a.dest: a.help for a in verbs._choices_actions}  # noqa: SLF001  (each verb's one-line help)
+    for name, sub in verbs.choices.items():
+        out += [f"## `metadisco {name}`", "", _cell(sub.description or helps.get(name) or ""), "",
+                "```", sub.format_usage().strip(), "```", "",
+                "| argument | default | meaning |", "|---|---|---|"]
+        for action in sub._actions:  # noqa: SLF001
+            if isinstance(action, argparse._HelpAction):  # noqa: SLF001
+                continue
+            flags = ", ".join(f"`{f}`" for f in action.option_strings) or f"`{action.metavar or action.dest}`"
+            if action.choices and not isinstance(action.choices, dict):
+                flags += " (" + " \\| ".join(map(str, action.choices)) + ")"
+            default = "" if action.default in (None, argparse.SUPPRESS, False) or action.required else f"`{action.default}`"
+            meaning = (action.help or "").replace("\n", " ") % {"default": action.default, "prog": sub.prog}
+            out.append(f"| {flags} | {default} | {_cell(meaning)} |")
+        if sub.epilog:
+            out += ["", "```", sub.epilog.strip(), "```"]
+        out.append("")
+    out += ["## Evaluation suites", "",
+            f"What `metadisco evaluate --suite NAME` (`--quick`: the quick suite) trains on, {suites.DEFAULT_SEEDS} "
+            "seeds a method by default (`--seeds`), from the table that the command reads "
+            "(`metadisco.analysis.suites.TABLE`). A budget is environment steps per training run.", "",
+            "| suite | what it is for |", "|---|---|",
+            *(f"| {name} | {text} |" for name, text in suites.DESCRIPTIONS.items()), "",
+            suites.markdown_table(), ""]
+    return "\n".join(out) + "\n"
 
 
 # --- the configuration reference ---------------------------------------------------------------

@@ -62,5 +62,5 @@ def add(subparsers) -> None:
     p.add_argument("name", metavar="NAME", help="module:attr (your own class), an installed entry point, or a built-in")
     p.add_argument("--plug", choices=PLUGS, help="the plug point of a built-in name")
     p.add_argument("--samples", type=int, default=3, help="perturbed parameter sets besides the initial one")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the perturbed parameters drawn (default 0)")
     p.set_defaults(func=run)

@@ -59,8 +59,9 @@ def run(args) -> None:
 def add(subparsers) -> None:
     d = subparsers.add_parser("distil", help="fit closed forms (DPO family, sparse regression, a symbolic search "
                                              "valid by construction) to a run's learned drift and value loss")
-    d.add_argument("run_dir", metavar="RUN_DIR")
-    d.add_argument("--which", choices=("mean", "best"), default="mean")
+    d.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `metadisco train`")
+    d.add_argument("--which", choices=("mean", "best"), default="mean",
+                   help="the objectives to distil: the ES mean (default) or the best member")
     d.add_argument("--progress", type=float, default=None,
                    help="distil a TA-LPO drift at this one training progress; by default it is distilled at "
                         "the start and the end of training and interpolated, (1 - p) D_0 + p D_1")
@@ -71,5 +72,5 @@ def add(subparsers) -> None:
     d.add_argument("--prior-fraction", type=float, default=0.5,
                    help="share of fit points from a prior over (r, A) rather than from training, so that the "
                         "fit also sees the trust region's walls, which training rarely visits (default 0.5)")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=int, default=0, help="seed of the fits' random draws (default 0)")
     d.set_defaults(func=run)

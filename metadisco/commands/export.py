@@ -51,7 +51,7 @@ def _print_exported(expressions: dict, sources: dict, value_loss_base: dict | No
 def add(subparsers) -> None:
     e = subparsers.add_parser("export", help="export the closed-form drift and/or value loss as LaTeX, JSON "
                                              "and a JAX module")
-    e.add_argument("run_dir", metavar="RUN_DIR")
+    e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `metadisco train`")
     e.add_argument("--expression", help="a sympy expression over r, A, p (default: distil's chosen one)")
     e.add_argument("--value-loss", help="a sympy expression over e = v - target and t = target, the whole loss "
                                         "(default: distil's chosen one, when the run evolved the value loss, with "
@@ -62,6 +62,7 @@ def add(subparsers) -> None:
     e.add_argument("--format", choices=("metadisco", "discogen"), default="metadisco",
                    help="metadisco: LaTeX, an objectives JSON and a JAX module (default); discogen: a loss.py "
                         "for DiscoGen's on-policy RL domain (depends only on jax)")
-    e.add_argument("--which", choices=("mean", "best"), default="mean")
+    e.add_argument("--which", choices=("mean", "best"), default="mean",
+                   help="the objectives to export: the ES mean (default) or the best member")
     e.add_argument("--name", default=None, help="file and module name (default discovered_<what was exported>)")
     e.set_defaults(func=run)

@@ -45,7 +45,7 @@ def _epilog() -> str:
 
     return textwrap.dedent(f"""\
         experiments: {', '.join(list_experiments()) or '(none)'}
-        with no experiment: the demo, {DEMO_EXPERIMENT} (a value loss for heavy-tailed reward noise);
+        with no experiment: the demo, {DEMO_EXPERIMENT} (a learned shaping potential for MountainCar's sparse reward);
         overrides without an experiment apply to the demo
         overrides (FIELD=VALUE, sections with dots), for example:
           envs=CartPole-v1,Acrobot-v1 fitness=auc_norm generations=100 seeds_per_member=2
@@ -79,6 +79,6 @@ def add(subparsers) -> None:
     p.add_argument("--host-devices", type=int, help="CPU devices to split the population over (default: the cores, at least 2; "
                    "from 2 on, the count does not change the results)")
     p.add_argument("--coordinator", help="HOST:PORT of process 0 in a multi-host job")
-    p.add_argument("--num-processes", type=int)
-    p.add_argument("--process-id", type=int)
+    p.add_argument("--num-processes", type=int, help="processes in the multi-host job (with --coordinator)")
+    p.add_argument("--process-id", type=int, help="this process's index in the job, 0 to N-1 (with --coordinator)")
     p.set_defaults(func=run)
