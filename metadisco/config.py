@@ -68,18 +68,24 @@ def list_experiments() -> list[str]:
 
 
 def load_experiment(name_or_path: str) -> dict:
-    """An experiment's fields as a dict: a named experiment or a path to a TOML file."""
+    """An experiment's fields as a dict: a path to a TOML file, a name in ./experiments/ (the user's
+    own, which wins over a shipped one of the same name), or a named experiment that ships with metadisco."""
     path = Path(name_or_path)
+    local = Path("experiments") / f"{name_or_path}.toml"
     try:
         if path.suffix:
             text, where = path.read_text(), str(path)
+        elif local.is_file():
+            text, where = local.read_text(), str(local)
         else:
             text, where = resources.read_text(EXPERIMENTS, f"{name_or_path}.toml"), f"experiment {name_or_path}"
     except (FileNotFoundError, IsADirectoryError):
         known = list_experiments()
         close = difflib.get_close_matches(name_or_path, known, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"unknown experiment {name_or_path!r}.{hint} Available: {', '.join(known) or '(none)'}") from None
+        raise ConfigError(f"unknown experiment {name_or_path!r}: no file {local} here and no shipped experiment of "
+                          f"that name.{hint} A path to a TOML file works too (my_exp.toml). Shipped: "
+                          f"{', '.join(known) or '(none)'}") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

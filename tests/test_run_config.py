@@ -189,3 +189,13 @@ def test_an_objective_named_with_parameters_evolves_unless_evolve_is_given(monke
     assert resolve("lpo_cartpole_cpu", ["objectives.drift.hidden=8"]).objectives.evolve == ("drift",)  # an option only
     said = resolve(DEMO_EXPERIMENT, ["objectives.drift=my_drifts:ScaledSquare", "objectives.evolve=shaping"])
     assert said.objectives.evolve == ("shaping",)  # said otherwise
+
+
+def test_an_experiment_in_the_working_folders_experiments_is_found_by_name(tmp_path, monkeypatch):
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "my_exp.toml").write_text('name = "mine"\ngenerations = 3\n')
+    monkeypatch.chdir(tmp_path)
+    assert resolve("my_exp").name == "mine" and resolve("my_exp").generations == 3
+    assert resolve("experiments/my_exp.toml").name == "mine"
+    with pytest.raises(ConfigError, match=r"no file experiments/nope.toml here .* A path to a TOML file works too"):
+        resolve("nope")
