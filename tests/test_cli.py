@@ -158,14 +158,14 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not (path / "distil").exists()
     main(["distil", str(path), "--no-symbolic"])
-    report = json.loads((path / "distil" / "distil.json").read_text())
+    report = json.loads((path / "distil" / "drift.json").read_text())
     assert report["chosen"] is not None and report["data"]["n_points"] > 0
     loss_report = json.loads((path / "distil" / "value_loss.json").read_text())
     assert loss_report["chosen"] is not None and not loss_report["chosen"]["violations"]
     l2 = next(c for c in loss_report["candidates"] if c["method"] == "l2")
     assert loss_report["chosen"]["expression"].startswith("e**2/2")  # L2 plus the fitted departure
     assert loss_report["chosen"]["rmse"] <= l2["rmse"]  # at least as close to the learned loss as L2
-    assert (path / "distil" / "learned_vs_distilled.png").is_file()
+    assert (path / "distil" / "drift_learned_vs_distilled.png").is_file()
     assert (path / "distil" / "value_loss_learned_vs_distilled.png").is_file()
     main(["export", str(path)])
     exported = path / "export" / "discovered_drift_and_value_loss.json"

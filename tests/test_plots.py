@@ -524,7 +524,7 @@ def test_the_report_carries_the_verdict_the_held_out_results_and_the_distillatio
         (run.evaluation_dir / stamp).mkdir(parents=True)
         (run.evaluation_dir / stamp / "results.md").write_text(text)
     run.distil_dir.mkdir()
-    (run.distil_dir / "distil.json").write_text(json.dumps({"chosen": {"expression": "(r - 1)**2*Abs(A)"}}))
+    (run.distil_dir / "drift.json").write_text(json.dumps({"chosen": {"expression": "(r - 1)**2*Abs(A)"}}))
     config = dataclasses.replace(run.config(), expect=ExpectConfig(beats="ppo"))
     rows = run.metrics()
     rows[-1] = dataclasses.replace(rows[-1], comparison=dataclasses.replace(rows[-1].comparison,

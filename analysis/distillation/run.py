@@ -12,8 +12,9 @@ epoch and minibatch step of training, on every meta-training environment, each e
 contributing equally many. The drift is fitted on the visited (r, A) (at their progress, for a
 progress-dependent drift) mixed with a share from the default prior (training alone rarely
 reaches the walls of a trust region, which is what the walls are for); the value loss on the
-visited (v - target, target). Each report is RUN_DIR/distil/{distil,value_loss}.json, beside a
-learned-vs-distilled figure and the Pareto front's figure ({distil,value_loss}_pareto.png).
+visited (v - target, target). Each plug's files are named for it alike: its report
+RUN_DIR/distil/{plug}.json, its learned-vs-distilled figure {plug}_learned_vs_distilled.png and its
+Pareto front's figure {plug}_pareto.png (drift, value_loss).
 Imports jax on use (the command line imports this before it sets XLA_FLAGS).
 """
 
@@ -26,8 +27,8 @@ from metadisco.core.errors import MetadiscoError
 from metadisco.core.fileio import atomic_write_text, save_figure, to_jsonable
 
 DISTILLABLE = ("drift", "value_loss")
-REPORT_FILES = {"drift": "distil.json", "value_loss": "value_loss.json"}
-PARETO_FIGURES = {"drift": "distil_pareto", "value_loss": "value_loss_pareto"}
+REPORT_FILES = {plug: f"{plug}.json" for plug in DISTILLABLE}
+PARETO_FIGURES = {plug: f"{plug}_pareto" for plug in DISTILLABLE}
 ROW_COLUMNS = ("ratio", "advantage", "value", "target", "progress")
 
 
@@ -206,7 +207,7 @@ def distil_run_drift(out, samples, objectives, params, symbolic, progress, seed,
             "learned": (drift, dparams),
             "distilled": (closed, {}),
             "learned − distilled": (DriftDifference(drift, dparams, closed, {}), {}),
-        }, progress=progress), out / "learned_vs_distilled")
+        }, progress=progress), out / "drift_learned_vs_distilled")
     return report
 
 

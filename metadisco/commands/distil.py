@@ -1,7 +1,7 @@
 """`metadisco distil RUN_DIR`: fit closed forms to what the run evolved (its drift and/or value loss).
 
 The fit runs on the points that PPO training with the discovered objectives visits on every
-meta-training environment (metadisco.analysis.distillation.run writes RUN_DIR/distil/distil.json, value_loss.json
+meta-training environment (metadisco.analysis.distillation.run writes RUN_DIR/distil/drift.json, value_loss.json
 and the figures) through `metadisco.api.distil`; this module maps the command line onto it and
 prints the Pareto fronts.
 """
