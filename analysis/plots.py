@@ -77,7 +77,7 @@ def _distillation(run: Run, config) -> dict:
 
 
 def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean", report: bool = True,
-             notes: list | None = None) -> dict:
+             notes: list | None = None, error_span: float | None = None) -> dict:
     """Draw every figure that applies to a run directory; save them and report.html.
 
     Reads the run through `metadisco.analysis.runs.Run`: config.json, the complete metrics.jsonl rows and
@@ -86,6 +86,9 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
     figures embedded as data URIs, the config summary, the verdict, the newest held-out
     evaluation and the distillation where they exist, and the last metrics row) to
     RUN_DIR/report.html (out_dir/report.html when out_dir is given).
+
+    error_span: the value loss is drawn over errors e in [-error_span, error_span] (those the run's
+    critic makes: `metadisco.api.plot` measures them), else over [-3, 3].
 
     Returns {figure name: [paths]} in drawing order, "report" last. Figures that were skipped
     or failed, and why, are listed in the report and appended to `notes` when a list is given.
@@ -153,14 +156,16 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
             if drift.depends_on_progress:
                 emit("progress_surfaces", lambda: progress_surfaces_figure(drift, params.get("drift")))
         if vl.drawn_when_fixed or "value_loss" in evolve:
-            emit("value_loss", lambda: value_loss_figure(vl, params.get("value_loss")))
+            e_range = (-error_span, error_span) if error_span else (-3.0, 3.0)
+            emit("value_loss", lambda: value_loss_figure(vl, params.get("value_loss"), e_range=e_range))
         if shaping.drawn_when_fixed or "shaping" in evolve:
             low, high, names = shaping_bounds(shaping, list(config.envs), notes)
             emit("shaping", lambda: shaping_figure(shaping, params.get("shaping"), low, high, dim_names=names))
     if report:
         write_report(report_path, run.path, config, rows, images, written, notes, which,
                      loaded[2] if loaded is not None else {}, evaluation=newest_evaluation(run),
-                     distillation=_distillation(run, config))
+                     distillation=_distillation(run, config),
+                     exported=sorted(p for p in run.export_dir.rglob("*") if p.is_file()) if run.export_dir.is_dir() else [])
         for png in images.values() if "png" not in formats else ():
             png.unlink()  # drawn for the report only
         written["report"] = [report_path]

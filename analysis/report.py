@@ -76,14 +76,16 @@ def _config_summary(config) -> list[tuple[str, object]]:
 
 
 def write_report(path, run_dir, config, records: list[GenerationRecord], images: dict, written: dict, notes,
-                 which: str, extra: dict, evaluation: Path | None = None, distillation: dict | None = None) -> Path:
+                 which: str, extra: dict, evaluation: Path | None = None, distillation: dict | None = None,
+                 exported: list[Path] | None = None) -> Path:
     """One self-contained HTML page: config summary (`config`, the run's RunConfig), the verdict,
     the held-out evaluation, the distillation, the last metrics row (`records`, the run's
     generations), figures as data URIs.
 
     images {figure name: PNG file} are embedded in order; written {figure name: [paths]} are linked.
     evaluation: the folder `metadisco evaluate RUN_DIR` wrote (results.md), or None;
-    distillation: {plug: distil's report or None} for the plug points with closed forms.
+    distillation: {plug: distil's report or None} for the plug points with closed forms;
+    exported: the files `metadisco export` wrote (RUN_DIR/export/), if any.
     """
     path, run_dir = Path(path), Path(run_dir)
     last = records[-1] if records else None
@@ -107,7 +109,7 @@ def write_report(path, run_dir, config, records: list[GenerationRecord], images:
     ]
     parts += _verdict_section(config, last_eval, run_dir)
     parts += _evaluation_section(evaluation, run_dir, path.parent)
-    parts += _distillation_section(distillation or {}, run_dir)
+    parts += _distillation_section(distillation or {}, run_dir, exported or [], path.parent)
     if last is not None:  # the stored `generation` is 0-based: the heading says how many are done
         parts += [f"<h2>Last generation ({completed(last)})</h2>", _table(last.measures().items())]
     if last_eval is not None and last_eval is not last:
@@ -157,8 +159,9 @@ def _evaluation_section(evaluation: Path | None, run_dir: Path, page_dir: Path) 
             f"<pre>{html.escape((evaluation / 'results.md').read_text())}</pre>"]
 
 
-def _distillation_section(distillation: dict, run_dir: Path) -> list[str]:
-    """Each distilled plug point's chosen closed form, or the command that distils it."""
+def _distillation_section(distillation: dict, run_dir: Path, exported: list[Path], page_dir: Path) -> list[str]:
+    """Each distilled plug point's chosen closed form, or the command that distils it; the files
+    exported, or the command that exports them."""
     if not distillation:
         return []
     items = []
@@ -166,11 +169,12 @@ def _distillation_section(distillation: dict, run_dir: Path) -> list[str]:
         if report is None:
             text = f"{plug}: not distilled yet: metadisco distil {run_dir}"
         elif report.get("chosen"):
-            text = f"{plug}: {report['chosen']['expression']} (export it: metadisco export {run_dir})"
+            text = f"{plug}: {report['chosen']['expression']}" + ("" if exported else f" (export it: metadisco export {run_dir})")
         else:
             text = f"{plug}: no candidate satisfies the constraints (see {Path(run_dir) / 'distil'})"
         items.append(f"<li>{html.escape(text)}</li>")
-    return ["<h2>Distillation</h2>", "<ul>" + "".join(items) + "</ul>"]
+    links = ", ".join(f"<a href='{html.escape(_relative(p, page_dir))}'>{html.escape(p.name)}</a>" for p in exported)
+    return ["<h2>Distillation</h2>", "<ul>" + "".join(items) + "</ul>"] + ([f"<p>Exported: {links}</p>"] if exported else [])
 
 
 def _health_section(records: list[GenerationRecord]) -> list[str]:

@@ -122,7 +122,10 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
     out_dir = render.check_out_dir(out) if out else render.default_out_dir(resolved)
     options.setdefault("progress", False)
     results = evaluation.evaluate(resolved, envs=envs, **options)
-    return {**results, "out_dir": str(render.save(results, out_dir))}
+    saved = render.save(results, out_dir)
+    for run_dir in {t.run_dir for t in resolved if getattr(t, "run_dir", None) is not None}:
+        refresh_report(run_dir)
+    return {**results, "out_dir": str(saved)}
 
 
 def _inner_settings(inner: dict | Sequence[str] | None, targets) -> dict:
@@ -153,10 +156,52 @@ def plot(run_dir: str | Path, **options) -> dict:
     from metadisco.analysis.plots import plot_run
     from metadisco.analysis.runs import Run
 
-    Run(run_dir).config()  # RunDirError before anything heavy
+    run = Run(run_dir)
+    config = run.config()  # RunDirError before anything heavy
     notes: list[str] = []
-    written = plot_run(run_dir, notes=notes, **options)
+    span = None
+    if "value_loss" in config.objectives.evolve and run.objectives_path(options.get("which", "mean")).is_file():
+        span = visited_error_span(run, options.get("which", "mean"))
+        notes.append(f"the value loss is drawn over the errors its critic makes: |v - target| <= {span:.3g} "
+                     "(3 standard deviations of those PPO visits with it)")
+    written = plot_run(run_dir, notes=notes, error_span=span, **options)
     return {**written, "notes": notes}
+
+
+def visited_error_span(run, which: str = "mean") -> float:
+    """3 standard deviations of the critic's errors v - target that PPO makes when it trains with a
+    run's objectives: distil's measure where `metadisco distil` has run, else measured now (one
+    short training run per meta-training environment, as distil samples them)."""
+    import numpy as np
+
+    from metadisco.analysis.distillation.run import stored_report
+
+    report = stored_report(run, "value_loss")
+    if report is not None and report.get("data", {}).get("error_std"):
+        return 3.0 * float(report["data"]["error_std"])
+    objectives, params, _ = run.objectives(which)
+    rows = _visited(run.config(), objectives, params)
+    return 3.0 * float(np.std(rows[:, 2] - rows[:, 3]))
+
+
+def refresh_report(run_dir: str | Path) -> Path | None:
+    """Redraw a run's report.html (and its figures) where `plot` wrote one, so that what evaluate,
+    distil and export add shows at once; None where there is no report yet. A figure that fails
+    leaves the report as it was and says so: the command that called this has done its work."""
+    import sys
+
+    from metadisco.analysis.plots import FigureError
+    from metadisco.analysis.runs import Run
+
+    run = Run(run_dir)
+    if not (run.path / "report.html").is_file():
+        return None
+    try:
+        plot(run.path)
+    except (FigureError, MetadiscoError) as e:
+        print(f"metadisco: note: {run.path / 'report.html'} not refreshed: {e}", file=sys.stderr)
+        return None
+    return run.path / "report.html"
 
 
 def distil(run_dir: str | Path, which: str = "mean", plugs: Sequence[str] | None = None, **options) -> dict:
@@ -177,7 +222,9 @@ def distil(run_dir: str | Path, which: str = "mean", plugs: Sequence[str] | None
     objectives, params, _ = run.objectives(which)
     check_distil_options(options.get("progress"), options.get("prior_fraction", 0.5), options.get("fit", "value"))
     rows = _visited(cfg, objectives, params, options.get("seed", 0))
-    return distil_run(run, rows, objectives, params, which, plugs=plugs, **options)
+    reports = distil_run(run, rows, objectives, params, which, plugs=plugs, **options)
+    refresh_report(run.path)
+    return reports
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +305,7 @@ def export(run_dir: str | Path, which: str = "mean", *, expression: str | None =
                                    value_loss=expressions.get("value_loss"), fixed=(objectives, params),
                                    metadata={"run_dir": str(run.path), "source": sources, "envs": list(cfg.envs)},
                                    value_loss_base=value_loss_base)
+    refresh_report(run.path)
     return Exported(expressions, sources, value_loss_base, {k: Path(v) for k, v in paths.items()}, tuple(distilled))
 
 

@@ -157,8 +157,14 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
             main(["distil", str(path), *bad])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not (path / "distil").exists()
+    main(["plot", str(path), "--formats", "png"])
+    assert "value loss is drawn over the errors its critic makes: |v - target| <= " in capsys.readouterr().err
+    page = path / "report.html"
+    assert "not distilled yet" in page.read_text()
     main(["distil", str(path), "--no-symbolic"])
     report = json.loads((path / "distil" / "drift.json").read_text())
+    # each command that adds to a run redraws the report plot wrote: what it added shows at once
+    assert "not distilled yet" not in page.read_text() and "export it: metadisco export" in page.read_text()
     assert report["chosen"] is not None and report["data"]["n_points"] > 0
     loss_report = json.loads((path / "distil" / "value_loss.json").read_text())
     assert loss_report["chosen"] is not None and not loss_report["chosen"]["violations"]
@@ -174,6 +180,7 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
     assert objectives.drift.expression == report["chosen"]["expression"]
     assert isinstance(objectives.value_loss, ClosedFormValueLoss)
     assert objectives.value_loss.expression == loss_report["chosen"]["expression"]
+    assert "export it" not in page.read_text() and "Exported: " in page.read_text()
     tex = (path / "export" / "discovered_drift_and_value_loss.tex").read_text()
     assert tex.count("begin{equation}") == 2
     with pytest.raises(SystemExit) as exit_info:  # a drift that violates the constraints is refused

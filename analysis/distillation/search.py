@@ -321,14 +321,24 @@ class Problem:
 
 
 def fit_coefficients(X, lower, y):
-    """Least squares y ~ X w with w >= lower -> (w, rmse)."""
-    if X.shape[1] == 1 and lower[0] == 0.0:
-        col = X[:, 0]
-        norm = float(col @ col)
-        w = np.array([max(0.0, float(col @ y) / norm)]) if norm > 0 else np.zeros(1)
-    else:
-        w = lsq_linear(X, y, bounds=(np.asarray(lower), np.full(len(lower), np.inf))).x
-    return w, float(np.sqrt(np.mean((X @ w - y) ** 2)))
+    """Least squares y ~ X w with w >= lower -> (w, rmse); rmse is inf where a column's values are so
+    large that the fit overflows (the candidate is then never chosen: the search counts it invalid)."""
+    # expected for a candidate whose terms explode on some points (e**8, exp(e)): scipy's solver
+    # overflows inside and would warn once per such candidate
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if X.shape[1] == 1 and lower[0] == 0.0:
+            col = X[:, 0]
+            norm = float(col @ col)
+            w = np.array([max(0.0, float(col @ y) / norm)]) if norm > 0 else np.zeros(1)
+        else:
+            try:
+                w = lsq_linear(X, y, bounds=(np.asarray(lower), np.full(len(lower), np.inf))).x
+            except np.linalg.LinAlgError:
+                w = np.full(len(lower), np.nan)
+        rmse = float(np.sqrt(np.mean((X @ w - y) ** 2)))
+    if not (np.isfinite(w).all() and np.isfinite(rmse)):
+        return np.zeros_like(np.asarray(lower, np.float64)), float("inf")
+    return w, rmse
 
 
 @dataclass
@@ -480,11 +490,12 @@ def _polish(problem: Problem, member: dict, max_nfev: int = 60) -> dict | None:
         X, lower = problem.columns(with_tree_constants(tree, theta))
         if not np.isfinite(X).all():
             return np.full(y.shape, 1e6)
-        w, _ = fit_coefficients(X, lower, y)
-        return X @ w - y
+        w, rmse = fit_coefficients(X, lower, y)
+        return X @ w - y if np.isfinite(rmse) else np.full(y.shape, 1e6)
 
     try:
-        res = least_squares(residual, theta0, max_nfev=max_nfev, x_scale=np.maximum(np.abs(theta0), 0.1))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in fit_coefficients
+            res = least_squares(residual, theta0, max_nfev=max_nfev, x_scale=np.maximum(np.abs(theta0), 0.1))
     except ValueError:
         return None
     polished = with_tree_constants(tree, [float(f"{v:.6g}") for v in res.x])

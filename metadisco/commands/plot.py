@@ -12,14 +12,15 @@ def run(args) -> None:
     Run(args.run_dir).config()  # RunDirError before anything heavy: missing directory or config.json
     formats = [f for f in args.formats.split(",") if f.strip()]
 
-    from metadisco.analysis.plots import FigureError, plot_run
+    from metadisco import api
+    from metadisco.analysis.plots import FigureError
 
-    notes: list[str] = []
     try:
-        written = plot_run(args.run_dir, out_dir=args.out, formats=formats, which=args.which, notes=notes)
+        written = api.plot(args.run_dir, out_dir=args.out, formats=formats, which=args.which)
     except FigureError as e:  # the other figures were written: say where, then fail (EXIT_FAILED)
-        _print(notes, e.written)
+        _print([], e.written)
         raise
+    notes = written.pop("notes")
     _print(notes, written)
 
 
