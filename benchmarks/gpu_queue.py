@@ -3,7 +3,7 @@ declared evaluation, and write one summary. Started by benchmarks/gpu_queue.sh (
 the locked wheels on a host without package access):
 
     OUT=DIR benchmarks/gpu_queue.sh [--budget 9m] [--state docs/results/gpu_runs] [--max-runs N]
-    OUT=DIR benchmarks/gpu_queue.sh --smoke          # the same path on the CPU at a tiny size
+    OUT=DIR benchmarks/gpu_queue.sh --smoke          # the same path on the CPU at a tiny size, its state in OUT/state
 
 Each entry of benchmarks/gpu_queue.toml, in order, is a run directory STATE/NAME:
     missing                 -> `metadisco train EXPERIMENT OVERRIDES --run-dir STATE/NAME --time-limit T`
@@ -301,7 +301,9 @@ def unpack(archive: Path, state: Path) -> list[str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--budget", default="9m", help="wall time for this call (600, 9m, 1h30m; default 9m)")
-    p.add_argument("--state", type=Path, default=STATE, help="the queue's run directories (default %(default)s)")
+    p.add_argument("--state", type=Path, default=None,
+                   help=f"the queue's run directories (default {STATE.relative_to(ROOT)}; with --smoke, OUT/state: a "
+                        "smoke never touches the committed runs)")
     p.add_argument("--queue", type=Path, default=QUEUE)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
     p.add_argument("--max-runs", type=int, default=None, help="stop after this many entries were advanced")
@@ -309,6 +311,8 @@ def main(argv=None) -> int:
     p.add_argument("--unpack", type=Path, metavar="STATE_TAR_GZ",
                    help="only put back a call's state.tar.gz under --state, each run directory replaced whole")
     args = p.parse_args(argv)
+    if args.state is None:
+        args.state = args.out / "state" if args.smoke else STATE
     if args.unpack:
         args.state.mkdir(parents=True, exist_ok=True)
         print("unpacked:", ", ".join(unpack(args.unpack, args.state)), "into", args.state)

@@ -2,7 +2,7 @@
 # The GPU queue in one command (benchmarks/gpu_queue.py says what it does), from the repository root:
 #
 #   OUT=DIR benchmarks/gpu_queue.sh [--budget 9m]   # the next unfinished *_gpu experiment, then its evaluation
-#   OUT=DIR benchmarks/gpu_queue.sh --smoke         # the same path on the CPU at a tiny size
+#   OUT=DIR benchmarks/gpu_queue.sh --smoke         # the same path on the CPU at a tiny size (state in OUT/state)
 #
 # Exit status 0 when every command it ran finished or stopped on time, 1 when one failed.
 set -euo pipefail

@@ -77,11 +77,18 @@ def test_each_call_starts_resumes_or_evaluates_from_where_the_run_directory_stan
 
 @pytest.mark.slow
 def test_smoke_runs_the_first_entry_through_training_and_evaluation_and_writes_one_summary(tmp_path):
-    out, state = tmp_path / "out", tmp_path / "state"
+    out = tmp_path / "out"
+    committed = ROOT / "docs" / "results" / "gpu_runs"
+
+    def snapshot():
+        return sorted((str(p.relative_to(committed)), p.stat().st_mtime_ns) for p in committed.rglob("*"))
+
+    before = snapshot()
     env = os.environ | {"OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run([str(ROOT / "benchmarks" / "gpu_queue.sh"), "--smoke", "--state", str(state),
-                           "--max-runs", "1", "--budget", "5m"], capture_output=True, text=True, env=env, timeout=360)
+    done = subprocess.run([str(ROOT / "benchmarks" / "gpu_queue.sh"), "--smoke", "--max-runs", "1", "--budget", "5m"],
+                          capture_output=True, text=True, env=env, timeout=360)  # as documented: no --state
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert snapshot() == before  # the committed queue state: not resumed, not locked, not written
     summary = json.loads((out / "summary.json").read_text())
     first = summary["entries"][0]
     assert [s["kind"] for s in summary["steps"]] == ["train", "evaluate"]
@@ -100,8 +107,9 @@ def test_smoke_runs_the_first_entry_through_training_and_evaluation_and_writes_o
     assert {f"{first['name']}/config.json", f"{first['name']}/metrics.jsonl",
             f"{first['name']}/evaluation/queue/results.json"} <= names
     assert not any(n.endswith(".lock") for n in names)
+    assert (out / "state" / first["name"] / "metrics.jsonl").is_file()  # the smoke's runs: under OUT
     assert {p.name for p in out.iterdir()} <= {"summary.md", "summary.json", "queue.log", "metrics.jsonl",
-                                               "results.md", "state.tar.gz", "gpu.txt"}  # what a device returns
+                                               "results.md", "state.tar.gz", "gpu.txt", "state"}  # state: the smoke's own
 
 
 def test_an_evaluation_that_does_not_fit_waits_and_the_queue_goes_on_to_train_the_next(tmp_path):
