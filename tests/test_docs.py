@@ -56,3 +56,41 @@ def test_every_run_directory_the_redraw_script_plots_is_committed():
         for seed in ("0", "1", "2") if "$seed" in run else ("",):
             path = ROOT / run.replace("$seed", seed)
             assert (path / "config.json").is_file() and (path / "metrics.jsonl").is_file(), path
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `metadisco ...` command in the README's bash blocks, as argv lists (comments, `&&` and
+    `||` chains split off)."""
+    import shlex
+
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    out = []
+    for block in blocks:
+        for line in block.splitlines():
+            for part in re.split(r"&&|\|\|", line.split(" #")[0]):
+                words = shlex.split(part.strip()) if part.strip() else []
+                if words[:1] == ["metadisco"]:
+                    out.append(words[1:])
+    return out
+
+
+@pytest.mark.timeout(240)
+def test_every_command_the_readme_gives_parses_and_its_config_or_objective_is_valid(monkeypatch, capsys):
+    """As written, from a fresh clone: each command's options parse, each `train`'s experiment and
+    overrides make a valid config (RUN and runs/... stand for a run of the reader's), and each
+    `check` passes."""
+    from metadisco.cli import build_parser, main
+    from metadisco.config import DEMO_EXPERIMENT, resolve
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))  # the README's plug-in lives in examples/
+    commands = readme_commands()
+    assert {c[0] for c in commands} >= {"train", "evaluate", "plot", "distil", "export", "check"}
+    for argv in commands:
+        args = build_parser().parse_args(argv)  # SystemExit (a failure here) on an option that does not exist
+        if argv[0] == "train" and not args.resume:
+            named = args.experiment if args.experiment and "=" not in args.experiment else None
+            overrides = [*([args.experiment] if args.experiment and not named else []), *args.overrides]
+            resolve(named or DEMO_EXPERIMENT, overrides)
+        elif argv[0] == "check":
+            main(argv)
+            assert "constraint holds" in capsys.readouterr().out
