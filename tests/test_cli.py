@@ -232,7 +232,7 @@ def test_config_errors_are_reported_before_jax_starts(override, message):
     """A typo costs the user no jax start-up (seconds): the jax-free checks run first, and the
     error is one line with exit code 2."""
     code = ("import sys\nfrom metadisco.cli import main\n"
-            f"try:\n    main(['train', {override!r}])\nexcept SystemExit as e:\n"
+            f"try:\n    main(['train', 'lpo_cartpole_cpu', {override!r}])\nexcept SystemExit as e:\n"
             "    print(e.code, 'jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["2", "False"], out.stderr
@@ -253,7 +253,7 @@ def test_bad_settings_that_need_the_environment_are_a_one_line_error(overrides, 
     environment can run) end in the same one-line error and exit code 2 as the jax-free ones,
     before any compute, not a traceback. (In this process: jax is imported either way.)"""
     monkeypatch.chdir(tmp_path)  # where a run that was not refused would be written (runs/...)
-    code, out, err = cli("train", *overrides, capsys=capsys)
+    code, out, err = cli("train", *LPO, *overrides, capsys=capsys)
     assert code == 2, err[-2000:]
     assert message in err and "Traceback" not in err
     assert err.startswith("metadisco: error: ") and len(err.strip().splitlines()) == 1
@@ -281,7 +281,7 @@ def test_objectives_name_shows_what_an_objective_computes_its_options_and_parame
 
     code, out, _ = metadisco_in_process(["objectives", "value_loss_mix"], capsys)
     assert code == 0
-    assert "w = sparsemax([1, s_1, ..., s_K])" in out and "version = 2  (int)" in out
+    assert "w = u / sum(u),  u = [1, relu(s_1), ..., relu(s_K), sum_k relu(-s_k)]" in out and "version = 3  (int)" in out
     assert "['scores']: shape (2,)" in out and "(valid_for_every_member)" in out
     for plug in meta_objectives.PLUGS:  # every registered objective shows, at its plug point
         for name in meta_objectives.names(plug):

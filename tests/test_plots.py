@@ -28,7 +28,7 @@ from metadisco.analysis.figures.style import A_LABEL, D_LABEL, R_LABEL
 from metadisco.analysis.figures.training import training_curves_figure
 from metadisco.analysis.figures.value_loss import value_loss_figure
 from metadisco.core.errors import MetadiscoError
-from metadisco.core.records import GenerationRecord, Interval
+from metadisco.core.records import GenerationRecord, Interval, Violations
 from metadisco.meta_objectives import save_objectives
 from metadisco.meta_objectives.objectives import Objectives
 
@@ -528,7 +528,8 @@ def test_the_report_carries_the_verdict_the_held_out_results_and_the_distillatio
     config = dataclasses.replace(run.config(), expect=ExpectConfig(beats="ppo"))
     rows = run.metrics()
     rows[-1] = dataclasses.replace(rows[-1], comparison=dataclasses.replace(rows[-1].comparison,
-                                                                            diff=Interval(2.5, 0.5, 4.5)))
+                                                                            diff=Interval(2.5, 0.5, 4.5)),
+                                   violations=Violations((), ()))  # checked, and nothing failed
     page = write_report(tmp_path / "report.html", run.path, config, rows, {}, {}, [], "mean", {},
                         evaluation=plots.newest_evaluation(run), distillation=plots._distillation(run, config))
     text = page.read_text()

@@ -54,7 +54,7 @@ def test_a_stored_run_directory_reads_and_every_row_round_trips_byte_for_byte():
             assert record.extra == {}, (path, set(record.extra))  # every stored key is known
             assert record.to_row() == row, path
             assert json.dumps(record.to_row()) == line, path
-    run = Run(ROOT / "docs" / "results" / "demo" / "run")
+    run = Run(ROOT / "docs" / "results" / "value_loss_demo" / "run")
     records = run.metrics()
     assert len(records) == run.config().generations and [r.generation for r in records] == list(range(len(records)))
     last = records[-1]
