@@ -219,10 +219,9 @@ def test_an_existing_run_directory_is_never_overwritten_silently(uninterrupted):
     assert (uninterrupted / "metrics.jsonl").read_text() == before
 
 
-# The demo's layout at a tiny size: batches of two members, one batch a device on 4 devices, two on 2
-INVARIANT = [*LPO, "generations=2", "eval_every=2", "eval_seeds=2", "inner.total_timesteps=2048", "inner.num_envs=4",
-             "inner.num_steps=64", "inner.hidden=16,16", "objectives.drift.hidden=8", "es.population_size=8",
-             "member_batch=2", "--no-progress"]
+# The demo (population 16 in batches of 4) at a tiny inner size: one batch a device on 4 devices, two on 2
+INVARIANT = ["rediscover_shaping", "generations=2", "eval_every=2", "eval_seeds=2", "inner.total_timesteps=1024",
+             "inner.num_steps=64", "--no-progress"]
 
 
 @pytest.mark.slow
@@ -231,7 +230,7 @@ def test_the_device_count_does_not_change_a_single_bit(tmp_path, capsys):
     # batches: 52.42 vs 52.29 in the demo's first generation on 1 and 2 devices).
     code, out, err = metadisco_in_process(["train", *INVARIANT, "--run-dir", str(tmp_path / "two")], capsys)
     assert code == 0, err
-    assert "split over 2 cpu device(s) in 1 process(es), each training 2 members at a time" in out
+    assert "split over 2 cpu device(s) in 1 process(es), each training 4 members at a time" in out
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     four = subprocess.run([sys.executable, "-m", "metadisco.cli", "train", *INVARIANT, "--run-dir", str(tmp_path / "four")],
                           env=env, capture_output=True, text=True, timeout=280)
