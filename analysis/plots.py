@@ -41,6 +41,7 @@ from metadisco.analysis.report import write_report
 from metadisco.analysis.runs import WHICH, Run
 from metadisco.core.errors import EXIT_FAILED, MetadiscoError
 from metadisco.core.fileio import save_figure
+from metadisco.core.plugs import PLUGS
 
 FORMATS = ("png", "pdf", "svg")
 
@@ -74,6 +75,14 @@ def _distillation(run: Run, config) -> dict:
     from metadisco.analysis.distillation.run import DISTILLABLE, stored_report
 
     return {plug: stored_report(run, plug) for plug in DISTILLABLE if plug in config.objectives.evolve}
+
+
+def _found(loaded, evolve) -> dict:
+    """{plug: MetaObjective.found at the saved parameters} for each evolved plug ({} without objectives)."""
+    if loaded is None:
+        return {}
+    objectives, params, _ = loaded
+    return {plug: getattr(objectives, plug).found(params.get(plug)) for plug in PLUGS if plug in evolve}
 
 
 def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean", report: bool = True,
@@ -165,7 +174,8 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
         write_report(report_path, run.path, config, rows, images, written, notes, which,
                      loaded[2] if loaded is not None else {}, evaluation=newest_evaluation(run),
                      distillation=_distillation(run, config),
-                     exported=sorted(p for p in run.export_dir.rglob("*") if p.is_file()) if run.export_dir.is_dir() else [])
+                     exported=sorted(p for p in run.export_dir.rglob("*") if p.is_file()) if run.export_dir.is_dir() else [],
+                     what_was_found=_found(loaded, evolve))
         for png in images.values() if "png" not in formats else ():
             png.unlink()  # drawn for the report only
         written["report"] = [report_path]

@@ -77,7 +77,7 @@ def _config_summary(config) -> list[tuple[str, object]]:
 
 def write_report(path, run_dir, config, records: list[GenerationRecord], images: dict, written: dict, notes,
                  which: str, extra: dict, evaluation: Path | None = None, distillation: dict | None = None,
-                 exported: list[Path] | None = None) -> Path:
+                 exported: list[Path] | None = None, what_was_found: dict | None = None) -> Path:
     """One self-contained HTML page: config summary (`config`, the run's RunConfig), the verdict,
     the held-out evaluation, the distillation, the last metrics row (`records`, the run's
     generations), figures as data URIs.
@@ -85,7 +85,8 @@ def write_report(path, run_dir, config, records: list[GenerationRecord], images:
     images {figure name: PNG file} are embedded in order; written {figure name: [paths]} are linked.
     evaluation: the folder `metadisco evaluate RUN_DIR` wrote (results.md), or None;
     distillation: {plug: distil's report or None} for the plug points with closed forms;
-    exported: the files `metadisco export` wrote (RUN_DIR/export/), if any.
+    exported: the files `metadisco export` wrote (RUN_DIR/export/), if any;
+    what_was_found: {plug: what the evolved objective is (MetaObjective.found), or None for a network}.
     """
     path, run_dir = Path(path), Path(run_dir)
     last = records[-1] if records else None
@@ -108,6 +109,7 @@ def write_report(path, run_dir, config, records: list[GenerationRecord], images:
         "<h2>Configuration</h2>", _table(_config_summary(config)),
     ]
     parts += _verdict_section(config, last_eval, run_dir)
+    parts += _found_section(what_was_found or {}, which, run_dir)
     parts += _evaluation_section(evaluation, run_dir, path.parent)
     parts += _distillation_section(distillation or {}, run_dir, exported or [], path.parent)
     if last is not None:  # the stored `generation` is 0-based: the heading says how many are done
@@ -144,6 +146,17 @@ def _verdict_section(config, last_eval: GenerationRecord | None, run_dir: Path) 
             f"after generation {completed(last_eval)}: {es_mean_vs_ppo(last_eval.comparison)}. No verdict: the config states "
             "no expectation (expect.beats).")
     return ["<h2>Verdict</h2>", f"<p>{html.escape(text)}</p>"]
+
+
+def _found_section(found: dict, which: str, run_dir: Path) -> list[str]:
+    """What each evolved objective is at the saved parameters: a family's member or closed form, or
+    the command that distils a network into one."""
+    if not found:
+        return []
+    items = [f"{plug}: {text}" if text else f"{plug}: a learned network; `metadisco distil {run_dir}` fits a closed form"
+             for plug, text in found.items()]
+    return [f"<h2>What was found ({html.escape(which)})</h2>",
+            "<ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in items) + "</ul>"]
 
 
 def _evaluation_section(evaluation: Path | None, run_dir: Path, page_dir: Path) -> list[str]:

@@ -150,6 +150,11 @@ class MetaObjective:
         family answers it for every member, so export writes what evolved without fitting."""
         return None
 
+    def found(self, params: Params) -> str | None:
+        """What this objective is at `params`, in one line for a report: its closed form where it
+        has one (a family's member, a closed form), else None (a network: distillation says)."""
+        return self.closed_form(params)
+
     def params_reproducing(self, other: MetaObjective) -> Params | None:
         """Parameters at which this objective computes what `other` computes at its default
         parameters, bit for bit (so one compiled program trains both), or None where it cannot.

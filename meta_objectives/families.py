@@ -357,6 +357,10 @@ class ValueLossMix(MetaObjective):
         parts = [f"{number(float(wk))}*({term})" for wk, term in zip(w[1:], self._free_terms) if wk > 0]
         return " + ".join(parts) or "0"
 
+    def found(self, params) -> str:
+        """The member's weights (its closed form is None while PPO's clipped loss has weight)."""
+        return self.describe(params)
+
     def describe(self, params) -> str:
         """The member in one line, PPO's clipped loss included."""
         w = np.asarray(self.weights(params), np.float32)

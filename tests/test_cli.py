@@ -161,6 +161,7 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
     assert "value loss is drawn over the errors its critic makes: |v - target| <= " in capsys.readouterr().err
     page = path / "report.html"
     assert "not distilled yet" in page.read_text()
+    assert "What was found (mean)" in page.read_text() and "drift: a learned network" in page.read_text()
     main(["distil", str(path), "--no-symbolic"])
     report = json.loads((path / "distil" / "drift.json").read_text())
     # each command that adds to a run redraws the report plot wrote: what it added shows at once
