@@ -137,6 +137,15 @@ def _main_exit(argv, capsys) -> tuple[int, str, str]:
     return e.value.code, out, err
 
 
+def test_train_refuses_an_objective_that_is_invalid_at_its_start_before_any_compute(user_module, tmp_path, capsys):
+    code, _, err = _main_exit(["train", *LPO, "objectives.drift=user_objectives:Linear", "--run-dir",
+                               str(tmp_path / "run")], capsys)
+    assert code == 2, err
+    assert "refusing to start this run: objectives.drift=user_objectives:Linear is not a valid drift" in err
+    assert "flat_at_one" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()  # nothing written, nothing trained
+
+
 def test_check_names_each_violated_constraint_of_a_broken_drift(user_module, capsys):
     code, out, err = _main_exit(["check", "user_objectives:Linear"], capsys)
     assert code == 2
