@@ -3,8 +3,8 @@ JSON-line results, the machine description and peak memory.
 
 Every measurement runs in a fresh child process because XLA reads
 `--xla_force_host_platform_device_count` only when jax starts, and so that the peak resident
-memory (`ru_maxrss`) belongs to that measurement alone. This module does not import jax; importing
-it makes the repository's packages importable when a script runs as `python benchmarks/x.py`.
+memory (`ru_maxrss`) belongs to that measurement alone. This module does not import jax. The
+scripts import metadisco as installed (`make setup`; on a GPU image, benchmarks/gpu_env.sh).
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 
 def run_child(script: str, args: list[str], devices: int, timeout: float | None = None) -> list[dict]:

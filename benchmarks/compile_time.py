@@ -11,8 +11,9 @@ demo: `metadisco train rediscover_value_loss` (the demo) until its first generat
   printed, then stopped: the time a new user waits for the first sign of life.
 Both with METADISCO_CACHE_DIR=off (every program compiled) and JAX_LOG_COMPILES=1, whose log lines
 count the programs each command compiled. Each checkout runs its own code (`python -m
-metadisco.cli` from its root) in the same virtual environment; the two alternate within each
-repetition so that slow drift on the machine hits both alike.
+metadisco.cli` from its root, its package laid out as installed by scripts/link-layout and first on
+PYTHONPATH) in the same virtual environment; the two alternate within each repetition so that slow
+drift on the machine hits both alike.
 """
 
 from __future__ import annotations
@@ -33,8 +34,18 @@ RUN = ["generations=1", "es.population_size=4", "seeds_per_member=1", "inner.tot
 COMPILED = re.compile(r"Compiling (\S+)")
 
 
-def _env() -> dict:
-    return os.environ | {"METADISCO_CACHE_DIR": "off", "JAX_LOG_COMPILES": "1", "PYTHONUNBUFFERED": "1"}
+LAYOUTS = Path(tempfile.mkdtemp(prefix="metadisco-layouts-"))
+LINK_LAYOUT = Path(__file__).resolve().parent.parent / "scripts" / "link-layout"
+
+
+def _env(tree: Path) -> dict:
+    """The environment that runs `tree`'s own metadisco: its installed layout first on the path,
+    and neither the working directory's metadisco/ folder nor the environment's install before it."""
+    layout = LAYOUTS / tree.as_posix().strip("/").replace("/", "_")
+    if not (layout / "metadisco").is_dir():
+        subprocess.run([sys.executable, str(LINK_LAYOUT), str(layout), str(tree)], check=True, capture_output=True)
+    return os.environ | {"METADISCO_CACHE_DIR": "off", "JAX_LOG_COMPILES": "1", "PYTHONUNBUFFERED": "1",
+                         "PYTHONPATH": str(layout), "PYTHONSAFEPATH": "1"}
 
 
 def _metadisco(*args: str) -> list[str]:
@@ -45,7 +56,7 @@ def timed_evaluate(tree: Path, run_dir: Path, counts: dict) -> float:
     with tempfile.TemporaryDirectory() as out:
         t = time.perf_counter()
         proc = subprocess.run(_metadisco("evaluate", str(run_dir), f"{run_dir}:init", *EVALUATE, "--out",
-                                         f"{out}/e", "--no-progress"), cwd=tree, env=_env(), capture_output=True,
+                                         f"{out}/e", "--no-progress"), cwd=tree, env=_env(tree), capture_output=True,
                               text=True)
         seconds = time.perf_counter() - t
     if proc.returncode != 0:
@@ -58,7 +69,7 @@ def timed_demo(tree: Path, counts: dict) -> float:
     with tempfile.TemporaryDirectory() as out:
         t = time.perf_counter()
         proc = subprocess.Popen(_metadisco("train", "rediscover_value_loss", "--run-dir", f"{out}/r",
-                                           "--no-progress"), cwd=tree, env=_env(), stdout=subprocess.PIPE,
+                                           "--no-progress"), cwd=tree, env=_env(tree), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         for line in proc.stdout:
             if line.startswith("gen 1/"):
@@ -86,7 +97,7 @@ def main() -> None:
         if args.what == "evaluate":
             run_dir = Path(tmp) / "run"
             made = subprocess.run(_metadisco("train", *RUN, "--run-dir", str(run_dir), "--no-progress"),
-                                  cwd=after, env=_env(), capture_output=True, text=True)
+                                  cwd=after, env=_env(after), capture_output=True, text=True)
             if made.returncode != 0:
                 raise SystemExit(f"the one-generation run failed:\n{made.stderr[-3000:]}")
             calls = {"before": lambda: timed_evaluate(before, run_dir, counts),

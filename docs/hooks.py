@@ -18,10 +18,8 @@ import dataclasses
 import inspect
 import io
 import re
-import shutil
-import sys
+import runpy
 import tokenize
-import tomllib
 import typing
 from pathlib import Path
 
@@ -31,30 +29,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def link_layout() -> None:
-    """Link the installed layout into .docs-src/ (mkdocstrings reads the source from there): the
-    repository keeps metadisco's subpackages in folders beside metadisco/, and pyproject.toml's
-    package-dir says where each is installed. Run when mkdocs loads this file, before any plugin
-    looks for the source."""
-    layout = ROOT / ".docs-src"
-    shutil.rmtree(layout, ignore_errors=True)
-    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    top = layout / "metadisco"
-    top.mkdir(parents=True)
-    for entry in (ROOT / "metadisco").iterdir():
-        if entry.name != "__pycache__":
-            (top / entry.name).symlink_to(entry)
-    for name, folder in package_dir.items():
-        parts = name.split(".")
-        if len(parts) == 2:  # metadisco.X; deeper ones (data folders) sit inside their parent's folder
-            (top / parts[1]).symlink_to(ROOT / folder)
+    """Link the installed layout into .docs-src/ (mkdocstrings reads the source from there):
+    scripts/link-layout, which lays each package out where pyproject.toml's package-dir installs
+    it. Run when mkdocs loads this file, before any plugin looks for the source."""
+    runpy.run_path(str(ROOT / "scripts" / "link-layout"))["link_layout"](ROOT / ".docs-src")
 
 
 link_layout()
 
 
 def on_files(files, config):
-    if str(ROOT) not in sys.path:  # the checkout's metadisco, as PYTHONPATH=. would give
-        sys.path.insert(0, str(ROOT))
     for name, render in (("index.md", front_page), ("config.md", config_reference), ("objectives.md", objectives_reference),
                          ("cli.md", cli_reference), ("changelog.md", changelog)):
         files.append(File.generated(config, name, content=render()))

@@ -21,12 +21,10 @@ import importlib.resources
 import json
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
-from pathlib import Path
 
 from metadisco.core.errors import MetadiscoError
 
 PACKAGE = "metadisco.meta_objectives.zoo"
-CHECKOUT = Path(__file__).resolve().parent.parent / "zoo"  # in a checkout that is not installed
 PREFIX = "zoo:"  # how a command line names an entry: zoo:NAME
 
 
@@ -47,11 +45,8 @@ class Entry:
 
 
 def folder() -> Traversable:
-    """The installed zoo folder (package metadisco.meta_objectives.zoo), or the checkout's zoo/."""
-    try:
-        return importlib.resources.files(PACKAGE)
-    except ModuleNotFoundError:
-        return CHECKOUT
+    """The installed zoo folder (package metadisco.meta_objectives.zoo)."""
+    return importlib.resources.files(PACKAGE)
 
 
 def names() -> list[str]:

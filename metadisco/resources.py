@@ -1,5 +1,5 @@
 """The named experiments that ship with metadisco (experiments/*.toml), read through
-importlib.resources: the same names from a checkout, an editable install or a wheel. (The zoo of
+importlib.resources: the same names from an editable install or a wheel. (The zoo of
 discovered objectives is read by metadisco.meta_objectives.discovered.)
 
 jax-free. Each data folder keeps its place at the top of the repository (experiments/) and is
@@ -15,18 +15,11 @@ from __future__ import annotations
 
 import importlib.resources
 from importlib.resources.abc import Traversable
-from pathlib import Path
-
-CHECKOUT = Path(__file__).resolve().parent.parent  # the repository root, when run from a checkout
 
 
 def folder(name: str) -> Traversable:
-    """The installed data folder `name` (package metadisco.<name>); in a checkout that is not
-    installed (PYTHONPATH pointing at it), the top-level folder of that name."""
-    try:
-        return importlib.resources.files(f"metadisco.{name}")
-    except ModuleNotFoundError:
-        return CHECKOUT / name
+    """The installed data folder `name` (package metadisco.<name>)."""
+    return importlib.resources.files(f"metadisco.{name}")
 
 
 def names(name: str, suffix: str) -> list[str]:

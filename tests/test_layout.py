@@ -2,6 +2,9 @@
 reads another's private names, and one package is installed (docs/design.md, "Design in one screen")."""
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -251,3 +254,27 @@ def imported_from_source(source: str):
                 yield from imported_from_source(node.value)
             except SyntaxError:
                 continue
+
+
+def test_the_package_is_what_the_install_maps_and_nothing_beside_it():
+    """metadisco is imported as installed (pyproject.toml's package-dir; an editable install maps the
+    same folders), never by adding the checkout to its path: the repository's other folders are not
+    subpackages, the zoo and the experiments resolve through the mapping, and each class is defined
+    once. Run from the repository root, where the checkout's metadisco/ is the first on sys.path."""
+    script = (
+        "import importlib.util, json, metadisco, metadisco.config, metadisco.core.errors as e\n"
+        "import metadisco.experiments, metadisco.meta_objectives as m, metadisco.meta_objectives.zoo as z\n"
+        "print(json.dumps({'path': list(metadisco.__path__), 'zoo': z.__file__, 'experiments': metadisco.experiments.__file__,\n"
+        "  'meta_path': list(m.__path__), 'one_error': metadisco.config.ConfigError is e.ConfigError,\n"
+        "  'missing': [n for n in ('metadisco.metadisco', 'metadisco.tests', 'metadisco.benchmarks', 'metadisco.docs',\n"
+        "                          'metadisco.scripts', 'metadisco.zoo') if importlib.util.find_spec(n) is None]}))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout)
+    assert found["path"] == [str(ROOT / "metadisco")]
+    assert found["missing"] == ["metadisco.metadisco", "metadisco.tests", "metadisco.benchmarks", "metadisco.docs",
+                                "metadisco.scripts", "metadisco.zoo"]
+    assert found["zoo"] == str(ROOT / "zoo" / "__init__.py") and found["experiments"] == str(ROOT / "experiments" / "__init__.py")
+    assert found["meta_path"] == [str(ROOT / "meta_objectives")]  # the zoo is mapped, not found beside it
+    assert found["one_error"]
+
