@@ -38,10 +38,11 @@ from metadisco.analysis.figures.style import PNG_DPI
 from metadisco.analysis.figures.training import training_curves_figure
 from metadisco.analysis.figures.value_loss import value_loss_figure
 from metadisco.analysis.report import write_report
-from metadisco.analysis.runs import WHICH, Run
+from metadisco.analysis.runs import Run
 from metadisco.core.errors import EXIT_FAILED, MetadiscoError
 from metadisco.core.fileio import save_figure
 from metadisco.core.plugs import PLUGS
+from metadisco.measure.run_files import WHICH
 
 FORMATS = ("png", "pdf", "svg")
 

@@ -1,7 +1,7 @@
 """The HTML report of a run: one self-contained page (figures embedded as PNG data URIs, the
 config summary, the verdict, the held-out evaluation and the distillation, or the command that
 makes each, the last metrics rows, notes), written by `metadisco.analysis.plots.plot_run`. Generations are
-numbered as the console numbers them (`metadisco.analysis.runs.completed`)."""
+numbered as the console numbers them (`metadisco.measure.run_files.completed`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import html
 import math
 from pathlib import Path
 
-from metadisco.analysis import search_health
-from metadisco.analysis.runs import completed
-from metadisco.analysis.verdicts import es_mean_vs_ppo, verdict
 from metadisco.core.fileio import atomic_write_text
 from metadisco.core.records import GenerationRecord
+from metadisco.measure import health as search_health
+from metadisco.measure.run_files import completed
+from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
 
 __all__ = ["CAPTIONS", "write_report"]
 
@@ -191,7 +191,7 @@ def _distillation_section(distillation: dict, run_dir: Path, exported: list[Path
 
 
 def _health_section(records: list[GenerationRecord]) -> list[str]:
-    """Search health over the last 10 generations (metadisco.analysis.search_health), with its warning."""
+    """Search health over the last 10 generations (metadisco.measure.health), with its warning."""
     recent = search_health.recent(records)
     if recent is None:
         return []

@@ -16,12 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from metadisco.analysis.runs import Run, RunDirError, run_containing
+from metadisco.analysis.runs import Run, run_containing
 from metadisco.analysis.suites import EvaluationError
 from metadisco.core import streams
 from metadisco.core.options import split_options
 from metadisco.core.plugins import is_import_path, load
 from metadisco.core.run_config import HeldoutConfig
+from metadisco.measure.run_files import RunDirError
 from metadisco.meta_objectives import DPO, PLUGS, ObjectiveFileError, Objectives, discovered, load_objectives, make_objective
 from metadisco.meta_objectives.constraints import require_valid
 

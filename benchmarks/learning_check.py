@@ -62,7 +62,7 @@ def run_reference(env_name: str, steps: int, seeds: list[int]) -> dict:
 def interval(values) -> dict:
     import numpy as np
 
-    from metadisco.analysis.stats import t_interval
+    from metadisco.measure.stats import t_interval
 
     mean, low, high = t_interval(np.asarray(values, np.float64))
     return {"mean": float(mean), "low": float(low), "high": float(high), "values": [float(v) for v in values]}

@@ -22,8 +22,6 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from metadisco import strategy as strategies
-from metadisco.analysis import search_health as health
-from metadisco.analysis.stats import gap_closed_ci, mean_ci
 from metadisco.config import ObjectivesConfig, RunConfig, objectives_of, ppo_config
 from metadisco.core import scores, streams
 from metadisco.core.errors import ConfigError, MetadiscoError
@@ -31,6 +29,8 @@ from metadisco.core.records import Comparison, GenerationRecord, Health, Interva
 from metadisco.core.scores import GUARD_SE, at_worst
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, MIRRORED_STRATEGIES
 from metadisco.inner_loops import Env, PPOConfig, make_env, make_train
+from metadisco.measure import health
+from metadisco.measure.stats import gap_closed_ci, mean_ci
 from metadisco.meta_objectives import Objectives
 from metadisco.meta_objectives import names as objective_names
 
@@ -101,7 +101,7 @@ class GenerationMetrics:
     sigma: jax.Array  # the strategy's step size after the update
     num_diverged: jax.Array  # int
     draw: dict  # what was drawn (GenerationRecord.draw), only the levers the run uses
-    health: dict  # search_health.split_half's {grad_cos, rank_corr, undefined}; {} with one seed per member
+    health: dict  # measure.health.split_half's {grad_cos, rank_corr, undefined}; {} with one seed per member
 
 
 def mirrored(es_cfg) -> bool:
@@ -430,7 +430,7 @@ class MetaTrainer:
         return self.cfg.distribution.env_fitness == "mean"
 
     def _health_metrics(self, pop, per_seed, diverged, scores) -> dict:
-        """Search health (metadisco.analysis.search_health): the agreement of the ES gradients and rankings from
+        """Search health (metadisco.measure.health): the agreement of the ES gradients and rankings from
         two disjoint halves of the generation's seeds; {} with a single seed per member. scores [P]:
         the generation's scores (before the pair control variate), to tell a collapsed population."""
         seeds = per_seed.shape[-1]

@@ -1,4 +1,5 @@
-"""The writing side of a run directory (the layout and every read: metadisco.analysis.runs.Run).
+"""The writing side of a run directory, on its schema (the files and every read of them:
+metadisco.measure.run_files.RunFiles, the base the finished-run reader metadisco.analysis.runs.Run shares).
 
     run = RunDir(path)
     with run.lock():                 one writer per run directory (an OS lock; see `lock`)
@@ -24,10 +25,10 @@ import os
 import socket
 from pathlib import Path
 
-from metadisco.analysis.runs import Run, RunDirError, RunWriteError, writing
 from metadisco.core.fileio import atomic_write_bytes, atomic_write_text, to_jsonable
 from metadisco.core.records import GenerationRecord
 from metadisco.core.run_config import RunConfig
+from metadisco.measure.run_files import RunDirError, RunFiles, RunWriteError, writing
 
 __all__ = ["KEEP_CHECKPOINTS", "RunDir", "RunDirError", "RunLockedError", "RunWriteError"]
 
@@ -38,7 +39,7 @@ class RunLockedError(RunDirError):
     """Another process is writing the run directory."""
 
 
-class RunDir(Run):
+class RunDir(RunFiles):
     """A run directory that this process writes (hold `lock()` while writing)."""
 
     @contextlib.contextmanager

@@ -32,13 +32,13 @@ import jax
 import numpy as np
 
 from metadisco import config as config_lib
-from metadisco.analysis import search_health as health
-from metadisco.analysis.runs import completed
-from metadisco.analysis.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
 from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.plugs import PLUGS
 from metadisco.core.records import GenerationRecord, Health, Violations, finite
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
+from metadisco.measure import health
+from metadisco.measure.run_files import completed
+from metadisco.measure.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
 from metadisco.meta_objectives import save_objectives
 from metadisco.meta_objectives.constraints import check_evolved, require_valid
 from metadisco.mirrors import Mirrors

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {
     "metadisco": "metadisco",
     "metadisco.analysis": "analysis",
+    "metadisco.measure": "metadisco/measure",
     "metadisco.inner_loops": "inner_loops",
     "metadisco.meta_objectives": "meta_objectives",
     "metadisco.core": "metadisco/core",
@@ -67,6 +68,30 @@ def test_dependencies_point_one_way(package):
     bad = [f"{path.relative_to(ROOT)} imports {module}"
            for path in modules(package) for module, _ in imported(path)
            if layer_of(module) not in (None, *allowed)]
+    assert not bad, bad
+
+
+# The engine measures a run while it runs and writes it; analysis reads it after. What the engine
+# needs (search health, intervals, verdicts, the run directory's files) is metadisco.measure's.
+ENGINE = ("metadisco.engine", "metadisco.train", "metadisco.rundir", "metadisco.measure")
+
+
+def test_the_engine_imports_nothing_of_analysis():
+    """No import that the engine's modules or metadisco.measure's make, directly or through others,
+    inside functions too, reaches metadisco.analysis."""
+    graph = import_graph(project_sources())
+    roots = [m for m in graph if any(m == e or m.startswith(e + ".") for e in ENGINE)]
+    assert {"metadisco.engine", "metadisco.train", "metadisco.rundir", "metadisco.measure.health"} <= set(roots)
+    reached, path = set(), {m: [m] for m in roots}
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        for other in graph.get(module, ()):
+            if other not in reached and other not in roots:
+                reached.add(other)
+                path[other] = [*path[module], other]
+                todo.append(other)
+    bad = [" -> ".join(path[m]) for m in sorted(reached) if layer_of(m) == "metadisco.analysis"]
     assert not bad, bad
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from metadisco.analysis.runs import Run, RunDirError
-from metadisco.analysis.verdicts import es_mean_vs_ppo, verdict
+from metadisco.analysis.runs import Run
 from metadisco.core.records import (
     Comparison,
     GenerationRecord,
@@ -20,6 +19,8 @@ from metadisco.core.records import (
     finite,
 )
 from metadisco.core.run_config import ExpectConfig
+from metadisco.measure.run_files import RunDirError
+from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
 from metadisco.rundir import RunDir
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,11 +11,12 @@ import typing
 
 import pytest
 
-from metadisco.analysis.runs import Run, RunDirError
+from metadisco.analysis.runs import Run
 from metadisco.config import override, ppo_config, resolve
 from metadisco.core.errors import ConfigError
 from metadisco.core.run_config import FIXED_PPO_FIELDS, InnerConfig, RunConfig
 from metadisco.inner_loops import PRESETS, PPOConfig, PPOHyperparams, preset_for
+from metadisco.measure.run_files import RunDirError
 from tests.helpers import metadisco_in_process
 
 

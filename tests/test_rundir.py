@@ -17,10 +17,11 @@ import sys
 import pytest
 
 from metadisco.analysis.distillation.run import write_output
-from metadisco.analysis.runs import Run, parse_metrics
+from metadisco.analysis.runs import Run
 from metadisco.config import resolve
 from metadisco.core.errors import EXIT_TERMINATED, MetadiscoError
 from metadisco.engine import MetaTrainer
+from metadisco.measure.run_files import parse_metrics
 from metadisco.rundir import RunDir, RunLockedError, RunWriteError
 from metadisco.train import run
 from tests.helpers import LPO, TINY, start_metadisco, wait_for_rows

@@ -6,9 +6,10 @@ import sys
 
 import pytest
 
-from metadisco.analysis.runs import Run, RunDirError, parse_metrics, run_containing
+from metadisco.analysis.runs import Run, run_containing
 from metadisco.core.errors import MetadiscoError
 from metadisco.core.run_config import HeldoutConfig, InnerConfig, ObjectivesConfig, RunConfig
+from metadisco.measure.run_files import RunDirError, parse_metrics
 
 
 def test_importing_the_reader_does_not_import_jax():
@@ -68,8 +69,7 @@ def test_layout_listing_and_declared_heldout(tmp_path):
 
 def test_the_stored_config_is_read_typed_as_train_wrote_it(tmp_path):
     """config.json is read back as the RunConfig `metadisco train` stored (tuples, sections,
-    objective choices), and a field the file lacks takes RunConfig's default, as resume reads it
-    (member_batch the value such a run ran with)."""
+    objective choices), and a field the file lacks takes RunConfig's default, as resume reads it."""
     cfg = RunConfig(name="typed", envs=("CartPole-v1", "Acrobot-v1"), fitness="auc_norm", seed=7,
                     inner=InnerConfig(total_timesteps=4096, hidden=(16, 16)),
                     objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}, evolve=("drift", "value_loss")),
@@ -80,5 +80,4 @@ def test_the_stored_config_is_read_typed_as_train_wrote_it(tmp_path):
     assert read == cfg and read.inner.hidden == (16, 16) and read.objectives.evolve == ("drift", "value_loss")
     assert read.objectives.drift.options == (("hidden", 8),) and run.heldout() == cfg.heldout
     run.config_path.write_text(json.dumps({"envs": ["Acrobot-v1"]}))
-    # member_batch aside: a run stored before it existed trained each device's whole shard at once
-    assert run.config() == RunConfig(envs=("Acrobot-v1",), member_batch=0)
+    assert run.config() == RunConfig(envs=("Acrobot-v1",))

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metadisco.analysis import search_health
 from metadisco.config import ESConfig, ExpectConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
 from metadisco.core.records import Comparison, GenerationRecord, Health, Interval, Violations
 from metadisco.engine import MetaTrainer
+from metadisco.measure import health as search_health
 from metadisco.meta_objectives import MetaObjective
 from metadisco.rundir import RunDir
 from metadisco.train import health_line, run, verdict
@@ -394,7 +394,7 @@ def test_an_expectation_does_not_outlive_the_objectives_it_was_written_for():
 
 
 def test_the_gap_closed_is_reported_only_where_the_start_is_below_ppo():
-    from metadisco.analysis.stats import gap_closed_ci
+    from metadisco.measure.stats import gap_closed_ci
 
     start, ppo = np.zeros(8), np.ones(8)
     assert gap_closed_ci(np.full(8, 0.5), start, ppo)[0] == pytest.approx(0.5)

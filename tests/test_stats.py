@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from metadisco.analysis import stats
 from metadisco.core.scores import normalise
+from metadisco.measure import stats
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import json
 
-from metadisco.analysis.runs import Run, RunDirError, writing
+from metadisco.analysis.runs import Run
 from metadisco.core.errors import MetadiscoError
 from metadisco.core.fileio import atomic_write_text, save_figure, to_jsonable
+from metadisco.measure.run_files import RunDirError, writing
 
 DISTILLABLE = ("drift", "value_loss")
 REPORT_FILES = {plug: f"{plug}.json" for plug in DISTILLABLE}

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from metadisco.analysis import stats
 from metadisco.analysis.evaluation.plan import EnvJob
 from metadisco.analysis.evaluation.protocol import BOOTSTRAP_REPS, LABELS, Protocol, no_episode_ended
 from metadisco.analysis.targets import REFERENCES
 from metadisco.core import scores
 from metadisco.inner_loops import preset_for, preset_name
+from metadisco.measure import stats
 
 __all__ = ["CONFIDENCE", "BOOTSTRAP_REPS", "env_stats", "aggregate", "reading", "notes"]
 

@@ -10,9 +10,9 @@ import numpy as np
 import seaborn as sns
 
 from metadisco.analysis.figures.style import theme
-from metadisco.analysis.runs import completed
-from metadisco.analysis.search_health import NOISY_COSINE
 from metadisco.core.records import GenerationRecord, finite
+from metadisco.measure.health import NOISY_COSINE
+from metadisco.measure.run_files import completed
 
 __all__ = ["training_curves_figure"]
 
@@ -29,7 +29,7 @@ def training_curves_figure(records: list[GenerationRecord], fitness_label: str =
     Top: population mean (line) with the min-max band, the highest member score so far (a
     maximum over noisy scores, dashed), and, on generations that were evaluated, the ES mean,
     its start point and PPO on the same fresh seeds (markers). Middle: the split-half cosine of
-    the ES gradient per generation and its 5-generation running mean (metadisco.analysis.search_health);
+    the ES gradient per generation and its 5-generation running mean (metadisco.measure.health);
     below the dotted line the gradient is mostly seed noise. Bottom: sigma (log scale when
     positive). Returns the Figure.
     """

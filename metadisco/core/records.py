@@ -142,12 +142,12 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Health:
-    """Search health (metadisco.analysis.search_health.split_half): how far two halves of the
+    """Search health (metadisco.measure.health.split_half): how far two halves of the
     generation's seeds agree on the ES gradient and on the ranking."""
 
     grad_cos: float | None = None  # cosine of the halves' ES gradients; NaN where undefined
     rank_corr: float | None = None  # rank correlation of the halves' scores
-    undefined: int | None = None  # why grad_cos is NaN: a key of search_health.UNDEFINED, or 0 (defined)
+    undefined: int | None = None  # why grad_cos is NaN: a key of measure.health.UNDEFINED, or 0 (defined)
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def _strings(row: Mapping, key: str) -> tuple[str, ...] | None:
 class GenerationRecord:
     """One generation of a run: a line of metrics.jsonl."""
 
-    generation: int  # 0-based; analysis.runs.completed numbers it as the generations done
+    generation: int  # 0-based; measure.run_files.completed numbers it as the generations done
     fitness_mean: float | None = None  # over the members that did not diverge (NaN: none did not)
     fitness_max: float | None = None
     fitness_min: float | None = None

@@ -38,8 +38,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from metadisco.analysis.runs import completed
 from metadisco.core.records import GenerationRecord, Health, finite
+from metadisco.measure.run_files import completed
 
 # Below this cosine between the halves' gradients (a mean over the recent generations) the
 # gradient the ES follows is mostly seed noise: its signal share 2c/(1+c) is under 1/3.

@@ -12,8 +12,8 @@ finished run directory.
 
 from __future__ import annotations
 
-from metadisco.analysis.runs import completed
 from metadisco.core.records import Comparison, GenerationRecord, Interval, finite
+from metadisco.measure.run_files import completed
 
 
 def _interval(interval: Interval, fmt: str = "+.4g") -> str:
