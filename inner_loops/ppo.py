@@ -14,6 +14,13 @@ minibatch steps on `ppo_loss`; `train` scans the updates. With the default `Obje
 PPO-clip with PPO's clipped value loss (PureJaxRL), to the number, except that a truncated
 episode bootstraps from the value of its final observation.
 
+A recurrent actor-critic (config.network "gru" or "lstm": PureJaxRL's `ppo_rnn.py`) runs on the same
+functions: the runner carries the cell's state and whether each observation begins an episode
+(where the carry is reset), `update` keeps the carry the rollout started from so that `ppo_loss`
+replays whole sequences, and `update_epoch` splits the environments, not the steps, into
+minibatches. The few places that differ read `ppo.recurrent` (`act`, `bootstrap_value`, `replay`,
+`minibatches`); with the MLP they compute what they did before, to the bit.
+
 `meta_params` is a dict keyed by plug point ("drift", "value_loss", "shaping") holding the
 parameters of the plugs being evolved; the others use their objective's initial parameters.
 The numbers in `PPOHyperparams` and the environment's parameters are traced (vmap over learning
@@ -29,6 +36,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -51,6 +59,7 @@ class Transition(NamedTuple):
     terminated: jax.Array  # [...] bool: the episode ended; no bootstrap
     truncated: jax.Array  # [...] bool: the time limit ended it; bootstrap from the final observation
     episode_return: jax.Array  # [...] return of the episode that just ended (valid where done)
+    first: jax.Array | None = None  # [...] bool: `obs` begins an episode (recurrent: the carry reset before it)
 
     @property
     def done(self) -> jax.Array:
@@ -67,6 +76,10 @@ class Batch(NamedTuple):
     value: jax.Array  # [B] of the acting critic (for value clipping)
     advantage: jax.Array  # [B] GAE, not yet normalised
     target: jax.Array  # [B] value targets (advantage + value)
+    # Recurrent networks only (None for the MLP): the leaves above are [T, E, ...] sequences of E
+    # environments, replayed from the carry the rollout started from.
+    first: jax.Array | None = None  # [T, E] bool: obs begins an episode (the carry resets before it)
+    hstate: Any = None  # the carry at the rollout's start, leaves [E, rnn_size]
 
 
 class LossAux(NamedTuple):
@@ -134,6 +147,8 @@ class Runner(NamedTuple):
     obs_norm: ObsNorm
     reward_norm: RewardNorm  # used only with config.normalize_reward
     key: jax.Array
+    hstate: Any = None  # recurrent: the carry, leaves [num_envs, rnn_size]; None for the MLP
+    first: jax.Array | None = None  # recurrent: [num_envs] bool, `obs` begins an episode; None for the MLP
 
 
 class UpdateInfo(NamedTuple):
@@ -174,7 +189,7 @@ class PPO:
     env: Env
     config: PPOConfig
     objectives: Objectives
-    network: networks.ActorCritic
+    network: networks.ActorCritic | networks.RecurrentActorCritic
     default_meta_params: dict  # `objectives.init(key(0))`: the parameters of plugs not evolved
 
     @classmethod
@@ -187,11 +202,22 @@ class PPO:
                 "step cap: set one (inner.eval_max_steps=N in a run config, eval_max_steps in a PPOConfig), or "
                 "skip evaluation (eval_episodes=0)"
             )
-        network = networks.ActorCritic(
-            num_actions=env.num_actions, discrete=env.discrete, hidden=config.hidden,
-            activation=config.activation, obs_ndim=len(env.obs_shape),
-        )
+        if config.recurrent:
+            network = networks.RecurrentActorCritic(
+                num_actions=env.num_actions, discrete=env.discrete, cell_type=config.network,
+                size=config.rnn_size, obs_ndim=len(env.obs_shape),
+            )
+        else:
+            network = networks.ActorCritic(
+                num_actions=env.num_actions, discrete=env.discrete, hidden=config.hidden,
+                activation=config.activation, obs_ndim=len(env.obs_shape),
+            )
         return cls(env, config, objectives, network, objectives.default_params())
+
+    @property
+    def recurrent(self) -> bool:
+        """The actor-critic is recurrent (config.network gru or lstm)."""
+        return self.config.recurrent
 
     @property
     def eval_cap(self) -> int:
@@ -227,9 +253,21 @@ def init_runner(ppo: PPO, key: jax.Array, inputs: TrainInputs, network_params=No
     env, num_envs = ppo.env, ppo.config.num_envs
     key, k_net, k_env = jax.random.split(key, 3)
     obs, env_state = jax.vmap(lambda k: env.reset(k, inputs.env_params))(jax.random.split(k_env, num_envs))
-    params = ppo.network.init(k_net, obs) if network_params is None else network_params
+    params = init_network(ppo, k_net, obs) if network_params is None else network_params
     opt_state = make_optimizer(ppo.config, inputs.hp).init(params)
-    return Runner(params, opt_state, env_state, obs, ObsNorm.create(env.obs_shape), RewardNorm.create(num_envs), key)
+    hstate, first = ((ppo.network.initial_carry(num_envs), jnp.ones(num_envs, bool)) if ppo.recurrent
+                     else (None, None))
+    return Runner(params, opt_state, env_state, obs, ObsNorm.create(env.obs_shape), RewardNorm.create(num_envs), key,
+                  hstate, first)
+
+
+def init_network(ppo: PPO, key: jax.Array, obs) -> dict:
+    """The network's initial parameters for observations `obs` [num_envs, *obs_shape] (only their
+    shape reaches the initialisers); a recurrent network is initialised on a one-step sequence."""
+    if not ppo.recurrent:
+        return ppo.network.init(key, obs)
+    n = obs.shape[0]
+    return ppo.network.init(key, ppo.network.initial_carry(n), obs[None], jnp.zeros((1, n), bool))
 
 
 def initial_network(ppo: PPO, key: jax.Array) -> dict:
@@ -240,7 +278,7 @@ def initial_network(ppo: PPO, key: jax.Array) -> dict:
     what `init_runner` computes: only the observations' shape reaches the initialisers."""
     _, k_net, _ = jax.random.split(key, 3)
     obs = jnp.zeros((ppo.config.num_envs, *ppo.env.obs_shape), jnp.float32)
-    return ppo.network.init(k_net, obs)
+    return init_network(ppo, k_net, obs)
 
 
 def normaliser(ppo: PPO, obs_norm: ObsNorm):
@@ -271,27 +309,48 @@ def training_reward(ppo: PPO, inputs: TrainInputs, reward_norm: RewardNorm, obs,
     return reward_norm, reward
 
 
+def act(ppo: PPO, params, hstate, obs, first):
+    """The acting network on normalised observations `obs` [N, *obs_shape] -> (hstate, pi, value [N]).
+    Recurrent: one step of the carry `hstate`, reset first where `first` [N]; the MLP ignores both."""
+    if not ppo.recurrent:
+        pi, value = ppo.network.apply(params, obs)
+        return hstate, pi, value
+    return ppo.network.apply(params, hstate, obs, first, method=ppo.network.step)
+
+
+def bootstrap_value(ppo: PPO, params, hstate, obs):
+    """V(obs) [N] of the observations a step reached before any auto-reset (`Step.final_obs`).
+    Recurrent: `hstate` is the carry that acted on the step's observation, so the value is that of
+    the episode continued by `obs` (the carry that saw it)."""
+    if not ppo.recurrent:
+        return ppo.network.apply(params, obs, method=ppo.network.value)
+    return ppo.network.apply(params, hstate, obs, method=ppo.network.value_after)
+
+
 def collect(ppo: PPO, runner: Runner, inputs: TrainInputs) -> tuple[Runner, Transition]:
     """Roll the policy num_steps steps in num_envs environments (PureJaxRL's `_env_step`, scanned).
 
     Each step acts on the normalised observation with the actor and values it with the critic,
     steps every environment, values the observation the step reached before any auto-reset
-    (`Step.final_obs`: what a truncated step bootstraps from), and records the transition.
+    (`Step.final_obs`: what a truncated step bootstraps from), and records the transition. A
+    recurrent network steps its carry (reset where the observation begins an episode) and marks
+    the next observation as a first where the step ended an episode.
     Returns (runner, Transition [num_steps, num_envs, ...]).
     """
-    env, network = ppo.env, ppo.network
+    env = ppo.env
     norm = normaliser(ppo, runner.obs_norm)  # fixed during a rollout
 
     def env_step(runner, _):
         key, k_act, k_env = jax.random.split(runner.key, 3)
-        pi, value = network.apply(runner.params, norm(runner.obs))
+        hstate, pi, value = act(ppo, runner.params, runner.hstate, norm(runner.obs), runner.first)
         action, log_prob = networks.sample(env.discrete, pi, k_act)
         step = env.step_batch(k_env, runner.env_state, action, inputs.env_params)
-        next_value = network.apply(runner.params, norm(step.final_obs), method=network.value)
+        next_value = bootstrap_value(ppo, runner.params, hstate, norm(step.final_obs))
         reward_norm, reward = training_reward(ppo, inputs, runner.reward_norm, runner.obs, step, k_env)
         transition = Transition(runner.obs, action, log_prob, value, next_value, reward, step.terminated,
-                                step.truncated, step.episode_return)
-        runner = runner._replace(env_state=step.state, obs=step.obs, reward_norm=reward_norm, key=key)
+                                step.truncated, step.episode_return, runner.first)
+        runner = runner._replace(env_state=step.state, obs=step.obs, reward_norm=reward_norm, key=key,
+                                 hstate=hstate, first=step.done if ppo.recurrent else None)
         return runner, transition
 
     return jax.lax.scan(env_step, runner, None, ppo.config.num_steps)
@@ -316,6 +375,18 @@ def gae(values, next_values, rewards, terminated, done, gamma, gae_lambda):
     return adv, adv + values
 
 
+def replay(ppo: PPO, params, batch: Batch) -> tuple[Any, jax.Array, Batch]:
+    """The current network on a minibatch -> (pi, value [B], batch with leaves [B, ...]).
+    Recurrent: the sequences [T, E] are replayed from the carry the rollout started from (reset
+    where an episode begins), then flattened time-major to B = T * E samples."""
+    if not ppo.recurrent:
+        pi, value = ppo.network.apply(params, batch.obs)
+        return pi, value, batch
+    _, pi, value = ppo.network.apply(params, batch.hstate, batch.obs, batch.first)
+    flat = functools.partial(jax.tree.map, lambda x: x.reshape((-1, *x.shape[2:])))
+    return flat(pi), flat(value), flat(batch._replace(first=None, hstate=None))
+
+
 def ppo_loss(ppo: PPO, params, batch: Batch, obj_params: dict, progress, hp: PPOHyperparams) -> tuple[jax.Array, LossAux]:
     """PPO's loss on a minibatch, the policy term in drift form (LPO, Lu et al. 2022, eq. 4):
 
@@ -323,8 +394,9 @@ def ppo_loss(ppo: PPO, params, batch: Batch, obj_params: dict, progress, hp: PPO
         total = policy_loss + vf_coef * mean(value_loss) - ent_coef * mean(entropy)
 
     PPO-clip is the drift D = relu((r - clip(r, 1 - eps, 1 + eps)) A). Returns (total [], LossAux).
+    The plugs see [B] samples whatever the network (`replay`).
     """
-    pi, value = ppo.network.apply(params, batch.obs)
+    pi, value, batch = replay(ppo, params, batch)
     ratio = jnp.exp(networks.log_prob(ppo.env.discrete, pi, batch.action) - batch.log_prob)
     adv = (batch.advantage - batch.advantage.mean()) / (batch.advantage.std() + 1e-8)
     drift = ppo.objectives.drift.drift(obj_params["drift"], ratio, adv, progress)
@@ -334,8 +406,35 @@ def ppo_loss(ppo: PPO, params, batch: Batch, obj_params: dict, progress, hp: PPO
     )
     entropy = jnp.mean(networks.entropy(ppo.env.discrete, pi))
     total = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * entropy
-    samples = jnp.stack([ratio, adv, value, batch.target], -1)[: ppo.config.record_samples]
+    samples = jnp.stack([ratio, adv, value, batch.target], -1)
+    if ppo.recurrent:  # rows in time order: record samples spread over the sequences, not their first steps
+        n = min(ppo.config.record_samples, samples.shape[0])
+        samples = samples[np.linspace(0, samples.shape[0] - 1, n).round().astype(int)]
+    samples = samples[: ppo.config.record_samples]
     return total, LossAux(policy_loss, value_loss, entropy, samples)
+
+
+def minibatches(ppo: PPO, key: jax.Array, batch: Batch):
+    """One epoch's minibatches: (index [M, ...], take: index row -> minibatch `Batch`), M = num_minibatches.
+
+    MLP: the minibatches are those of shuffling the flattened batch and splitting it in M
+    (PureJaxRL), but each step gathers only its own rows straight from the rollout: the batch is
+    neither flattened nor shuffled as a whole (on MinAtar, copies of the observations were a fifth
+    of the time of an update). Recurrent: the environments are shuffled and split in M, each
+    minibatch their whole sequences [T, num_envs / M, ...] and carries (ppo_rnn.py).
+    """
+    config = ppo.config
+    if ppo.recurrent:
+        envs = jax.random.permutation(key, config.num_envs).reshape(config.num_minibatches, -1)
+
+        def take(idx):
+            sequences = jax.tree.map(lambda x: x[:, idx], batch._replace(hstate=None))
+            return sequences._replace(hstate=jax.tree.map(lambda h: h[idx], batch.hstate))
+
+        return envs, take
+    perm = jax.random.permutation(key, config.batch_size)
+    steps, envs = jnp.divmod(perm.reshape(config.num_minibatches, config.minibatch_size), config.num_envs)
+    return (steps, envs), lambda idx: jax.tree.map(lambda x: x[idx[0], idx[1]], batch)
 
 
 def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, progress, inputs: TrainInputs):
@@ -343,20 +442,14 @@ def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, progress, 
 
     train_state: (params, opt_state); batch: a `Batch` in the rollout's layout, leaves
     [num_steps, num_envs, ...], sample t * num_envs + n at [t, n]; progress: update / num_updates.
-    Returns (train_state, (losses [M], samples [M, record_samples, 4])) with M = num_minibatches.
-
-    The minibatches are those of shuffling the flattened batch and splitting it in M (PureJaxRL),
-    but each step gathers only its own rows straight from the rollout: the batch is neither
-    flattened nor shuffled as a whole (on MinAtar, copies of the observations were a fifth of
-    the time of an update).
+    Returns (train_state, (losses [M], samples [M, record_samples, 4])) with M = num_minibatches
+    (`minibatches`: of samples for the MLP, of environments' whole sequences for a recurrent network).
     """
-    config = ppo.config
-    optimizer = make_optimizer(config, inputs.hp)
-    perm = jax.random.permutation(key, config.batch_size)
-    steps, envs = jnp.divmod(perm.reshape(config.num_minibatches, config.minibatch_size), config.num_envs)
+    optimizer = make_optimizer(ppo.config, inputs.hp)
+    index, take = minibatches(ppo, key, batch)
 
     def minibatch_step(train_state, idx):
-        minibatch = jax.tree.map(lambda x: x[idx[0], idx[1]], batch)
+        minibatch = take(idx)
         params, opt_state = train_state
         (loss, aux), grads = jax.value_and_grad(ppo_loss, argnums=1, has_aux=True)(
             ppo, params, minibatch, inputs.obj_params, progress, inputs.hp
@@ -364,7 +457,7 @@ def update_epoch(ppo: PPO, key: jax.Array, train_state, batch: Batch, progress, 
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), (loss, aux.samples)
 
-    return jax.lax.scan(minibatch_step, train_state, (steps, envs))
+    return jax.lax.scan(minibatch_step, train_state, index)
 
 
 def update(ppo: PPO, runner: Runner, update_idx, inputs: TrainInputs) -> tuple[Runner, UpdateInfo]:
@@ -373,12 +466,13 @@ def update(ppo: PPO, runner: Runner, update_idx, inputs: TrainInputs) -> tuple[R
     config, hp = ppo.config, inputs.hp
     progress = update_idx / config.num_updates
     norm = normaliser(ppo, runner.obs_norm)
+    hstate = runner.hstate  # recurrent: the carry the rollout starts from, which the update replays from
     runner, traj = collect(ppo, runner, inputs)
     terminated = traj.terminated.astype(jnp.float32)
     done = traj.done.astype(jnp.float32)
     adv, targets = gae(traj.value, traj.next_value, traj.reward, terminated, done, hp.gamma, hp.gae_lambda)
 
-    batch = Batch(norm(traj.obs), traj.action, traj.log_prob, traj.value, adv, targets)  # [T, N, ...]
+    batch = Batch(norm(traj.obs), traj.action, traj.log_prob, traj.value, adv, targets, traj.first, hstate)  # [T, N, ...]
     key, k_epochs = jax.random.split(runner.key)
     (params, opt_state), (losses, samples) = jax.lax.scan(
         lambda train_state, k: update_epoch(ppo, k, train_state, batch, progress, inputs),
@@ -423,21 +517,25 @@ def evaluate_policy(ppo: PPO, key: jax.Array, params, obs_norm: ObsNorm, env_par
     greedy = jnp.arange(modes * n) >= n
 
     def running(carry):
-        t, _, _, _, _, alive = carry
+        t, _, _, _, _, alive, _ = carry
         return (t < ppo.eval_cap) & alive.any()
 
     def one_step(carry):
-        t, key, obs, state, total, alive = carry
+        t, key, obs, state, total, alive, hstate = carry
         key, k_act, k_env = jax.random.split(key, 3)
-        pi = network.apply(params, norm(obs), method=network.policy)
+        if ppo.recurrent:  # one episode per environment: the carry starts at its initial state, never reset
+            hstate, pi = network.apply(params, hstate, norm(obs), method=network.policy_step)
+        else:
+            pi = network.apply(params, norm(obs), method=network.policy)
         sampled, _ = networks.sample(env.discrete, pi, k_act)
         best = networks.mode(env.discrete, pi)
         action = jnp.where(greedy if env.discrete else greedy[:, None], best, sampled)
         step = env.step_batch(k_env, state, action, env_params)
         total = total + jnp.where(alive, step.reward, 0.0)
-        return t + 1, key, step.obs, step.state, total, alive & ~step.done
+        return t + 1, key, step.obs, step.state, total, alive & ~step.done, hstate
 
-    init = (jnp.int32(0), key, obs, state, jnp.zeros(modes * n), jnp.ones(modes * n, bool))
+    hstate = network.initial_carry(modes * n) if ppo.recurrent else None
+    init = (jnp.int32(0), key, obs, state, jnp.zeros(modes * n), jnp.ones(modes * n, bool), hstate)
     total = jax.lax.while_loop(running, one_step, init)[4]
     return total[:n].mean(), (total[n:].mean() if config.eval_greedy else jnp.float32(jnp.nan))
 

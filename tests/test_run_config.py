@@ -51,6 +51,8 @@ def test_every_inner_field_reaches_the_ppo_config(env):
             return (*old, 7)
         if old is None:  # unset in the preset (eval_max_steps: the env's time limit)
             return 50
+        if tp is str:  # a choice: another one (network: gru for the presets' mlp)
+            return {"network": "gru"}[name]
         return old + (1 if tp is int else 0.125)
 
     given = {n: changed(n, tp) for n, tp in typing.get_type_hints(InnerConfig).items()}

@@ -28,6 +28,10 @@ class PPOHyperparams(NamedTuple):
 
 
 ACTIVATIONS = ("tanh", "relu")  # the hidden layers' activations, flax.linen's functions of these names
+# The actor-critic: separate MLPs (hidden, activation), or PureJaxRL ppo_rnn.py's recurrent one with a
+# GRU or an LSTM of rnn_size units (metadisco.inner_loops.networks.RecurrentActorCritic).
+NETWORKS = ("mlp", "gru", "lstm")
+RECURRENT = ("gru", "lstm")
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,10 @@ class PPOConfig:
     num_minibatches: int = 4  # minibatches per pass (must divide num_envs * num_steps)
     hidden: tuple[int, ...] = (64, 64)  # hidden layer widths of the actor and of the critic
     activation: str = "tanh"  # the hidden layers' activation, one of ACTIVATIONS
+    # The actor-critic, one of NETWORKS: "mlp" (hidden, activation), or a recurrent one, "gru" or "lstm"
+    # (an embedding, the cell and the two heads, each rnn_size wide; minibatches of whole sequences).
+    network: str = "mlp"
+    rnn_size: int = 128  # width of the recurrent network's embedding, cell and heads (ppo_rnn.py's 128)
     anneal_lr: bool = True  # anneal the learning rate linearly to 0 over training
     normalize_obs: bool = False  # normalise observations by their running mean and std
     normalize_reward: bool = False  # divide rewards by the running std of the discounted return
@@ -55,6 +63,11 @@ class PPOConfig:
     reward_noise: float = 0.0  # scale of the Student-t noise (0: none)
     reward_noise_df: float = 1.5  # its degrees of freedom (<= 2: infinite variance)
     hparams: PPOHyperparams = field(default_factory=PPOHyperparams)
+
+    @property
+    def recurrent(self) -> bool:
+        """A recurrent actor-critic (network gru or lstm): its minibatches are whole sequences."""
+        return self.network in RECURRENT
 
     @property
     def batch_size(self) -> int:
@@ -103,6 +116,16 @@ class PPOConfig:
             )
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"PPO config: activation must be one of {sorted(ACTIVATIONS)}")
+        if self.network not in NETWORKS:
+            raise ValueError(f"PPO config: network must be one of {', '.join(NETWORKS)}, got {self.network!r}")
+        if self.recurrent and self.num_envs % self.num_minibatches:
+            raise ValueError(
+                f"PPO config: a recurrent network ({self.network}) replays whole sequences, so its minibatches "
+                f"split the environments: num_envs = {self.num_envs} does not split into num_minibatches = "
+                f"{self.num_minibatches}; choose num_minibatches dividing num_envs."
+            )
+        if self.rnn_size <= 0:
+            raise ValueError(f"PPO config: rnn_size must be positive, got {self.rnn_size}")
         if not self.hidden or min(self.hidden) <= 0:
             raise ValueError("PPO config: hidden must be a non-empty tuple of positive widths")
         hp = self.hparams

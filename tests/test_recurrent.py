@@ -1,0 +1,117 @@
+"""Recurrent PPO (PPOConfig.network = "gru" | "lstm", PureJaxRL's ppo_rnn.py) on the one rollout path:
+the carry resets where an episode starts, the update replays the rollout's sequences from the carry
+it started from, minibatches are whole sequences of environments, a truncated step bootstraps with
+the carry that saw its final observation, and it remembers what a feed-forward policy cannot.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from metadisco.inner_loops import PPOConfig, make_env, networks
+from metadisco.inner_loops.ppo import (
+    PPO,
+    Batch,
+    TrainInputs,
+    collect,
+    init_runner,
+    minibatches,
+    replay,
+)
+from metadisco.inner_loops.ppo import train as ppo_train
+from metadisco.meta_objectives import Objectives
+
+pytestmark = pytest.mark.timeout(240)
+
+# tests/test_ppo.py's TEN (CartPole, 4 envs x 32 steps, 10 updates, 4 evaluation episodes), recurrent
+# with a small cell; 2 minibatches of 2 environments' whole sequences.
+TEN = PPOConfig(num_envs=4, num_steps=32, total_timesteps=1280, hidden=(32,), num_minibatches=2, eval_episodes=4)
+
+
+def _ppo(network: str, env_name: str = "CartPole-v1", **changes) -> PPO:
+    return PPO.create(make_env(env_name), TEN.replace(network=network, rnn_size=16, **changes))
+
+
+@functools.cache
+def _rollout(network: str, max_steps: int):
+    """A rollout of 32 steps in 4 CartPole environments whose episodes the time limit cuts at
+    `max_steps` (so several episodes start inside it, some truncated), and the carry it began from."""
+    ppo = _ppo(network)
+    inputs = TrainInputs(Objectives().merge({}, ppo.default_meta_params), ppo.config.hparams,
+                         ppo.env.default_params.replace(max_steps_in_episode=max_steps))
+
+    def run(key):
+        runner = init_runner(ppo, key, inputs)
+        runner, _ = collect(ppo, runner, inputs)  # a first rollout, so the second starts mid-episode
+        hstate = runner.hstate
+        runner, traj = collect(ppo, runner, inputs)
+        return runner, hstate, traj
+
+    return ppo, jax.jit(run)(jax.random.key(5))
+
+
+@pytest.mark.parametrize("network", ["gru", "lstm"])
+def test_the_update_replays_what_the_rollout_computed(network):
+    """Replayed from the carry the rollout began from, with resets where its episodes began, the
+    network gives the rollout's own log-probabilities and values: every ratio is 1 before the first
+    gradient step (PureJaxRL's ppo_rnn.py replays with the step's `done`, one step late)."""
+    ppo, (runner, hstate, traj) = _rollout(network, 7)
+    assert traj.first.any() and traj.truncated.any() and not traj.first[0].all()
+    batch = Batch(traj.obs, traj.action, traj.log_prob, traj.value, traj.value, traj.value, traj.first, hstate)
+    pi, value, flat = replay(ppo, runner.params, batch)
+    log_prob = networks.log_prob(True, pi, flat.action)
+    np.testing.assert_allclose(log_prob, traj.log_prob.reshape(-1), atol=1e-5)
+    np.testing.assert_allclose(value, traj.value.reshape(-1), atol=1e-5)
+    # Without the resets (or from a fresh carry) the replay differs: both matter.
+    wrong = replay(ppo, runner.params, batch._replace(first=jnp.zeros_like(traj.first)))[1]
+    assert np.abs(np.asarray(wrong) - np.asarray(value)).max() > 1e-3
+    fresh = replay(ppo, runner.params, batch._replace(hstate=ppo.network.initial_carry(4)))[1]
+    assert np.abs(np.asarray(fresh) - np.asarray(value)).max() > 1e-3
+
+
+@pytest.mark.parametrize("network", ["gru", "lstm"])
+def test_a_step_bootstraps_with_the_carry_that_saw_its_final_observation(network):
+    """next_value[t] is V of the final observation with the episode's carry: where no episode ended
+    it is the next step's own value (the same carry continued), and a truncated step's differs from
+    what a fresh carry would say of the same observation."""
+    ppo, (_, _, traj) = _rollout(network, 7)
+    done = np.asarray(traj.done)
+    np.testing.assert_allclose(np.asarray(traj.next_value)[:-1][~done[:-1]], np.asarray(traj.value)[1:][~done[:-1]],
+                               atol=1e-5)
+    assert np.asarray(traj.first)[1:][done[:-1]].all() and not np.asarray(traj.first)[1:][~done[:-1]].any()
+
+
+def test_minibatches_are_whole_sequences_of_environments():
+    ppo, (_, hstate, traj) = _rollout("gru", 7)
+    batch = Batch(traj.obs, traj.action, traj.log_prob, traj.value, traj.value, traj.value, traj.first, hstate)
+    index, take = minibatches(ppo, jax.random.key(0), batch)
+    assert index.shape == (2, 2) and sorted(np.asarray(index).ravel()) == [0, 1, 2, 3]
+    mb = take(index[0])
+    assert mb.obs.shape == (32, 2, 4) and mb.first.shape == (32, 2) and mb.hstate.shape == (2, 16)
+    np.testing.assert_array_equal(mb.obs, np.asarray(traj.obs)[:, np.asarray(index[0])])
+    np.testing.assert_array_equal(mb.hstate, np.asarray(hstate)[np.asarray(index[0])])
+
+
+def test_a_recurrent_network_needs_minibatches_that_split_the_environments():
+    with pytest.raises(ValueError, match="num_envs = 4 does not split into num_minibatches = 8"):
+        TEN.replace(network="gru", num_minibatches=8).validate()
+    TEN.replace(network="mlp", num_minibatches=8).validate()  # the MLP splits the 128 samples
+    with pytest.raises(ValueError, match="network must be one of mlp, gru, lstm"):
+        TEN.replace(network="transformer").validate()
+
+
+@pytest.mark.parametrize("network,env_name", [("gru", "CartPole-v1"), ("lstm", "Pendulum-v1")])
+def test_recurrent_train_runs_with_every_score_and_the_observation_normaliser(network, env_name):
+    """train end to end (discrete and continuous actions, observations and rewards normalised,
+    distillation's samples recorded): finite, evaluated, its learning curve filled."""
+    ppo = _ppo(network, env_name, normalize_obs=True, normalize_reward=True, record_samples=8)
+    result = jax.jit(lambda k: ppo_train(ppo, k, {}))(jax.random.key(0))
+    assert not bool(result.diverged)
+    for name in ("eval_return", "eval_return_greedy", "init_eval_return", "init_eval_return_greedy"):
+        assert np.isfinite(getattr(result, name)), name
+    assert result.returns.shape == (TEN.num_updates,) and np.isfinite(result.returns).all()
+    assert result.visited.shape == (TEN.num_updates, TEN.update_epochs * TEN.num_minibatches * 8, 4)
+    assert np.isfinite(result.visited).all()
