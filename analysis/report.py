@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from metadisco.core.fileio import atomic_write_text
-from metadisco.core.records import GenerationRecord
+from metadisco.core.records import GenerationRecord, Violation
 from metadisco.measure import health as search_health
 from metadisco.measure.run_files import completed
 from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
@@ -41,11 +41,21 @@ def _fmt(v) -> str:
         if not math.isfinite(v):
             return str(v)
         return f"{v:.4g}" if (v == 0 or 1e-3 <= abs(v) < 1e6) else f"{v:.3e}"
+    if isinstance(v, Violation):
+        return f"{v.plug}/{v.constraint}: {v.message}"
     if isinstance(v, (list, tuple)):
         return ", ".join(_fmt(x) for x in v)
     if v is None:
         return "–"
     return str(v)
+
+
+def _record_rows(row: dict, record: GenerationRecord) -> list[tuple[str, object]]:
+    """A metrics row's (key, value) pairs for a table, its violations as the Violations the record
+    holds (not their stored objects)."""
+    typed = {} if record.violations is None else {"eval_mean_violations": record.violations.mean,
+                                                   "eval_best_violations": record.violations.best}
+    return [(key, typed.get(key, value)) for key, value in row.items()]
 
 
 def _table(pairs) -> str:
@@ -113,10 +123,11 @@ def write_report(path, run_dir, config, records: list[GenerationRecord], images:
     parts += _evaluation_section(evaluation, run_dir, path.parent)
     parts += _distillation_section(distillation or {}, run_dir, exported or [], path.parent)
     if last is not None:  # the stored `generation` is 0-based: the heading says how many are done
-        parts += [f"<h2>Last generation ({completed(last)})</h2>", _table(last.measures().items())]
+        parts += [f"<h2>Last generation ({completed(last)})</h2>", _table(_record_rows(last.measures(), last))]
     if last_eval is not None and last_eval is not last:
         found = last_eval.comparison.to_row() | (last_eval.violations.to_row() if last_eval.violations else {})
-        parts += [f"<h2>Last evaluation (generation {completed(last_eval)})</h2>", _table(found.items())]
+        parts += [f"<h2>Last evaluation (generation {completed(last_eval)})</h2>",
+                  _table(_record_rows(found, last_eval))]
     parts += _health_section(records)
     if notes:
         parts.append("<div class='notes'><b>Notes</b><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes)

@@ -3,7 +3,8 @@
 The package imports lazily, so that importing it does not start jax (the command line validates
 configs and reads run directories before jax is imported): `from metadisco.meta_objectives import
 LPO` imports the module that defines it on first use. The plug points themselves (PLUGS) are
-vocabulary, defined in metadisco.core.plugs.
+vocabulary, defined in metadisco.core.plugs, as is what a constraint check finds (Violation:
+metadisco.core.records).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ _EXPORTS = {
     "PLUGS": "metadisco.core.plugs", "PLUG_METHODS": "metadisco.core.plugs",
     "MetaObjective": "base", "from_spec": "base", "make_objective": "base", "names": "base", "register": "base",
     "check_options": "base", "objective_class": "base", "check_contract": "base", "objective_name": "base",
-    "check_objective": "constraints", "Violation": "constraints", "ConstraintsViolated": "constraints",
+    "check_objective": "constraints", "Violation": "metadisco.core.records", "ConstraintsViolated": "constraints",
     "PPOClip": "drift", "DPO": "drift", "LPO": "drift", "TALPO": "drift",
     "L2": "value_loss", "ClippedL2": "value_loss", "LearnedValueLoss": "value_loss", "LearnedClippedValueLoss": "value_loss",
     "NoShaping": "shaping", "PotentialShaping": "shaping",

@@ -5,17 +5,17 @@ Value loss: L finite, L(0, t) = 0, and the gradient step moves v toward its targ
 small band around e = 0. Shaping: the identity at its initial parameters, and potential-based
 (a shaped return differs from the return by terms at the endpoints only).
 
-Each check returns its violations ([] = passes): human-readable strings with a counterexample,
-each a `Violation` that also carries the constraint's name. `check_objective` runs the checks of
-an objective's plug point on any objective, a user's plug-in as well as a built-in
-(`metadisco check module:attr`). `ConstraintsViolated` is the one refusal of an objective that
+Each check returns its violations ([] = passes): each a `Violation` (metadisco.core.records), a
+record of its plug point, the constraint's name and the message with a counterexample.
+`check_objective` runs the checks of an objective's plug point on any objective, a user's plug-in
+as well as a built-in (`metadisco check module:attr`). `ConstraintsViolated` is the one refusal of an objective that
 breaks them: `metadisco check`, `export` and `evaluate` raise it, with one wording.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import re
 from collections.abc import Callable
 
 import jax
@@ -23,21 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from metadisco.core.errors import MetadiscoError
+from metadisco.core.records import Violation
 from metadisco.meta_objectives.base import MetaObjective, Params
 from metadisco.meta_objectives.closed_form import ClosedFormDrift
 from metadisco.meta_objectives.expressions import compile_kernel
-
-
-class Violation(str):
-    """A violated constraint: the message (str, with a counterexample) and `constraint`, its name
-    (e.g. "nonnegative", "flat_at_one", "zero_at_target", "potential_based")."""
-
-    constraint: str
-
-    def __new__(cls, constraint: str, message: str):
-        self = super().__new__(cls, message)
-        self.constraint = constraint
-        return self
 
 
 def as_drift_fn(drift, params=None) -> Callable:
@@ -78,7 +67,7 @@ def check_drift_constraints(
     num: int = 61,
     value_tol: float = 1e-6,
     slope_tol: float = 1e-4,
-) -> list[str]:
+) -> list[Violation]:
     """Mirror-learning conditions of a drift -> list of human-readable violations ([] = passes).
 
     `drift_fn`: callable (ratio, advantage, progress) -> D, a drift objective (+ `params`), or
@@ -94,16 +83,28 @@ def check_drift_constraints(
     found: dict[Violation, list[float]] = {}  # violation -> the progress values where it occurs
     for prog in progresses:
         try:
-            messages = _violations(fn, rs, a, float(prog), value_tol, slope_tol)
+            violations = _violations(fn, rs, a, float(prog), value_tol, slope_tol)
         except Exception as e:  # a user callable can fail in any way: report it, do not crash
-            messages = [Violation("evaluates", f"drift raised {type(e).__name__} on the check grid: {e}")]
-        for message in messages:
-            found.setdefault(message, []).append(float(prog))
-    return [Violation(m.constraint, f"{m} (progress={', '.join(f'{q:g}' for q in progs)})")
-            for m, progs in found.items()]
+            violations = [_drift("evaluates", f"drift raised {type(e).__name__} on the check grid: {e}")]
+        for v in violations:
+            found.setdefault(v, []).append(float(prog))
+    return [dataclasses.replace(v, message=f"{v.message} (progress={', '.join(f'{q:g}' for q in progs)})")
+            for v, progs in found.items()]
 
 
-def _violations(fn, rs, a, prog, value_tol, slope_tol) -> list[str]:
+def _drift(constraint: str, message: str) -> Violation:
+    return Violation("drift", constraint, message)
+
+
+def _value_loss(constraint: str, message: str) -> Violation:
+    return Violation("value_loss", constraint, message)
+
+
+def _shaping(constraint: str, message: str) -> Violation:
+    return Violation("shaping", constraint, message)
+
+
+def _violations(fn, rs, a, prog, value_tol, slope_tol) -> list[Violation]:
     R, Aa = np.meshgrid(rs, a, indexing="ij")
     problems = []
     d = np.asarray(fn(jnp.asarray(R), jnp.asarray(Aa), jnp.float32(prog)), np.float64)
@@ -111,21 +112,21 @@ def _violations(fn, rs, a, prog, value_tol, slope_tol) -> list[str]:
     bad = ~np.isfinite(d)
     if bad.any():
         i = tuple(np.argwhere(bad)[0])
-        problems.append(Violation(
+        problems.append(_drift(
             "finite", f"D is not finite at {bad.sum()} of {d.size} grid points, e.g. r={R[i]:.3g}, A={Aa[i]:.3g}"
         ))
     finite = np.where(bad, 0.0, d)
     neg = finite < -value_tol
     if neg.any():
         i = np.unravel_index(np.argmin(finite), d.shape)
-        problems.append(Violation(
+        problems.append(_drift(
             "nonnegative", f"D < 0 at {neg.sum()} of {d.size} grid points: min D = {d[i]:.3g} at "
             f"r={R[i]:.3g}, A={Aa[i]:.3g}"
         ))
     grad = _gradient(fn, R, Aa, prog)
     if grad is not None and (~np.isfinite(grad) & ~bad).any():
         i = tuple(np.argwhere(~np.isfinite(grad) & ~bad)[0])
-        problems.append(Violation("finite_gradient", f"dD/dr is not finite where D is, e.g. dD/dr = {grad[i]:.3g} "
+        problems.append(_drift("finite_gradient", f"dD/dr is not finite where D is, e.g. dD/dr = {grad[i]:.3g} "
                                                      f"at r={R[i]:.3g}, A={Aa[i]:.3g}"))
     ones = np.ones_like(a)
     d1 = np.asarray(fn(jnp.asarray(ones), jnp.asarray(a), jnp.float32(prog)), np.float64)
@@ -133,7 +134,7 @@ def _violations(fn, rs, a, prog, value_tol, slope_tol) -> list[str]:
     err = np.where(np.isfinite(d1), np.abs(d1), np.inf)
     if err.max() > value_tol:
         i = int(np.argmax(err))
-        problems.append(Violation("zero_at_one", f"D(1, A) != 0: D(1, A) = {d1[i]:.3g} at A={a[i]:.3g}"))
+        problems.append(_drift("zero_at_one", f"D(1, A) != 0: D(1, A) = {d1[i]:.3g} at A={a[i]:.3g}"))
     slope = _slope_at_one(fn, jnp.asarray(a), jnp.float32(prog))
     if slope is None:  # not jax-traceable: central differences in the callable's own precision
         h = 1e-3
@@ -144,11 +145,11 @@ def _violations(fn, rs, a, prog, value_tol, slope_tol) -> list[str]:
     serr = np.where(np.isfinite(slope), np.abs(slope), np.inf)
     if serr.max() > slope_tol:
         i = int(np.argmax(serr))
-        problems.append(Violation("flat_at_one", f"dD/dr(1, A) != 0: |dD/dr| = {serr[i]:.3g} at A={a[i]:.3g}"))
+        problems.append(_drift("flat_at_one", f"dD/dr(1, A) != 0: |dD/dr| = {serr[i]:.3g} at A={a[i]:.3g}"))
     else:
         kink = _kink_at_one(fn, a, prog, d1, slope_tol)
         if kink:
-            problems.append(Violation("no_kink_at_one", kink))
+            problems.append(_drift("no_kink_at_one", kink))
     return problems
 
 
@@ -207,7 +208,7 @@ def check_value_loss_constraints(
     value_tol: float = 1e-6,
     slope_tol: float = 1e-6,
     min_pull: float = 1e-3,
-) -> list[str]:
+) -> list[Violation]:
     """Conditions for a value loss L(e, t), e = v - target -> list of violations ([] = passes).
     `expression`: an expression string, a value-loss objective (+ `params`) or a callable (e, t).
 
@@ -231,22 +232,22 @@ def check_value_loss_constraints(
     bad = ~np.isfinite(loss)
     if bad.any():
         i = tuple(np.argwhere(bad)[0])
-        problems.append(Violation("finite", f"L is not finite at {bad.sum()} of {loss.size} grid points, "
+        problems.append(_value_loss("finite", f"L is not finite at {bad.sum()} of {loss.size} grid points, "
                                             f"e.g. e={E[i]:.3g}, t={T[i]:.3g}"))
     at_zero = np.broadcast_to(np.asarray(fn(jnp.zeros_like(T[0]), T[0]), np.float64), T[0].shape)
     err = np.where(np.isfinite(at_zero), np.abs(at_zero), np.inf)
     if err.max() > value_tol:
         i = int(np.argmax(err))
-        problems.append(Violation("zero_at_target", f"L(0, t) != 0: L = {at_zero[i]:.3g} at t={float(T[0][i]):.3g}"))
+        problems.append(_value_loss("zero_at_target", f"L(0, t) != 0: L = {at_zero[i]:.3g} at t={float(T[0][i]):.3g}"))
     slope = np.asarray(jax.grad(lambda e: jnp.sum(fn(e, T)))(E), np.float64)
     if (~np.isfinite(slope) & ~bad).any():
         i = tuple(np.argwhere(~np.isfinite(slope) & ~bad)[0])
-        problems.append(Violation("finite_gradient", f"dL/de is not finite where L is, e.g. at e={float(E[i]):.3g}, "
+        problems.append(_value_loss("finite_gradient", f"dL/de is not finite where L is, e.g. at e={float(E[i]):.3g}, "
                                                      f"t={float(T[i]):.3g}"))
     pull = np.where(np.isfinite(slope), np.abs(slope), 0.0).max()
     if pull < min_pull:
         flat = "0 everywhere" if np.where(np.isfinite(loss), np.abs(loss), 0.0).max() <= value_tol else "flat everywhere"
-        problems.append(Violation(
+        problems.append(_value_loss(
             "trains_the_critic",
             f"the value loss is {flat} (|dL/de| <= {pull:.3g} on the whole grid, |e| <= {max(map(abs, e_range)):g}): "
             "no gradient step moves v toward its target, so the critic is never trained"))
@@ -256,7 +257,7 @@ def check_value_loss_constraints(
     wrong = np.where(np.abs(np.asarray(E)) > bias_band, wrong, 0.0)
     if (wrong < -slope_tol).any():
         i = np.unravel_index(np.argmin(wrong), wrong.shape)
-        problems.append(Violation(
+        problems.append(_value_loss(
             "pulls_toward_target",
             f"dL/de has the wrong sign for |e| > {bias_band:g} (the gradient step moves v away from its "
             f"target) at {(wrong < -slope_tol).sum()} grid points, e.g. e={float(E[i]):.3g}, t={float(T[i]):.3g}"
@@ -265,7 +266,7 @@ def check_value_loss_constraints(
 
 
 def check_shaping_constraints(shaping: MetaObjective, params: Params, *, initial: bool = False,
-                              obs_dim: int = 3, steps: int = 6, gamma: float = 0.9, seed: int = 1) -> list[str]:
+                              obs_dim: int = 3, steps: int = 6, gamma: float = 0.9, seed: int = 1) -> list[Violation]:
     """Conditions for a reward shaping at `params` -> list of violations ([] = passes).
 
     Shaped rewards finite; potential-based: along two trajectories from the same start to the same
@@ -288,17 +289,17 @@ def check_shaping_constraints(shaping: MetaObjective, params: Params, *, initial
         shaped = [np.asarray(shaping.shape_reward(params, path[:-1], r, path[1:], not_done, gamma), np.float64)
                   for path, r in zip(paths, rewards)]
     except Exception as e:  # a user objective can fail in any way: report it, do not crash
-        return [Violation("evaluates", f"shape_reward raised {type(e).__name__}: {e}")]
+        return [_shaping("evaluates", f"shape_reward raised {type(e).__name__}: {e}")]
     if not all(np.isfinite(s).all() for s in shaped):
-        return [Violation("finite", "shaped rewards are not finite on a random trajectory")]
+        return [_shaping("finite", "shaped rewards are not finite on a random trajectory")]
     problems = []
     if initial and not np.allclose(shaped[0], np.asarray(rewards[0]), rtol=0, atol=1e-6):
         i = int(np.argmax(np.abs(shaped[0] - np.asarray(rewards[0]))))
-        problems.append(Violation("identity_at_init", f"shaping changes rewards at its initial parameters: "
+        problems.append(_shaping("identity_at_init", f"shaping changes rewards at its initial parameters: "
                                                       f"reward {float(rewards[0][i]):.3g} -> {shaped[0][i]:.3g}"))
     gaps = [float(np.sum(np.asarray(discount) * (s - np.asarray(r)))) for s, r in zip(shaped, rewards)]
     if not np.isclose(gaps[0], gaps[1], rtol=1e-5, atol=1e-5):
-        problems.append(Violation(
+        problems.append(_shaping(
             "potential_based", f"the shaped-return gap depends on the path, not only its endpoints: {gaps[0]:.4g} "
             f"vs {gaps[1]:.4g} on two paths between the same states (not potential-based: it can change which "
             "policy is best)"))
@@ -338,7 +339,7 @@ AT_INITIAL_ONLY = ("no_kink_at_one",)
 AT_CLAIMED_ONLY = ("pulls_toward_target",)
 
 
-def check_objective(objective: MetaObjective, params: Params = None, *, samples: int = 3, seed: int = 0) -> list[str]:
+def check_objective(objective: MetaObjective, params: Params = None, *, samples: int = 3, seed: int = 0) -> list[Violation]:
     """Every constraint of `objective`'s plug point -> list of `Violation`s ([] = all hold), each
     naming its constraint with a counterexample; a constraint is reported once (its first
     counterexample). Checked at `params` when given, else at the initial parameters and at
@@ -370,21 +371,17 @@ def check_objective(objective: MetaObjective, params: Params = None, *, samples:
             claimed = j == 0  # the initial or the given parameters, not a perturbation
             if (claimed and initial) or (claimed and v.constraint not in AT_INITIAL_ONLY) or (
                     v.constraint not in AT_INITIAL_ONLY + AT_CLAIMED_ONLY):
-                found.setdefault(v.constraint, Violation(v.constraint, f"{v} [{where}]"))
+                found.setdefault(v.constraint, dataclasses.replace(v, where=where))
     return list(found.values())
 
 
 def check_evolved(objectives, params: dict, plugs) -> list[Violation]:
     """What evolution found, through its plugs' checks: `objectives` (meta_objectives.Objectives)
     at `params` ({plug: params}, every plug), for each plug in `plugs` (the evolved ones), as
-    check_objective runs them at given parameters. Returns Violations whose message reads
-    "plug/constraint: message" ([] = every evolved objective is valid)."""
-    out = []
-    for plug in plugs:
-        for v in check_objective(getattr(objectives, plug), params[plug]):
-            message = re.sub(r" \[[^\]]*parameters\]$", "", str(v))
-            out.append(Violation(v.constraint, f"{plug}/{v.constraint}: {message}"))
-    return out
+    check_objective runs them at given parameters. Returns the Violations, each naming its plug
+    point (those parameters are what was found: no `where`); [] = every evolved objective is valid."""
+    return [dataclasses.replace(v, where=None)
+            for plug in plugs for v in check_objective(getattr(objectives, plug), params[plug])]
 
 
 def _same_params(a: Params, b: Params) -> bool:
@@ -399,12 +396,12 @@ class ConstraintsViolated(MetadiscoError):
     that refusal: "refusing to <refusing>: <subject> is not a valid <plug>: it violates N
     constraint(s) (names):", each violation with its counterexample, then `hint`."""
 
-    def __init__(self, subject: str, plug: str, violations: list[str], refusing: str = "", hint: str = ""):
+    def __init__(self, subject: str, plug: str, violations: list[Violation], refusing: str = "", hint: str = ""):
         self.violations = list(violations)
-        names = ", ".join(getattr(v, "constraint", "?") for v in self.violations)
+        names = ", ".join(v.constraint for v in self.violations)
         super().__init__((f"refusing to {refusing}: " if refusing else "")
                          + f"{subject} is not a valid {plug.replace('_', ' ')}: it violates {len(self.violations)} "
-                         f"constraint(s) ({names}):\n  - " + "\n  - ".join(self.violations)
+                         f"constraint(s) ({names}):\n  - " + "\n  - ".join(map(str, self.violations))
                          + (f"\n{hint}" if hint else ""))
 
 

@@ -101,7 +101,7 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
                 raise
             print(f"warning: evaluating {target.spec!r} anyway (allow_invalid, --allow-invalid), although it breaks "
                   f"{len(e.violations)} constraint(s) ({', '.join(v.constraint for v in e.violations)}):\n  - "
-                  + "\n  - ".join(e.violations), file=sys.stderr)
+                  + "\n  - ".join(map(str, e.violations)), file=sys.stderr)
 
     from metadisco.analysis.evaluation import render
     from metadisco.analysis.evaluation import run as evaluation

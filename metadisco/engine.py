@@ -101,7 +101,7 @@ class GenerationMetrics:
     sigma: jax.Array  # the strategy's step size after the update
     num_diverged: jax.Array  # int
     draw: dict  # what was drawn (GenerationRecord.draw), only the levers the run uses
-    health: dict  # measure.health.split_half's {grad_cos, rank_corr, undefined}; {} with one seed per member
+    health: Health | None  # measure.health.split_half's; None with one seed per member
 
 
 def mirrored(es_cfg) -> bool:
@@ -429,13 +429,13 @@ class MetaTrainer:
     def _by_mean(self) -> bool:
         return self.cfg.distribution.env_fitness == "mean"
 
-    def _health_metrics(self, pop, per_seed, diverged, scores) -> dict:
+    def _health_metrics(self, pop, per_seed, diverged, scores) -> Health | None:
         """Search health (metadisco.measure.health): the agreement of the ES gradients and rankings from
-        two disjoint halves of the generation's seeds; {} with a single seed per member. scores [P]:
+        two disjoint halves of the generation's seeds; None with a single seed per member. scores [P]:
         the generation's scores (before the pair control variate), to tell a collapsed population."""
         seeds = per_seed.shape[-1]
         if seeds < 2:
-            return {}
+            return None
 
         def scored(part):  # a half's fitness, and what the ES would be told of it (diverged as it treats them)
             per_env = part.mean(-1)
@@ -511,7 +511,7 @@ class MetaTrainer:
         return GenerationRecord(
             generation=index, fitness_mean=m.fitness_mean, fitness_max=m.fitness_max, fitness_min=m.fitness_min,
             fitness_std=m.fitness_std, best_fitness=m.best_fitness, sigma=m.sigma, num_diverged=m.num_diverged,
-            draw=m.draw, health=Health(**m.health) if m.health else None, wall_time_s=wall_time_s,
+            draw=m.draw, health=m.health, wall_time_s=wall_time_s,
             env_steps_per_s=self.steps_per_generation / wall_time_s)
 
     def generation_key(self, index: int):

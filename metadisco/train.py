@@ -402,11 +402,10 @@ def health_line(records: list[GenerationRecord], window: int = 10) -> str | None
 
 def found_violations(trainer: MetaTrainer, state: RunState) -> Violations:
     """What the run found, through its plugs' constraint checks (`metadisco check`'s, at the
-    evolved parameters): the failures of the ES mean and of the best member, each "plug/constraint: message"."""
+    evolved parameters): the Violations of the ES mean and of the best member."""
     host = fetch(state)
     found = {"mean": fetch(trainer.mean_params(host)), "best": host.best_params}
-    return Violations(**{which: tuple(str(v) for v in check_evolved(trainer.objectives, trainer.full_params(params),
-                                                                     trainer.evolve))
+    return Violations(**{which: tuple(check_evolved(trainer.objectives, trainer.full_params(params), trainer.evolve))
                          for which, params in found.items()})
 
 

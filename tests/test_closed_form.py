@@ -142,9 +142,9 @@ def test_constraints_pass_for_baselines(name):
 )
 def test_constraints_flag_bad_drifts(expr, fragment):
     problems = check_drift_constraints(expr)
-    assert problems and any(fragment in p for p in problems), problems
+    assert problems and any(fragment in p.message for p in problems), problems
     if "p" in expr:  # fine at progress 0, so nothing is reported there
-        assert not any("progress=0)" in p or "progress=0," in p for p in problems), problems
+        assert not any("progress=0)" in p.message or "progress=0," in p.message for p in problems), problems
 
 
 def test_constraints_for_a_numpy_callable_use_finite_differences():
@@ -152,7 +152,7 @@ def test_constraints_for_a_numpy_callable_use_finite_differences():
         return np.asarray(r, np.float64) ** 2 - 1.0
 
     problems = check_drift_constraints(bad)
-    assert any("D < 0" in p for p in problems) and any("dD/dr(1, A)" in p for p in problems)
+    assert any("D < 0" in p.message for p in problems) and any("dD/dr(1, A)" in p.message for p in problems)
 
     def good(r, a, p):
         return (np.asarray(r, np.float64) - 1.0) ** 2 * np.asarray(a, np.float64) ** 2
@@ -197,7 +197,7 @@ def test_value_loss_constraints(expr, fragment):
     if fragment is None:
         assert problems == []
     else:
-        assert any(fragment in p for p in problems), problems
+        assert any(fragment in p.message for p in problems), problems
 
 
 def test_closed_form_value_loss_on_the_clipped_base_is_ppo_clipped_l2(tmp_path):

@@ -826,7 +826,7 @@ def test_a_value_loss_that_pushes_away_at_its_found_parameters_fails_its_checks(
     evolved = check_evolved(Objectives(value_loss=loss), {"drift": {}, "value_loss": found, "shaping": {}},
                             ["value_loss"])
     assert [v.constraint for v in evolved] == ["pulls_toward_target"]
-    assert str(evolved[0]).startswith("value_loss/pulls_toward_target: ")
+    assert evolved[0].plug == "value_loss" and evolved[0].where is None  # what was found, not "the given parameters"
 
 
 def test_a_value_loss_that_turns_only_beyond_the_old_grid_is_caught():

@@ -15,6 +15,7 @@ from metadisco.core.records import (
     Health,
     Interval,
     ProblemScores,
+    Violation,
     Violations,
     finite,
 )
@@ -39,7 +40,7 @@ def full_record(**changes) -> GenerationRecord:
         generation=7, fitness_mean=0.25, fitness_max=0.5, fitness_min=0.0, fitness_std=0.125, best_fitness=0.75,
         sigma=0.01, num_diverged=1, draw={"Acrobot-v1": 1.0, "CartPole-v1": 0.0, "horizon": 0.5, "lr_factor": 1.25},
         health=Health(0.5, 0.25, 0), wall_time_s=2.0, env_steps_per_s=1e5, comparison=comparison,
-        violations=Violations(mean=("value_loss/trains_the_critic: 0 everywhere",), best=()))
+        violations=Violations(mean=(Violation("value_loss", "trains_the_critic", "0 everywhere"),), best=()))
     return dataclasses.replace(record, **changes)
 
 
@@ -75,7 +76,8 @@ def test_a_record_round_trips_through_its_row_and_writes_the_stored_order():
         "eval_mean_fitness", "eval_start_fitness", "eval_ppo_fitness", "eval_diff", "eval_diff_low", "eval_diff_high",
         "eval_vs_start", "eval_vs_start_low", "eval_vs_start_high", "eval_gap_closed", "eval_gap_closed_low",
         "eval_gap_closed_high", "eval_mean_violations", "eval_best_violations"]
-    assert row["eval_mean_violations"] == ["value_loss/trains_the_critic: 0 everywhere"] and row["eval_best_violations"] == []
+    assert row["eval_mean_violations"] == [{"plug": "value_loss", "constraint": "trains_the_critic",
+                                            "message": "0 everywhere"}] and row["eval_best_violations"] == []
     assert GenerationRecord.from_row(json.loads(json.dumps(row))) == record
     assert Comparison.from_row(row) == record.comparison
     bare = GenerationRecord(3)
@@ -157,3 +159,20 @@ def test_a_line_that_is_not_a_metrics_row_is_refused_with_its_place(tmp_path):
     run.metrics_path.write_text('{"generation": 0}\n{"generation": "1"}\n')
     with pytest.raises(RunDirError, match="metrics.jsonl line 2 is not a metrics row"):
         run.metrics()
+    # a violation is a record with fields, never a string to parse
+    run.metrics_path.write_text('{"generation": 0, "eval_mean_violations": ["value_loss/finite: L is not finite"]}\n')
+    with pytest.raises(RunDirError, match="line 1 is not a metrics row: a violation is an object with string fields"):
+        run.metrics()
+
+
+def test_a_violation_is_stored_as_an_object_and_reads_back_as_the_same_violation():
+    found = Violation("drift", "nonnegative", "D < 0 at 3 of 10 grid points", where="initial parameters")
+    assert str(found) == "D < 0 at 3 of 10 grid points [initial parameters]"
+    assert Violation.from_json(json.loads(json.dumps(found.to_json()))) == found
+    assert Violation("drift", "finite", "D is not finite").to_json() == {
+        "plug": "drift", "constraint": "finite", "message": "D is not finite"}
+    for bad in ("drift/finite: D is not finite", {"plug": "drift", "constraint": "finite"},
+                {"plug": "drift", "constraint": "finite", "message": 1}, {"plug": "drift", "constraint": "finite",
+                                                                          "message": "m", "why": "x"}):
+        with pytest.raises(ValueError, match="a violation is an object"):
+            Violation.from_json(bad)

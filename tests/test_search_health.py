@@ -31,7 +31,7 @@ def test_rank_correlation_matches_the_known_reliability():
         for _ in range(200):
             true = rng.normal(size=64)
             a, b = (true + np.sqrt(v) * rng.normal(size=64) for _ in range(2))
-            got.append(float(search_health.split_half(jnp.eye(64), a, b)["rank_corr"]))
+            got.append(float(search_health.split_half(jnp.eye(64), a, b).rank_corr))
         assert np.mean(got) == pytest.approx(expected, abs=0.03), v
 
 
@@ -53,18 +53,18 @@ def test_gradient_cosine_matches_the_known_signal_share():
             w = rng.normal(size=D) / np.sqrt(D)
             mu = z @ w
             a, b = (mu + noise * rng.normal(size=P) for _ in range(2))
-            got.append(float(search_health.split_half(jnp.asarray(z), a, b, weights=centred)["grad_cos"]))
+            got.append(float(search_health.split_half(jnp.asarray(z), a, b, weights=centred).grad_cos))
             s = z.T @ centred(mu)
             # noise after centring: covariance sigma^2 (I - 11^T/P); z is centred, so z^T 1 = 0
             want.append(s @ s / (s @ s + noise**2 * np.sum(z * z)))
         assert np.mean(got) == pytest.approx(np.mean(want), abs=0.05), noise
-    assert float(search_health.split_half(jnp.asarray(z), mu, mu)["grad_cos"]) == pytest.approx(1.0, abs=1e-6)
+    assert float(search_health.split_half(jnp.asarray(z), mu, mu).grad_cos) == pytest.approx(1.0, abs=1e-6)
 
 
 def test_pure_noise_reads_as_noise_and_a_warning_says_what_to_do():
     rng = np.random.default_rng(2)
     z = jnp.asarray(rng.normal(size=(16, 100)))
-    cos = [float(search_health.split_half(z, rng.normal(size=16), rng.normal(size=16))["grad_cos"])
+    cos = [float(search_health.split_half(z, rng.normal(size=16), rng.normal(size=16)).grad_cos)
            for _ in range(300)]
     assert abs(np.mean(cos)) < 0.05
     assert float(search_health.signal_share(0.0)) == 0.0 and float(search_health.signal_share(1.0)) == 1.0
@@ -85,13 +85,13 @@ def test_tied_scores_give_nan_with_the_reason():
     ulps = 100.0 + 2 * 7.6e-6 * order  # 100 plus 0, 2, 4, ... float32 steps of 100: a few ulps apart
     for tie in (jnp.full(16, 5.0), jnp.float32(ulps)):
         out = search_health.split_half(z, tie, tie, scores=tie)
-        assert np.isnan(out["grad_cos"]) and np.isnan(out["rank_corr"])
-        assert int(out["undefined"]) == search_health.COLLAPSED
-        assert search_health.why_undefined(Health(undefined=int(out["undefined"]))) == (
+        assert np.isnan(out.grad_cos) and np.isnan(out.rank_corr)
+        assert int(out.undefined) == search_health.COLLAPSED
+        assert search_health.why_undefined(Health(undefined=int(out.undefined))) == (
             "every member scored the same (collapsed population)")
     resolved = jnp.float32(100.0 + 1e-3 * order)
     out = search_health.split_half(z, resolved, resolved, scores=resolved)
-    assert float(out["grad_cos"]) == pytest.approx(1.0, abs=1e-6) and int(out["undefined"]) == search_health.DEFINED
+    assert float(out.grad_cos) == pytest.approx(1.0, abs=1e-6) and int(out.undefined) == search_health.DEFINED
 
 
 def test_a_half_with_a_zero_gradient_gives_nan():
@@ -99,10 +99,10 @@ def test_a_half_with_a_zero_gradient_gives_nan():
     z = jnp.asarray(rng.normal(size=(16, 8)))
     a = jnp.asarray(rng.normal(size=16))
     out = search_health.split_half(z, a, jnp.full(16, 2.0), scores=a)
-    assert np.isnan(out["grad_cos"]) and int(out["undefined"]) == search_health.FLAT_HALF
+    assert np.isnan(out.grad_cos) and int(out.undefined) == search_health.FLAT_HALF
     # a gradient that is zero with varied scores: every perturbation 0
     out = search_health.split_half(jnp.zeros((16, 8)), a, a[::-1], scores=a)
-    assert np.isnan(out["grad_cos"]) and int(out["undefined"]) == search_health.FLAT_HALF
+    assert np.isnan(out.grad_cos) and int(out.undefined) == search_health.FLAT_HALF
 
 
 def test_one_meta_parameter_keeps_the_rank_correlation_only():
@@ -112,10 +112,10 @@ def test_one_meta_parameter_keeps_the_rank_correlation_only():
     z = jnp.asarray(rng.normal(size=(16, 1)))
     a, b = (jnp.asarray(rng.normal(size=16)) for _ in range(2))
     one = search_health.split_half(z, a, b, scores=a + b)
-    assert np.isnan(one["grad_cos"]) and int(one["undefined"]) == search_health.ONE_PARAMETER
-    assert "±1 by construction" in search_health.why_undefined(Health(undefined=int(one["undefined"])))
+    assert np.isnan(one.grad_cos) and int(one.undefined) == search_health.ONE_PARAMETER
+    assert "±1 by construction" in search_health.why_undefined(Health(undefined=int(one.undefined)))
     two = search_health.split_half(jnp.asarray(rng.normal(size=(16, 2))), a, b, scores=a + b)
-    assert np.isfinite(two["grad_cos"]) and float(one["rank_corr"]) == pytest.approx(float(two["rank_corr"]))
+    assert np.isfinite(two.grad_cos) and float(one.rank_corr) == pytest.approx(float(two.rank_corr))
 
 
 def health_rows(codes, cos=0.9):
@@ -367,7 +367,7 @@ def test_a_degenerate_es_mean_gets_a_degenerate_verdict_never_found(tmp_path):
     rows = RunDir(tmp_path / "r").metrics()
     final = rows[-1]
     assert final.comparison.vs_start.low > 0  # what the score alone would have called FOUND
-    assert any("trains_the_critic" in v for v in final.violations.mean)
+    assert [(v.plug, v.constraint) for v in final.violations.mean] == [("value_loss", "trains_the_critic")]
     assert logged[-1].startswith("verdict: DEGENERATE after generation 6"), logged[-1]
     assert "value loss fails trains_the_critic: the value loss is 0 everywhere" in logged[-1]
     assert not any(line.startswith("verdict: FOUND") for line in logged)

@@ -294,7 +294,7 @@ def test_the_first_value_loss_mix_is_kept_for_its_runs_and_its_dead_zone_is_caug
     assert not old.valid_for_every_member
     dead = {"weights": jnp.asarray([-0.72, -0.78, -0.33])}
     [violation] = check_objective(old, dead)
-    assert violation.constraint == "trains_the_critic" and "0 everywhere" in violation
+    assert violation.constraint == "trains_the_critic" and "0 everywhere" in violation.message
     with pytest.raises(ValueError, match="version 4 does not exist"):
         ValueLossMix(version=4)
 

@@ -21,6 +21,7 @@ import numpy as np
 import sympy as sp
 
 from metadisco.core.errors import MetadiscoError
+from metadisco.core.records import Violation
 from metadisco.meta_objectives.constraints import as_drift_fn, check_drift_constraints, check_value_loss_constraints
 from metadisco.meta_objectives.expressions import (
     DRIFT_VARIABLES,
@@ -204,7 +205,7 @@ class FitData:
     def variables(self) -> tuple[str, ...]:
         return DRIFT_VARIABLES if self.kind == "drift" else VALUE_LOSS_VARIABLES
 
-    def violations(self, expression: str) -> list[str]:
+    def violations(self, expression: str) -> list[Violation]:
         if self.kind == "drift":
             return check_drift_constraints(expression)
         return check_value_loss_constraints(expression)

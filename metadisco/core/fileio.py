@@ -1,6 +1,7 @@
 """Writing files the way every metadisco output is written: atomic, umask-respecting, strict JSON.
 
-    to_jsonable(obj)                 numpy/jax scalars and arrays -> plain Python; NaN/inf -> None
+    to_jsonable(obj)                 numpy/jax scalars and arrays -> plain Python; NaN/inf -> None; a record
+                                     (anything with a to_json method) -> its stored form
     atomic_write_text(path, text)    temp file in the same folder + fsync + rename
     atomic_write_bytes(path, data)
     save_figure(fig, stem, formats)  one figure in several formats (atomically), then closed
@@ -20,7 +21,10 @@ import numpy as np
 
 
 def to_jsonable(x):
-    """Plain Python types only (strict JSON): NaN and inf become None; floats keep full precision."""
+    """Plain Python types only (strict JSON): NaN and inf become None; floats keep full precision; a
+    record (a Violation, say) becomes what its `to_json` stores."""
+    if hasattr(x, "to_json") and not isinstance(x, type):
+        return to_jsonable(x.to_json())
     if isinstance(x, dict):
         return {str(k): to_jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):

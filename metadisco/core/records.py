@@ -5,6 +5,7 @@ written and read here and nowhere else.
     GenerationRecord.from_row(row)   a stored row (a dict) -> its record; record.to_row() -> the row
     Comparison.from_row(row)         the comparison on fresh seeds a row carries, or None
     Interval, ProblemScores, Health, Violations   the parts of a record
+    Violation                        a constraint an objective breaks (meta_objectives.constraints' checks)
     finite(x)                        whether a field holds a number that is not NaN or infinite
 
 The keys are data: stored runs, the TensorBoard and MLflow mirrors and users' own scripts read
@@ -20,11 +21,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from metadisco.core.fileio import to_jsonable
 
-__all__ = ["Comparison", "GenerationRecord", "Health", "Interval", "ProblemScores", "Violations", "finite"]
+__all__ = ["Comparison", "GenerationRecord", "Health", "Interval", "ProblemScores", "Violation", "Violations", "finite"]
 
 # the comparison's per-problem keys: eval/<problem name>/<part>
 _PROBLEM_PREFIX = "eval/"
@@ -140,35 +141,72 @@ class Comparison:
         return found if found != cls() else None
 
 
-@dataclass(frozen=True)
-class Health:
+class Health(NamedTuple):
     """Search health (metadisco.measure.health.split_half): how far two halves of the
-    generation's seeds agree on the ES gradient and on the ranking."""
+    generation's seeds agree on the ES gradient and on the ranking. A NamedTuple, so a pytree as
+    it is: split_half returns one of arrays inside the jitted generation, and a record holds one
+    of numbers (metrics.jsonl's health/grad_cos, health/rank_corr, health/undefined)."""
 
     grad_cos: float | None = None  # cosine of the halves' ES gradients; NaN where undefined
     rank_corr: float | None = None  # rank correlation of the halves' scores
     undefined: int | None = None  # why grad_cos is NaN: a key of measure.health.UNDEFINED, or 0 (defined)
 
 
+_VIOLATION_FIELDS = ("plug", "constraint", "message")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A constraint an objective breaks (metadisco.meta_objectives.constraints checks them): its
+    plug point, the constraint's name, and in words what fails with a counterexample. Stored (a
+    metrics row's checks of what a run found, a distillation candidate's checks) as a JSON object
+    with these fields, read back by `from_json`; `str` gives the message and, where the check
+    names them, the parameters it was found at."""
+
+    plug: str  # drift, value_loss or shaping
+    constraint: str  # e.g. "nonnegative", "flat_at_one", "zero_at_target", "potential_based"
+    message: str  # what fails, with a counterexample
+    where: str | None = None  # the parameters it was found at ("initial parameters", ...), where named
+
+    def __str__(self) -> str:
+        return f"{self.message} [{self.where}]" if self.where else self.message
+
+    def to_json(self) -> dict:
+        """The stored form: {"plug", "constraint", "message"} (and "where" where it is named)."""
+        return {name: getattr(self, name) for name in (*_VIOLATION_FIELDS, "where") if getattr(self, name) is not None}
+
+    @classmethod
+    def from_json(cls, obj) -> Violation:
+        """A stored violation; ValueError for anything but an object with string plug, constraint
+        and message (and, optionally, where)."""
+        if (not isinstance(obj, Mapping) or set(obj) - {*_VIOLATION_FIELDS, "where"}
+                or not all(isinstance(obj.get(k), str) for k in _VIOLATION_FIELDS)
+                or not isinstance(obj.get("where", ""), str | None)):
+            raise ValueError(f"a violation is an object with string fields {', '.join(_VIOLATION_FIELDS)}, got {obj!r}")
+        return cls(**obj)
+
+
 @dataclass(frozen=True)
 class Violations:
     """The constraint checks of what a run found, made with each comparison on fresh seeds: the
-    checks the ES mean and the best member fail, each "plug/constraint: message"."""
+    checks the ES mean and the best member fail (() where they pass; None where not checked)."""
 
-    mean: tuple[str, ...] | None = None
-    best: tuple[str, ...] | None = None
+    mean: tuple[Violation, ...] | None = None
+    best: tuple[Violation, ...] | None = None
 
     def to_row(self) -> dict:
-        """The violations' keys of a metrics row, in their stored order."""
+        """The violations' keys of a metrics row, in their stored order: lists of violation objects."""
         row: dict[str, Any] = {}
-        _put(row, "eval_mean_violations", None if self.mean is None else list(self.mean))
-        _put(row, "eval_best_violations", None if self.best is None else list(self.best))
+        for key, found in (("eval_mean_violations", self.mean), ("eval_best_violations", self.best)):
+            _put(row, key, None if found is None else [v.to_json() for v in found])
         return row
 
 
-def _strings(row: Mapping, key: str) -> tuple[str, ...] | None:
+def _violations(row: Mapping, key: str) -> tuple[Violation, ...] | None:
+    """The violations a row stores at `key`; None where it stores none. ValueError for a list
+    that holds anything but violation objects."""
     value = row.get(key)
-    return tuple(value) if isinstance(value, list) else None
+    return tuple(Violation.from_json(v) for v in value) if isinstance(value, list) else None
 
 
 @dataclass(frozen=True)
@@ -219,13 +257,14 @@ class GenerationRecord:
 
     @classmethod
     def from_row(cls, row: Mapping) -> GenerationRecord:
-        """The record of a stored row. ValueError for a row without an integer `generation`
-        (not a metrics row); any other key may be missing."""
+        """The record of a stored row. ValueError for a row without an integer `generation`, or
+        with violations that are not violation objects (not a metrics row); any other key may be
+        missing."""
         generation = row.get("generation")
         if not isinstance(generation, int) or isinstance(generation, bool):
             raise ValueError(f"a metrics row needs an integer generation, got {generation!r}")
         health = {name: _number(row, f"{_HEALTH_PREFIX}{name}") for name in _HEALTH_FIELDS}
-        mean, best = _strings(row, "eval_mean_violations"), _strings(row, "eval_best_violations")
+        mean, best = _violations(row, "eval_mean_violations"), _violations(row, "eval_best_violations")
         record = cls(
             generation=generation,
             fitness_mean=_number(row, "fitness_mean"), fitness_max=_number(row, "fitness_max"),

@@ -94,7 +94,7 @@ def _cosine(a, b):
     return jnp.where(denom > 0, jnp.dot(a, b) / jnp.where(denom > 0, denom, 1.0), jnp.nan)
 
 
-def split_half(perturbations, scores_a, scores_b, weights=centred_rank_weights, scores=None, scale=None) -> dict:
+def split_half(perturbations, scores_a, scores_b, weights=centred_rank_weights, scores=None, scale=None) -> Health:
     """Agreement of two independent halves of a generation's seeds.
 
     perturbations: [P, D] members minus their mean (any scale); scores_a, scores_b: [P] each
@@ -102,9 +102,9 @@ def split_half(perturbations, scores_a, scores_b, weights=centred_rank_weights, 
     the ES's fitness weights (centred ranks by default). scores: [P] what the ES ranks (all
     seeds), to tell a collapsed population; scale: the magnitude against which the halves' ties
     are judged (`tied`; default each half's own).
-    Returns {"grad_cos": [] cosine of the two ES gradient estimates, "rank_corr": [] Spearman
-    correlation of the two halves' scores, "undefined": [] int32 code, a key of UNDEFINED or
-    DEFINED}. Both are NaN for a collapsed population or a tied half; grad_cos alone for D = 1,
+    Returns a Health of arrays: grad_cos [] the cosine of the two ES gradient estimates, rank_corr []
+    the Spearman correlation of the two halves' scores, undefined [] int32, a key of UNDEFINED or
+    DEFINED. Both are NaN for a collapsed population or a tied half; grad_cos alone for D = 1,
     where the halves' rank correlation still says how far the seeds agree on the ranking.
     """
     import jax.numpy as jnp
@@ -124,7 +124,7 @@ def split_half(perturbations, scores_a, scores_b, weights=centred_rank_weights, 
         code = jnp.where(collapsed, COLLAPSED, code)
         rank_corr = jnp.where(collapsed, jnp.nan, rank_corr)
     grad_cos = jnp.where(code == DEFINED, _cosine(g_a, g_b), jnp.nan)
-    return {"grad_cos": grad_cos, "rank_corr": rank_corr, "undefined": code.astype(jnp.int32)}
+    return Health(grad_cos=grad_cos, rank_corr=rank_corr, undefined=code.astype(jnp.int32))
 
 
 def signal_share(grad_cos):

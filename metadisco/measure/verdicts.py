@@ -12,7 +12,9 @@ finished run directory.
 
 from __future__ import annotations
 
-from metadisco.core.records import Comparison, GenerationRecord, Interval, finite
+from collections.abc import Sequence
+
+from metadisco.core.records import Comparison, GenerationRecord, Interval, Violation, finite
 from metadisco.measure.run_files import completed
 
 
@@ -42,17 +44,12 @@ def es_mean_vs_ppo(comparison: Comparison) -> str:
     return text
 
 
-def degenerate(violations) -> str | None:
-    """The DEGENERATE verdict's reason from the ES mean's violations ("plug/constraint: message"
-    strings, as metadisco.train stores them), or None when there are none."""
+def degenerate(violations: Sequence[Violation] | None) -> str | None:
+    """The DEGENERATE verdict's reason from the ES mean's violations (the Violations of a metrics
+    row, as metadisco.train records them), or None when there are none."""
     if not violations:
         return None
-    parts = []
-    for v in violations:
-        where, _, message = v.partition(": ")
-        plug, _, constraint = where.partition("/")
-        parts.append(f"its {plug.replace('_', ' ')} fails {constraint}: {message}")
-    return "; ".join(parts)
+    return "; ".join(f"its {v.plug.replace('_', ' ')} fails {v.constraint}: {v.message}" for v in violations)
 
 
 def pass_criterion(expect) -> str:
