@@ -35,6 +35,7 @@ from metadisco import config as config_lib
 from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.plugs import PLUGS
 from metadisco.core.records import GenerationRecord, Health, Violations, finite
+from metadisco.core.run_config import config_digest
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.measure import health
 from metadisco.measure.run_files import completed
@@ -154,7 +155,7 @@ def _stored_config(run: RunDir, cfg: config_lib.RunConfig | None) -> config_lib.
     refused with the differences listed."""
     stored = run.config()
     started = run.started_digest()
-    if started is not None and started != stored.digest():
+    if started is not None and started != config_digest(run.read_json("config.json")):
         raise RunDirError(
             f"refusing to resume {run.path}: its config.json was changed since the run began (its digest, kept in "
             f"{run.digest_path.name}, no longer matches), and a run resumed under another config is neither run "
@@ -226,8 +227,8 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         if is_main:
             run.truncate_metrics(int(state.generation))
             stored = run.config().generations
-            if stored != cfg.generations:  # the one change a resume accepts (_stored_config)
-                run.write_json("config.json", cfg.to_dict())
+            if stored != cfg.generations:  # the one change a resume accepts (_stored_config); the rest as stored
+                run.write_json("config.json", {**run.read_json("config.json"), "generations": cfg.generations})
                 log(f"{run.path}: generations {stored} -> {cfg.generations}")
         log(f"resuming {run.path} at generation {int(state.generation)}/{cfg.generations}")
     else:

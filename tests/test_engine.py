@@ -16,6 +16,7 @@ import pytest
 from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
 from metadisco.core.errors import EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.records import Interval
+from metadisco.core.run_config import config_digest
 from metadisco.core.scores import FITNESS_KINDS
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES, WEIGHTED_STRATEGIES
 from metadisco.engine import Baseline, MetaTrainer, NormaliserError, devices_for, fetch, fitness_from
@@ -452,3 +453,21 @@ def test_resume_refuses_a_config_json_edited_since_the_run_began(tmp_path):
     (path / "config.json").write_text(json.dumps(stored))  # restored: it resumes
     run(None, path, resume=True, progress=False, trainer=trainer, log=lambda *a: None)
     assert len(RunDir(path).metrics()) == 4
+
+
+def test_a_field_the_schema_gained_since_a_run_began_neither_blocks_its_resume_nor_enters_its_file(tmp_path):
+    """config.digest is config.json's own, not the schema's: a run written before a field existed
+    (its file and digest lack it; it reads at its default) resumes and extends, and its file keeps
+    what it held but for generations."""
+    cfg = tiny_config(generations=2, eval_every=0)
+    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    path = tmp_path / "run"
+    run(cfg, path, progress=False, trainer=trainer, log=lambda *a: None)
+    stored = json.loads((path / "config.json").read_text())
+    older = {k: v for k, v in stored.items() if k != "mlflow_uri"}  # as an older metadisco wrote it
+    older["inner"] = {k: v for k, v in stored["inner"].items() if k != "reward_noise_df"}
+    (path / "config.json").write_text(json.dumps(older))
+    (path / "config.digest").write_text(config_digest(older) + "\n")
+    run(tiny_config(generations=3, eval_every=0), path, resume=True, progress=False, trainer=trainer, log=lambda *a: None)
+    assert json.loads((path / "config.json").read_text()) == {**older, "generations": 3}
+    assert len(RunDir(path).metrics()) == 3

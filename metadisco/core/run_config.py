@@ -246,10 +246,8 @@ class RunConfig:
         return {**dataclasses.asdict(self), "objectives": self.objectives.to_dict()}
 
     def digest(self) -> str:
-        """A fingerprint of everything but `generations` (the one field a resume may change): a run
-        keeps its start's (RUN_DIR/config.digest), so that `--resume` notices an edited config.json."""
-        fields = {k: v for k, v in self.to_dict().items() if k != "generations"}
-        return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+        """`config_digest` of this config as config.json stores it (RUN_DIR/config.digest)."""
+        return config_digest(self.to_dict())
 
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
@@ -293,6 +291,16 @@ REMOVED = {
     ("inner", "reset_ratio"): ((None, 1), "optimistic resets, since removed"),
     ("inner", "scan_unroll"): ((None, 1), "scan unrolling, since removed"),
 }
+
+
+def config_digest(stored: dict) -> str:
+    """A fingerprint of a config as config.json holds it (`RunConfig.to_dict`), but `generations`
+    (the one field a resume may change). A run keeps its start's (RUN_DIR/config.digest) and
+    `--resume` compares the file's own, so that it notices an edited config.json, while a field
+    added to the schema since the run began (which the file lacks and reads at its default) does
+    not change it."""
+    fields = {k: v for k, v in stored.items() if k != "generations"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _unwrap_optional(tp):
