@@ -59,9 +59,6 @@ Params = Any  # a pytree of float32 arrays
 _REGISTRY: dict[str, dict[str, type]] = {plug: {} for plug in PLUGS}
 OPTION_TYPES = (bool, int, float, str, tuple[int, ...], tuple[float, ...], tuple[str, ...])
 FROM_ENV = "from_env"  # field metadata key: an option the environment sets (through `for_env`)
-# Contract hooks that metadisco 0.1 named otherwise: a plug-in that still defines the old name
-# would be silently ignored, so its class is refused where it is defined.
-RENAMED_HOOKS = {"plotted": "drawn_when_fixed", "express": "params_reproducing"}
 
 
 class MetaObjective:
@@ -82,10 +79,6 @@ class MetaObjective:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         own = vars(cls)
-        renamed = [f"{old} (now {new})" for old, new in RENAMED_HOOKS.items() if old in own]
-        if renamed:
-            raise TypeError(f"{cls.__qualname__} defines {', '.join(renamed)}: rename it to the hook's "
-                            "current name, or metadisco never calls it")
         if isinstance(own.get("name"), str) and "title" not in own:
             cls.title = own["name"].replace("_", " ")
         declared = {k: v for k, v in own.items() if isinstance(v, dataclasses.Field)}

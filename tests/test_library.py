@@ -233,20 +233,6 @@ def test_an_objectives_file_records_the_import_path_and_reimports_it(tmp_path, m
         load_objectives(path)
 
 
-def test_a_stored_import_path_into_the_packages_metadisco_0_1_installed_at_the_top_still_loads(tmp_path):
-    """metadisco 0.1 installed meta_objectives beside metadisco; a file that names one of its
-    classes by that import path reads as the class now beneath metadisco."""
-    path = tmp_path / "old.json"
-    objectives = meta_objectives.Objectives(value_loss=meta_objectives.make_objective("value_loss", "l2"))
-    save_objectives(path, objectives, objectives.default_params(("value_loss",)))
-    doc = json.loads(path.read_text())
-    doc["spec"]["value_loss"]["name"] = "meta_objectives.value_loss:L2"
-    path.write_text(json.dumps(doc))
-    loaded, _, _ = load_objectives(path)
-    assert type(loaded.value_loss).__module__ == "metadisco.meta_objectives.value_loss"
-    assert type(loaded.value_loss) is type(objectives.value_loss)
-
-
 def test_installed_entry_points_are_resolved_and_listed(tmp_path, monkeypatch, capsys):
     site = tmp_path / "site"
     dist = site / "lab_objectives-1.2.dist-info"

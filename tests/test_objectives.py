@@ -551,15 +551,6 @@ def test_register_refuses_a_misspelled_plug_method_and_a_reused_name():
     assert "typo" not in meta_objectives.names("drift")
 
 
-@pytest.mark.parametrize("old, new", [("plotted", "drawn_when_fixed"), ("express", "params_reproducing")])
-def test_a_plugin_that_defines_a_renamed_hook_is_refused_with_its_new_name(old, new):
-    """A hook under its 0.1 name would never be called; the class is refused where it is defined."""
-    from metadisco.meta_objectives import MetaObjective
-
-    with pytest.raises(TypeError, match=f"defines {old} \\(now {new}\\)"):
-        type("OldPlugin", (MetaObjective,), {"plug": "drift", "name": "old_plugin", old: lambda self, *a: None})
-
-
 @pytest.mark.parametrize("decorated", [False, True])
 def test_every_objective_is_a_frozen_dataclass_by_itself_and_a_decorator_changes_nothing(decorated):
     """MetaObjective.__init_subclass__ makes the dataclass; an explicit @dataclass(frozen=True)
@@ -714,29 +705,6 @@ def test_bad_objective_options_fail_before_compute(override, message):
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         resolve(None, override.split())
-
-
-def test_a_legacy_config_json_still_loads():
-    """Run directories written before options were nested: plug names as strings, flat options."""
-    from metadisco.config import ObjectivesConfig, RunConfig
-    from metadisco.engine import build_objectives
-
-    legacy = json.loads(json.dumps(RunConfig().to_dict()))
-    legacy["objectives"] = {"drift": "talpo", "value_loss": "learned", "shaping": "potential",
-                            "evolve": ["drift", "shaping"], "drift_hidden": 8, "value_loss_hidden": 16,
-                            "shaping_hidden": 32, "shaping_transform": True}
-    cfg = RunConfig.from_dict(legacy)
-    assert cfg.objectives == ObjectivesConfig(drift={"name": "talpo", "hidden": 8}, value_loss="learned",
-                                              shaping={"name": "potential", "transform": True},
-                                              evolve=("drift", "shaping"))
-    built = build_objectives(cfg.objectives, (4,))
-    assert built == Objectives(TALPO(hidden=8), LearnedValueLoss(), PotentialShaping(obs_shape=(4,), transform=True))
-    # options a legacy objective did not take were dropped by the old engine too
-    legacy["objectives"].update(drift="dpo", shaping="none")
-    assert build_objectives(RunConfig.from_dict(legacy).objectives, (4,)).drift == DPO()
-    # the nested form round-trips through config.json
-    again = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
-    assert again == cfg and again.to_dict()["objectives"]["drift"] == {"name": "talpo", "hidden": 8}
 
 
 def test_potential_reads_the_observation_in_its_scale_and_unit():

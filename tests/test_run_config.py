@@ -14,7 +14,8 @@ import pytest
 from metadisco.analysis.runs import Run
 from metadisco.config import override, ppo_config, resolve
 from metadisco.core.errors import ConfigError
-from metadisco.core.run_config import FIXED_PPO_FIELDS, InnerConfig, RunConfig
+from metadisco.core.plugs import VERSIONED
+from metadisco.core.run_config import FIXED_PPO_FIELDS, InnerConfig, RunConfig, config_digest
 from metadisco.inner_loops import PRESETS, PPOConfig, PPOHyperparams, preset_for
 from metadisco.measure.run_files import RunDirError
 from tests.helpers import metadisco_in_process
@@ -62,31 +63,25 @@ def test_every_inner_field_reaches_the_ppo_config(env):
     assert got == given
 
 
-def _stored_run(tmp_path, **inner):
-    """A run directory whose config.json is today's default config with `inner` added."""
-    config = RunConfig().to_dict()
-    config["inner"] = {**config["inner"], **inner}
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    return tmp_path
+ROOT = pathlib.Path(__file__).parents[1]
+COMMITTED_RUNS = sorted(p.parent for p in (ROOT / "docs" / "results").rglob("config.json"))
 
 
-@pytest.mark.parametrize("removed", [dict(reset_ratio=None, scan_unroll=None), dict(reset_ratio=1, scan_unroll=1)])
-def test_a_stored_config_with_removed_fields_at_values_that_change_nothing_still_reads(tmp_path, removed):
-    assert Run(_stored_run(tmp_path, **removed)).config() == RunConfig()
-
-
-def test_the_committed_gpu_runs_configs_with_removed_fields_still_read():
-    path = pathlib.Path(__file__).parents[1] / "docs/results/gpu_runs/drift_mix_minatar_gpu_seed0"
-    assert "reset_ratio" in json.loads((path / "config.json").read_text())["inner"]  # written before its removal
-    assert Run(path).config().envs == ("Breakout-MinAtar", "SpaceInvaders-MinAtar", "Asterix-MinAtar")
-
-
-def test_a_removed_field_that_changed_the_run_or_is_set_anew_is_refused(tmp_path):
-    with pytest.raises(RunDirError, match=r"inner.reset_ratio = 4: this run used optimistic resets, since removed"):
-        Run(_stored_run(tmp_path, reset_ratio=4)).config()
-    for item in ("inner.reset_ratio=0.5", "inner.scan_unroll=1"):  # on the command line: a field like any unknown one
-        with pytest.raises(ConfigError, match=rf"unknown config field '{item.split('=')[0]}'"):
-            resolve(None, [item])
+@pytest.mark.parametrize("run_dir", COMMITTED_RUNS, ids=lambda p: p.relative_to(ROOT / "docs" / "results").as_posix())
+def test_every_committed_run_directory_is_stored_as_todays_code_writes_it(run_dir):
+    """Each committed run reads under today's code with nothing read specially: its config.json
+    names every field that a default would not give as it ran (member_batch, a versioned family's
+    version), and its config.digest, where it keeps one, is its config.json's, so `--resume` continues it
+    (whatever fields the schema gained since: they read at their defaults)."""
+    stored = json.loads((run_dir / "config.json").read_text())
+    cfg = Run(run_dir).config()
+    assert cfg == RunConfig.from_dict(stored)  # from_stored adds nothing to what the file says
+    assert "member_batch" in stored
+    for plug, choice in stored["objectives"].items():
+        if isinstance(choice, dict) and (plug, choice["name"]) in VERSIONED:
+            assert VERSIONED[plug, choice["name"]][0] in choice, (plug, choice)
+    digest = run_dir / "config.digest"
+    assert not digest.is_file() or digest.read_text().strip() == config_digest(stored)
 
 
 def test_a_setting_added_to_ppo_config_is_an_override_stored_and_read_back(tmp_path, monkeypatch):

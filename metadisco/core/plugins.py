@@ -20,16 +20,11 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata
-import importlib.util
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from metadisco.core.errors import ConfigError
 
 OBJECTIVES_GROUP = "metadisco.objectives"
-# Packages that metadisco 0.1 installed at the top level of site-packages and that now live beneath
-# metadisco: a stored `module:attr` that names one (meta_objectives.value_loss:L2) reads as before.
-MOVED_PACKAGES = ("analysis", "inner_loops", "meta_objectives")
 ENVS_GROUP = "metadisco.envs"
 
 
@@ -54,25 +49,12 @@ def is_import_path(name: str) -> bool:
     return bool(sep) and all(p.isidentifier() for p in parts)
 
 
-def moved(module_name: str) -> str:
-    """`module_name`, or its place beneath metadisco where it names one of MOVED_PACKAGES and no
-    package of the user's own by that name is importable (a checkout's own folder is ours)."""
-    top = module_name.split(".")[0]
-    if top not in MOVED_PACKAGES:
-        return module_name
-    spec = importlib.util.find_spec(top)
-    if spec is None or (spec.origin and Path(spec.origin).parent == Path(__file__).resolve().parents[2] / top):
-        return f"metadisco.{module_name}"
-    return module_name
-
-
 def load(path: str, what: str) -> Any:
     """The object `module:attr` names, imported from the user's environment (`what` names the
     kind of plug-in in messages, e.g. "drift objective"). PluginError says what to do."""
     if not is_import_path(path):
         raise PluginError(f"{what} {path!r} is not an import path: write module:attr, e.g. my_drifts:ScaledSquare")
     module_name, _, attr = path.partition(":")
-    module_name = moved(module_name)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:

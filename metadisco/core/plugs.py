@@ -9,9 +9,7 @@ has one form, nested per plug point, in an experiment file and in a run's config
     name = "lpo"        # a registered objective (meta_objectives.names("drift"))
     hidden = 64         # its options: the objective's dataclass fields
 
-`upgrade_section` reads the legacy form too (run directories written before options were
-nested): plug names as strings and the flat fields drift_hidden, value_loss_hidden,
-shaping_hidden, shaping_transform.
+and on the command line a plug's name alone (objectives.drift=lpo), which `upgrade_section` reads.
 """
 
 from __future__ import annotations
@@ -20,20 +18,9 @@ PLUGS = ("drift", "value_loss", "shaping")
 # The method each plug point calls (see base.py for the signatures); `register` checks it.
 PLUG_METHODS = {"drift": "drift", "value_loss": "value_loss", "shaping": "shape_reward"}
 
-# Legacy flat field -> (plug, option, the objectives that took it, the default it had then).
-# The old engine passed each option only to the objectives that had it, so the table records
-# which those were; a value equal to the old default is dropped (it is the objective's default).
-LEGACY_OPTIONS = {
-    "drift_hidden": ("drift", "hidden", ("lpo", "talpo"), 128),
-    "value_loss_hidden": ("value_loss", "hidden", ("learned",), 16),
-    "shaping_hidden": ("shaping", "hidden", ("potential",), 32),
-    "shaping_transform": ("shaping", "transform", ("potential",), False),
-}
-
-
 # Families whose parameterisation changed: (plug, name) -> (the option that selects the
 # parameterisation, the value that every choice written before the option existed ran with). A new
-# config records the current version (its default: metadisco.core.run_config.PlugChoice.typed); a stored
+# config records the current version (its default: metadisco.config.typed_choice); a stored
 # config or objectives file that does not name it ran the old one (`pin_stored_version`), so that
 # a run resumes, and is evaluated, with the parameterisation it evolved.
 VERSIONED = {("value_loss", "value_loss_mix"): ("version", 1), ("drift", "drift_mix"): ("version", 1)}
@@ -56,21 +43,13 @@ def version_option(plug: str, name: str) -> str | None:
 
 
 def upgrade_section(section: dict, stored: bool = False) -> dict:
-    """An objectives section in any form it has had -> the nested form (a new dict).
+    """An objectives section -> the nested form (a new dict).
 
-    A plug given as a string is its name ({"name": s}); legacy flat options move into the section
-    of the plug they configured, where that objective takes them. Other keys are left as they
-    are (the config reader reports unknown ones). stored: the section is a run's config.json,
-    whose versioned families are pinned to the version they ran (`pin_stored_version`).
+    A plug given as a string is its name ({"name": s}). Other keys are left as they are (the
+    config reader reports unknown ones). stored: the section is a run's config.json, whose
+    versioned families are pinned to the version they ran (`pin_stored_version`).
     """
-    out = {k: ({"name": v} if k in PLUGS and isinstance(v, str) else v) for k, v in section.items()
-           if k not in LEGACY_OPTIONS}
-    for key, (plug, option, takers, default) in LEGACY_OPTIONS.items():
-        if key not in section:
-            continue
-        choice = out.get(plug)
-        if isinstance(choice, dict) and choice.get("name") in takers and section[key] != default:
-            out[plug] = {**choice, option: section[key]}
+    out = {k: ({"name": v} if k in PLUGS and isinstance(v, str) else v) for k, v in section.items()}
     if stored:
         out = {k: (pin_stored_version(k, v) if k in PLUGS and isinstance(v, dict) else v) for k, v in out.items()}
     return out

@@ -32,7 +32,7 @@ from metadisco.core.run_checks import check_run_config
 class ESConfig:
     """The evolution strategy (evosax 0.3) and its schedules."""
 
-    strategy: str = "Open_ES"  # an evosax 0.3 strategy name (run_config_checks.STRATEGIES)
+    strategy: str = "Open_ES"  # an evosax 0.3 strategy name (metadisco.core.strategies.STRATEGIES)
     population_size: int = 16  # members per generation, each a candidate objective
     sigma_init: float = 0.01  # the initial standard deviation of the search distribution
     sigma_decay: float = 1.0  # multiplied in every generation
@@ -251,46 +251,23 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
-        """From a config dict (config.json, an experiment merged with overrides); the objectives
-        section of run directories written before options were nested is read too."""
+        """From a config dict (config.json, an experiment merged with overrides); a field it lacks
+        takes its default."""
         if isinstance(d.get("objectives"), dict):
             d = {**d, "objectives": upgrade_section(d["objectives"])}
         return read_section(cls, d, "")
 
     @classmethod
     def from_stored(cls, d: dict) -> RunConfig:
-        """From a run directory's config.json (`metadisco.analysis.runs.Run.config`): `from_dict`, after
-        dropping the removed fields (`REMOVED`) that hold a value that ran as today's code runs,
-        so a run written before their removal still reads. Any other value of one is a ConfigError
-        saying what was removed; in an experiment file or an override one is an unknown field.
-        A versioned family that the file does not pin ran its first version
+        """From a run directory's config.json (`metadisco.analysis.runs.Run.config`): `from_dict`,
+        where a versioned family that the file does not pin ran its first version
         (metadisco.core.plugs.VERSIONED). Checked by `check_run_config`: a value `metadisco train`
         refuses is refused here with the same ConfigError."""
-        for (section, name), (inert, what) in REMOVED.items():
-            stored = d.get(section)
-            if not isinstance(stored, dict) or name not in stored:
-                continue
-            if stored[name] not in inert:
-                allowed = " or ".join("null" if v is None else repr(v) for v in inert)
-                raise ConfigError(f"{section}.{name} = {stored[name]!r}: this run used {what}; this metadisco "
-                                  f"reads the field only at {allowed}, where it changed nothing")
-            d = {**d, section: {k: v for k, v in stored.items() if k != name}}
         if isinstance(d.get("objectives"), dict):
             d = {**d, "objectives": upgrade_section(d["objectives"], stored=True)}
-        # a run stored before member_batch existed trained each device's whole shard at once
-        d = {"member_batch": 0, **d}
         cfg = cls.from_dict(d)
         check_run_config(cfg)
         return cfg
-
-
-# Fields that run configs once had and that were removed, with the values that ran as the code
-# runs today (None: the preset's; 1: the option off) and what became of them. Both were measured
-# and bought nothing (CHANGELOG.md).
-REMOVED = {
-    ("inner", "reset_ratio"): ((None, 1), "optimistic resets, since removed"),
-    ("inner", "scan_unroll"): ((None, 1), "scan unrolling, since removed"),
-}
 
 
 def config_digest(stored: dict) -> str:

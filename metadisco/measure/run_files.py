@@ -151,10 +151,10 @@ class RunFiles:
 
     def config(self) -> RunConfig:
         """The resolved config the run was started with, read by `RunConfig.from_stored` (a field
-        the file lacks takes RunConfig's default; a removed field at a value that changes nothing is
-        dropped), as `metadisco train --resume` reads it. RunDirError, before any compute, for a value
-        `check_run_config` refuses, as train does: the file's name, then the same ConfigError message
-        (environment names and what needs jax are checked where a run is built, not here)."""
+        the file lacks takes RunConfig's default), as `metadisco train --resume` reads it.
+        RunDirError, before any compute, for a value `check_run_config` refuses, as train does: the
+        file's name, then the same ConfigError message (environment names and what needs jax are
+        checked where a run is built, not here)."""
         if not self.path.is_dir():
             raise RunDirError(f"no run directory at {self.path}; `metadisco train --run-dir {self.path}` creates one")
         config = self.read_json("config.json")
