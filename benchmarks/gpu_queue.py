@@ -37,15 +37,14 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from metadisco.analysis.runs import Run  # jax-free
+from metadisco.core.errors import EXIT_TIME_LIMIT, ConfigError
+from metadisco.core.records import finite
+from metadisco.measure.run_files import completed
+from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
+from metadisco.time_limit import format_duration, parse_duration
 
-from metadisco.analysis.runs import Run  # noqa: E402  (jax-free)
-from metadisco.core.errors import EXIT_TIME_LIMIT, ConfigError  # noqa: E402
-from metadisco.core.records import finite  # noqa: E402
-from metadisco.measure.run_files import completed  # noqa: E402
-from metadisco.measure.verdicts import es_mean_vs_ppo, verdict  # noqa: E402
-from metadisco.time_limit import format_duration, parse_duration  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 QUEUE = ROOT / "benchmarks" / "gpu_queue.toml"
 STATE = ROOT / "docs" / "results" / "gpu_runs"
