@@ -37,6 +37,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metadisco.analysis.evaluation.results import read_results  # jax-free
 from metadisco.analysis.runs import Run  # jax-free
 from metadisco.core.errors import EXIT_TIME_LIMIT, ConfigError
 from metadisco.core.records import finite
@@ -220,16 +221,16 @@ def entry_summary(entry: Entry, state: Path) -> dict:
             row["verdict"] = verdict(evals[-1], cfg.expect)
     results = run.evaluation_dir / "queue" / "results.json"
     if results.exists():
-        data = json.loads(results.read_text())
-        aggregate = data.get("aggregate", {}).get("held_out") or {}
-        held = aggregate.get("methods") or {}
+        data = read_results(results)
+        aggregate = data.aggregate["held_out"]
+        held = aggregate.methods or {}
         mine = held.get(run_dir.name) or next(iter(held.values()), None)
-        row["heldout"] = {"envs": aggregate.get("envs") or sorted(data.get("envs", {})), "tuned": data["settings"]["tune_lr"],
-                          "iqm": mine["iqm"] if mine else None,
-                          "p_better_than_ppo": mine.get("poi_vs_ppo") if mine else None}
+        row["heldout"] = {"envs": list(aggregate.envs) or sorted(data.envs), "tuned": data.settings.tune_lr,
+                          "iqm": mine.iqm.to_json() if mine else None,
+                          "p_better_than_ppo": mine.poi_vs["ppo"].to_json() if mine and "ppo" in mine.poi_vs else None}
         if not mine:  # every environment left out: PPO did not beat its initial policy there (results.md says why)
             row["heldout"]["not_aggregated"] = "no environment with a usable normaliser"
-        row["heldout_seconds"] = data.get("time_s")
+        row["heldout_seconds"] = data.time_s
     return row
 
 

@@ -5,7 +5,7 @@
     run = api.train("lpo_cartpole_cpu", "runs/demo", generations=2, es={"population_size": 4},
                     objectives={"drift": "my_drifts:ScaledSquare"})
     api.plot(run)                                   # {"training": [paths], ..., "report": [path]}
-    results = api.evaluate([run, "ppo"], envs="my_envs:Corridor,CartPole-v1", quick=True)
+    results = api.evaluate([run, "ppo"], envs="my_envs:Corridor,CartPole-v1", quick=True)   # an Evaluation record
     api.distil(run)                                 # {"drift": report, ...}
     api.export(run)                                 # Exported: the closed forms and the files written
 
@@ -25,8 +25,12 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metadisco.core.errors import ConfigError, MetadiscoError
+
+if TYPE_CHECKING:
+    from metadisco.analysis.evaluation.results import Evaluation
 
 __all__ = ["Exported", "distil", "evaluate", "export", "plot", "train"]
 
@@ -67,14 +71,15 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
 
 def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | str | None = None, *,
              out: str | Path | None = None, inner: dict | Sequence[str] | None = None, inner_from_run: bool = False,
-             allow_invalid: bool = False, **options) -> dict:
+             allow_invalid: bool = False, **options) -> Evaluation:
     """Held-out evaluation of `targets` ("ppo", "dpo", objectives files, run directories,
     RUN_DIR:best / :init, `module:attr` objectives) on `envs` (names or `module:attr`, a list or
     a comma-separated string), as `metadisco evaluate` (which calls this); `options` as
     `metadisco.analysis.evaluation.run.evaluate` (seeds, budget, quick, suite, tune_lr, lr, seed, progress,
     protocol, bootstrap_reps). Writes results.json/csv/md and the curves to `out` (default:
-    RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP) and returns the results, with
-    "out_dir" the folder written.
+    RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP) and returns the results, an Evaluation
+    record (metadisco.analysis.evaluation.results; `read_results` reads results.json back as one)
+    whose `out_dir` is the folder written.
 
     inner: PPO settings for every environment, a dict of typed values ({"num_envs": 64, "hidden":
     (64, 64)}) or FIELD=VALUE strings, read and checked as `metadisco train` reads inner.FIELD=VALUE, over the
@@ -125,7 +130,7 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
     saved = render.save(results, out_dir)
     for run_dir in {t.run_dir for t in resolved if getattr(t, "run_dir", None) is not None}:
         refresh_report(run_dir)
-    return {**results, "out_dir": str(saved)}
+    return results.saved(saved)
 
 
 def _inner_settings(inner: dict | Sequence[str] | None, targets) -> dict:

@@ -7,11 +7,13 @@ are tested in tests/test_stats.py.
 
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import jax
@@ -24,6 +26,7 @@ from metadisco.analysis.evaluation import render
 from metadisco.analysis.evaluation import run as evaluation
 from metadisco.analysis.evaluation.programs import Programs
 from metadisco.analysis.evaluation.protocol import LR_FACTORS
+from metadisco.analysis.evaluation.results import Estimate, Evaluation, read_results
 from metadisco.analysis.targets import resolve_target
 from metadisco.cli import main
 from metadisco.config import ESConfig, InnerConfig, RunConfig
@@ -34,6 +37,8 @@ from tests.helpers import metadisco_in_process as cli
 pytestmark = pytest.mark.timeout(300)
 
 ENVS = "CartPole-v1,Acrobot-v1"
+# what a stand-in for `evaluation.evaluate` returns: saved as an Evaluation is (`api.evaluate`), holding nothing
+UNSAVED = SimpleNamespace(saved=lambda out_dir: SimpleNamespace(out_dir=out_dir))
 TINY = ["--seeds", "2", "--timesteps", "4096", "--no-progress"]
 OUTPUTS = {"results.json", "results.csv", "results.md", "curves.png", "curves.pdf"}
 
@@ -70,31 +75,32 @@ def test_a_baseline_against_itself_on_the_same_seeds_has_probability_of_improvem
                           bootstrap_reps=200, log=lines.append)
     assert [line.split(" at lr ")[0] for line in lines] == ["CartPole-v1: ppo_copy", "CartPole-v1: ppo", "CartPole-v1: dpo"]
 
-    assert [m["label"] for m in results["methods"]] == ["ppo_copy", "ppo", "dpo"]
-    env = results["envs"]["CartPole-v1"]
-    mine, ppo = env["methods"]["ppo_copy"], env["methods"]["ppo"]
-    assert mine["curve"]["seeds"] == ppo["curve"]["seeds"]  # common random numbers, bit for bit
-    assert np.mean(ppo["normalized"]) == pytest.approx(1.0)  # PPO normalised by itself
+    assert results.labels == ("ppo_copy", "ppo", "dpo")
+    env = results.envs["CartPole-v1"]
+    mine, ppo = env.methods["ppo_copy"], env.methods["ppo"]
+    assert np.array_equal(mine.curve.seeds, ppo.curve.seeds, equal_nan=True)  # common random numbers, bit for bit
+    assert np.mean(ppo.normalized) == pytest.approx(1.0)  # PPO normalised by itself
     # the score is the final policy's evaluation (sampled), its zero the initial policy's
-    assert env["score"] == "eval" and results["settings"]["protocol"]["name"] == "default"
+    assert env.score == "eval" and results.settings.protocol.name == "default"
     for e in (mine, ppo):
-        assert set(e["columns"]) == {"eval", "eval_greedy", "train_final", "auc"}
-        assert e["mean"] == pytest.approx(e["columns"]["eval"])
-        assert e["lr"] == results["settings"]["presets"]["CartPole-v1"]["config"]["lr"]
-    assert env["ppo_return"] == pytest.approx(np.mean(env["normaliser"]["ppo"]))
-    assert env["init_return"] == pytest.approx(np.mean(env["normaliser"]["zero"]))
-    agg = results["aggregate"]["held_out"]
-    assert agg["envs"] == ["CartPole-v1"] and results["aggregate"]["meta_train"]["envs"] == []
-    assert agg["methods"]["ppo_copy"]["poi_vs_ppo"]["point"] == 0.5
-    assert agg["methods"]["ppo"]["poi_vs_ppo"]["point"] == 0.5
-    assert agg["methods"]["dpo"]["poi_vs_dpo"]["point"] == 0.5
-    pairwise = agg["pairwise"]  # every ordered pair, for comparisons against any control
-    assert pairwise["ppo_copy"]["ppo"]["point"] == pairwise["ppo"]["ppo_copy"]["point"] == 0.5
-    assert pairwise["dpo"]["ppo_copy"]["point"] == pytest.approx(1 - pairwise["ppo_copy"]["dpo"]["point"])
-    settings = results["settings"]
-    assert settings["seeds"] == 4 and settings["budgets"] == {"CartPole-v1": 4096}
-    assert settings["presets"]["CartPole-v1"]["family"] == "classic"
-    json.dumps(results, allow_nan=False)  # plain JSON throughout
+        assert set(e.columns) == {"eval", "eval_greedy", "train_final", "auc"}
+        assert e.mean == pytest.approx(e.columns["eval"])
+        assert e.lr == results.settings.presets["CartPole-v1"]["config"]["lr"]
+    assert env.ppo_return == pytest.approx(np.mean(env.normaliser_ppo))
+    assert env.init_return == pytest.approx(np.mean(env.normaliser_zero))
+    agg = results.aggregate["held_out"]
+    assert agg.envs == ("CartPole-v1",) and results.aggregate["meta_train"].envs == ()
+    assert agg.methods["ppo_copy"].poi_vs["ppo"].point == 0.5
+    assert agg.methods["ppo"].poi_vs["ppo"].point == 0.5
+    assert agg.methods["dpo"].poi_vs["dpo"].point == 0.5
+    pairwise = agg.pairwise  # every ordered pair, for comparisons against any control
+    assert pairwise["ppo_copy"]["ppo"].point == pairwise["ppo"]["ppo_copy"].point == 0.5
+    assert pairwise["dpo"]["ppo_copy"].point == pytest.approx(1 - pairwise["ppo_copy"]["dpo"].point)
+    settings = results.settings
+    assert settings.seeds == 4 and settings.budgets == {"CartPole-v1": 4096}
+    assert settings.presets["CartPole-v1"]["family"] == "classic"
+    stored = json.loads(json.dumps(results.to_json(), allow_nan=False))  # plain JSON throughout
+    assert Evaluation.from_json(stored).to_json() == stored  # and read back as it was written
 
 
 @pytest.mark.slow
@@ -110,13 +116,13 @@ def test_ppo_trains_through_a_target_family_that_contains_it_bit_for_bit(tmp_pat
     results = evaluation.evaluate([str(tmp_path / "lpo_member.json"), str(tmp_path / "ppo_copy.json")],
                                   envs=["CartPole-v1"], seeds=2, budget=4096, progress=False, programs=programs,
                                   bootstrap_reps=200)
-    assert {m["label"]: m.get("trained_through") for m in results["methods"]} == {
+    assert {m.label: m.trained_through for m in results.methods} == {
         "lpo_member": None, "ppo_copy": None, "ppo": "lpo_member", "dpo": None}
     assert len(programs) == 3  # LPO (the member and PPO), PPO's own (the copy), DPO
-    methods = results["envs"]["CartPole-v1"]["methods"]
-    assert methods["ppo"]["curve"]["seeds"] == methods["ppo_copy"]["curve"]["seeds"]
-    assert methods["ppo"]["columns"] == methods["ppo_copy"]["columns"]
-    assert methods["lpo_member"]["curve"]["seeds"] != methods["ppo"]["curve"]["seeds"]  # the member is not PPO
+    methods = results.envs["CartPole-v1"].methods
+    assert np.array_equal(methods["ppo"].curve.seeds, methods["ppo_copy"].curve.seeds, equal_nan=True)
+    assert methods["ppo"].columns == methods["ppo_copy"].columns
+    assert not np.array_equal(methods["lpo_member"].curve.seeds, methods["ppo"].curve.seeds)  # the member is not PPO
 
 
 @pytest.mark.slow
@@ -133,17 +139,17 @@ def test_a_grid_that_cannot_tell_the_rates_apart_tunes_to_the_base_rate():
 def test_tune_lr_scores_every_method_at_its_own_best_rate_of_the_grid(programs):
     results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=2, budget=4096, tune_lr=True, progress=False,
                           programs=programs, bootstrap_reps=200)
-    assert [m["label"] for m in results["methods"]] == ["dpo", "ppo"]  # no extra row: every method is tuned
-    env = results["envs"]["CartPole-v1"]
-    preset_lr = results["settings"]["presets"]["CartPole-v1"]["config"]["lr"]
-    assert results["settings"]["lr_grid"]["CartPole-v1"] == pytest.approx([f * preset_lr for f in LR_FACTORS])
+    assert results.labels == ("dpo", "ppo")  # no extra row: every method is tuned
+    env = results.envs["CartPole-v1"]
+    preset_lr = results.settings.presets["CartPole-v1"]["config"]["lr"]
+    assert results.settings.lr_grid["CartPole-v1"] == pytest.approx([f * preset_lr for f in LR_FACTORS])
     for label in ("dpo", "ppo"):
-        tuning = env["tuning"][label]
-        assert tuning["lrs"] == pytest.approx(results["settings"]["lr_grid"]["CartPole-v1"])
-        best = int(np.argmax([-np.inf if x is None else x for x in tuning["mean_scores"]]))  # chosen on tuning seeds
-        assert tuning["best_lr"] == pytest.approx(tuning["lrs"][best])
-        assert env["methods"][label]["lr"] == pytest.approx(tuning["best_lr"])  # ... scored at it
-    assert env["ppo_return"] == pytest.approx(env["methods"]["ppo"]["mean"])  # the normaliser is the tuned PPO
+        tuning = env.tuning[label]
+        assert tuning.lrs == pytest.approx(results.settings.lr_grid["CartPole-v1"])
+        best = int(np.argmax([-np.inf if x is None else x for x in tuning.mean_scores]))  # chosen on tuning seeds
+        assert tuning.best_lr == pytest.approx(tuning.lrs[best])
+        assert env.methods[label].lr == pytest.approx(tuning.best_lr)  # ... scored at it
+    assert env.ppo_return == pytest.approx(env.methods["ppo"].mean)  # the normaliser is the tuned PPO
     # the learning rate is a traced argument: every rate of a method shares one compiled program
     config = preset_for("CartPole-v1").replace(total_timesteps=4096)
     assert programs.get(programs.env("CartPole-v1"), config, Objectives(), 2).train._cache_size() == 1
@@ -203,18 +209,17 @@ class ConfigPrograms(StandInPrograms):
 def test_tuning_picks_each_method_its_own_learning_rate():
     results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, tune_lr=True, progress=False,
                           programs=StandInPrograms(), bootstrap_reps=200)
-    env = results["envs"]["CartPole-v1"]
-    preset_lr = results["settings"]["presets"]["CartPole-v1"]["config"]["lr"]
-    assert env["tuning"]["ppo"]["best_factor"] == 2.0 and env["tuning"]["dpo"]["best_factor"] == 0.5
-    assert env["methods"]["ppo"]["lr"] == pytest.approx(2 * preset_lr)
-    assert env["methods"]["dpo"]["lr"] == pytest.approx(0.5 * preset_lr)
+    env = results.envs["CartPole-v1"]
+    preset_lr = results.settings.presets["CartPole-v1"]["config"]["lr"]
+    assert env.tuning["ppo"].best_factor == 2.0 and env.tuning["dpo"].best_factor == 0.5
+    assert env.methods["ppo"].lr == pytest.approx(2 * preset_lr)
+    assert env.methods["dpo"].lr == pytest.approx(0.5 * preset_lr)
     # scored on the evaluation seeds, not the tuning seeds (their noise differs)
     for label in ("ppo", "dpo"):
-        tuned = env["tuning"][label]
-        assert env["methods"][label]["mean"] != pytest.approx(
-            max(x for x in tuned["mean_scores"] if x is not None), abs=1e-6)
+        tuned = env.tuning[label]
+        assert env.methods[label].mean != pytest.approx(max(x for x in tuned.mean_scores if x is not None), abs=1e-6)
     # each method at its best rate peaks at ~100: normalised against the tuned PPO, DPO is ~1
-    assert env["methods"]["dpo"]["norm_mean"] == pytest.approx(1.0, abs=0.05)
+    assert env.methods["dpo"].norm_mean == pytest.approx(1.0, abs=0.05)
     md, rows = render.to_markdown(results), list(csv.DictReader(io.StringIO(render.to_csv(results))))
     assert {r["method"]: float(r["lr"]) for r in rows} == pytest.approx({"ppo": 2 * preset_lr, "dpo": 0.5 * preset_lr})
     assert "each method is scored at its best: dpo 0.000125, ppo 0.0005" in md
@@ -224,31 +229,35 @@ def test_the_discogen_protocol_tunes_over_ten_rates_up_to_ten_times_the_base_on_
     programs = StandInPrograms()
     results = evaluation.evaluate(["ppo"], envs=["CartPole-v1"], seeds=2, budget=4096, protocol="discogen", progress=False,
                           programs=programs, bootstrap_reps=200)
-    protocol = results["settings"]["protocol"]
-    assert protocol["name"] == "discogen" and protocol["tail"] == 0.05 and results["settings"]["tuning_seeds"] == 8
-    factors = results["settings"]["lr_factors"]
+    protocol = results.settings.protocol
+    assert protocol.name == "discogen" and protocol.tail == 0.05 and results.settings.tuning_seeds == 8
+    factors = results.settings.lr_factors
     assert len(factors) == 10 and factors[0] == pytest.approx(1.0) and factors[-1] == pytest.approx(10.0)
     assert ("ppo_clip", 8, 10) in programs.calls and ("ppo_clip", 2, 0) in programs.calls
     nearest_two = min(factors, key=lambda f: abs(np.log(f / 2.0)))  # the stand-in PPO's best is x2
-    assert results["envs"]["CartPole-v1"]["tuning"]["ppo"]["best_factor"] == pytest.approx(nearest_two)
-    assert protocol["score"] == "eval_greedy" and protocol["select"] == "train_final"
-    assert results["settings"]["presets"]["CartPole-v1"]["config"]["eval_episodes"] == 16
-    env = results["envs"]["CartPole-v1"]
-    assert env["score"] == "eval_greedy" and env["methods"]["ppo"]["mean"] == pytest.approx(
-        env["methods"]["ppo"]["columns"]["eval_greedy"])  # the stand-in's greedy = sampled + 1
-    assert env["methods"]["ppo"]["columns"]["eval_greedy"] == pytest.approx(env["methods"]["ppo"]["columns"]["eval"] + 1)
+    assert results.envs["CartPole-v1"].tuning["ppo"].best_factor == pytest.approx(nearest_two)
+    assert protocol.score == "eval_greedy" and protocol.select == "train_final"
+    assert results.settings.presets["CartPole-v1"]["config"]["eval_episodes"] == 16
+    env = results.envs["CartPole-v1"]
+    ppo = env.methods["ppo"]
+    assert env.score == "eval_greedy" and ppo.mean == pytest.approx(ppo.columns["eval_greedy"])
+    assert ppo.columns["eval_greedy"] == pytest.approx(ppo.columns["eval"] + 1)  # the stand-in's greedy = sampled + 1
     assert "Protocol discogen" in render.to_markdown(results)
 
 
 def test_a_probability_of_improvement_interval_that_includes_one_half_is_never_called_above_it():
     results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, progress=False,
                           programs=StandInPrograms(), bootstrap_reps=200)
-    agg = results["aggregate"]["held_out"]["methods"]["dpo"]
-    agg["poi_vs_ppo"] = {"point": 0.6, "low": 0.4974, "high": 0.716}
-    line = next(x for x in render.to_markdown(results).splitlines() if x.startswith("- dpo against ppo"))
+    def reading(poi: Estimate) -> str:  # the markdown's reading of dpo against ppo, with P(dpo > ppo) = poi
+        held_out = results.aggregate["held_out"]
+        dpo = dataclasses.replace(held_out.methods["dpo"], poi_vs={**held_out.methods["dpo"].poi_vs, "ppo": poi})
+        held_out = dataclasses.replace(held_out, methods={**held_out.methods, "dpo": dpo})
+        changed = dataclasses.replace(results, aggregate={**results.aggregate, "held_out": held_out})
+        return next(x for x in render.to_markdown(changed).splitlines() if x.startswith("- dpo against ppo"))
+
+    line = reading(Estimate(0.6, 0.4974, 0.716))
     assert "above 0.5" not in line and "includes 0.5" in line
-    agg["poi_vs_ppo"] = {"point": 0.7, "low": 0.5026, "high": 0.816}
-    line = next(x for x in render.to_markdown(results).splitlines() if x.startswith("- dpo against ppo"))
+    line = reading(Estimate(0.7, 0.5026, 0.816))
     assert "better" in line and "above 0.5" in line
 
 
@@ -288,16 +297,16 @@ def test_the_table_says_where_no_training_episode_ended():
     # (2,500 steps) outlasts a run, carries the initial evaluation in its training columns.
     results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, progress=False,
                                   programs=NoEpisodePrograms(), bootstrap_reps=200)
-    methods = results["envs"]["CartPole-v1"]["methods"]
-    assert methods["dpo"]["no_episode_ended"] == 3 and methods["ppo"]["no_episode_ended"] == 1
-    assert methods["dpo"]["columns"]["auc"] == pytest.approx(0.36)  # the number is the initial evaluation ...
+    methods = results.envs["CartPole-v1"].methods
+    assert methods["dpo"].no_episode_ended == 3 and methods["ppo"].no_episode_ended == 1
+    assert methods["dpo"].columns["auc"] == pytest.approx(0.36)  # the number is the initial evaluation ...
     table = render.to_markdown(results).split("## CartPole-v1")[1].split("##")[0]  # the environment's table
     rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table.splitlines() if line.startswith("| ")}
     # ... and the table says so: "training, last 10%" and "auc" are the 7th and 8th columns
     assert rows["dpo"][6:8] == ["no episode ended", "no episode ended"]
     assert rows["ppo"][6].endswith("(1 of 3 seeds: no episode ended)") and rows["ppo"][7].endswith("no episode ended)")
     assert rows["ppo"][2].startswith("5.") and rows["dpo"][2].startswith("5.")  # the final policy's score is unaffected
-    (note,) = [n for n in results["notes"] if "no training episode ended" in n]
+    (note,) = [n for n in results.notes if "no training episode ended" in n]
     assert note.startswith("CartPole-v1: no training episode ended in 3 of 3 seeds of dpo, 1 of 3 seeds of ppo within "
                            "the budget of 4,096 steps")
     assert '"training, last 10%" and "auc" are the initial policy\'s evaluation' in note
@@ -307,8 +316,8 @@ def test_the_table_says_where_no_training_episode_ended():
     # Where every seed of every method ended episodes, nothing is said.
     plain = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, progress=False,
                                 programs=StandInPrograms(), bootstrap_reps=200)
-    assert {e["no_episode_ended"] for e in plain["envs"]["CartPole-v1"]["methods"].values()} == {0}
-    assert "no episode ended" not in render.to_markdown(plain) and not any("episode ended" in n for n in plain["notes"])
+    assert {e.no_episode_ended for e in plain.envs["CartPole-v1"].methods.values()} == {0}
+    assert "no episode ended" not in render.to_markdown(plain) and not any("episode ended" in n for n in plain.notes)
 
 
 class BarelyLearningPrograms(StandInPrograms):
@@ -334,16 +343,49 @@ def test_a_barely_learning_ppo_does_not_inflate_the_aggregate():
     leaves that environment out, and says why."""
     results = evaluation.evaluate(["dpo"], envs=["CartPole-v1", "Acrobot-v1"], seeds=4, budget=4096, progress=False,
                                   programs=BarelyLearningPrograms(), bootstrap_reps=200)
-    acrobot = results["envs"]["Acrobot-v1"]
-    gain = np.asarray(acrobot["normaliser"]["ppo"]) - np.asarray(acrobot["normaliser"]["zero"])
+    acrobot = results.envs["Acrobot-v1"]
+    gain = acrobot.normaliser_ppo - acrobot.normaliser_zero
     assert 0 < gain.mean() < 2 * gain.std(ddof=1) / 2  # a positive gain, as the old rule accepted, within noise
-    assert "ppo-flat" in acrobot["flags"] and "standard errors" in acrobot["excluded_from_aggregate"]
-    assert acrobot["methods"]["dpo"]["norm_mean"] is None
-    held_out = results["aggregate"]["held_out"]
-    assert held_out["envs"] == ["CartPole-v1"]
-    assert held_out["methods"]["dpo"]["mean"]["point"] == pytest.approx(
-        results["envs"]["CartPole-v1"]["methods"]["dpo"]["norm_mean"])
-    assert any(n.startswith("Acrobot-v1: PPO's gain over its initial policy") for n in results["notes"])
+    assert "ppo-flat" in acrobot.flags and "standard errors" in acrobot.excluded_from_aggregate
+    assert acrobot.methods["dpo"].norm_mean is None and acrobot.group == "excluded"
+    held_out = results.aggregate["held_out"]
+    assert held_out.envs == ("CartPole-v1",)
+    assert held_out.methods["dpo"].mean.point == pytest.approx(results.envs["CartPole-v1"].methods["dpo"].norm_mean)
+    assert any(n.startswith("Acrobot-v1: PPO's gain over its initial policy") for n in results.notes)
+
+
+# --------------------------------------------------------------------------------------------
+# results.json: the records it is written from and read back as
+# --------------------------------------------------------------------------------------------
+
+COMMITTED = sorted((Path(__file__).resolve().parent.parent / "docs" / "results").rglob("results.json"))
+
+
+def test_every_committed_evaluation_reads_as_a_record_and_renders_as_it_was_written():
+    """Each committed results.json reads through the records and writes back byte for byte, and
+    the tables made from the record are the results.md and results.csv committed beside it."""
+    assert len(COMMITTED) >= 10, COMMITTED
+    for path in COMMITTED:
+        results = read_results(path)
+        assert json.dumps(results.to_json(), indent=1, allow_nan=False) == path.read_text(), path
+        assert render.to_markdown(results) == (path.parent / "results.md").read_text(), path
+        if (path.parent / "results.csv").is_file():
+            assert render.to_csv(results) == (path.parent / "results.csv").read_text(), path
+    some = read_results(COMMITTED[0])
+    dpo = some.envs[some.settings.envs[0]].methods["dpo"]
+    assert dpo.scores.dtype == np.float64 and dpo.curve.seeds.shape == (some.settings.seeds, dpo.curve.mean.size)
+
+
+def test_a_file_that_is_not_an_evaluations_results_is_refused_with_its_name(tmp_path):
+    path = tmp_path / "results.json"
+    for text, message in [("{", "is corrupt"), ('{"format": "metadisco.objectives", "version": 1}', "not the results"),
+                          (json.dumps({"format": "metadisco.evaluation", "version": 2}), "missing or malformed")]:
+        path.write_text(text)
+        with pytest.raises(suites.EvaluationError, match=message) as refused:
+            read_results(path)
+        assert str(path) in str(refused.value)
+    with pytest.raises(suites.EvaluationError, match="is missing"):
+        read_results(tmp_path / "nothing.json")
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,7 +395,7 @@ def test_a_barely_learning_ppo_does_not_inflate_the_aggregate():
 
 def _read_outputs(out):
     assert {p.name for p in out.iterdir()} == OUTPUTS
-    results = json.loads((out / "results.json").read_text())
+    results = read_results(out / "results.json")
     rows = list(csv.DictReader((out / "results.csv").open()))
     return results, rows, (out / "results.md").read_text()
 
@@ -394,15 +436,15 @@ def test_evaluate_a_baseline_end_to_end(baseline_cli):
     code, stdout, err, out, _ = baseline_cli
     assert code == 0, err
     results, rows, md = _read_outputs(out)
-    assert [m["label"] for m in results["methods"]] == ["dpo", "ppo"]  # a baseline target is its own reference
-    assert list(results["envs"]) == ["CartPole-v1", "Acrobot-v1"]
+    assert results.labels == ("dpo", "ppo")  # a baseline target is its own reference
+    assert list(results.envs) == ["CartPole-v1", "Acrobot-v1"]
     assert len(rows) == 4 and {r["method"] for r in rows} == {"dpo", "ppo"}
     assert all(r["score"] == "eval" and float(r["mean"]) == pytest.approx(float(r["eval"])) for r in rows)
     assert all(r["eval_greedy"] and r["auc"] and float(r["lr"]) > 0 for r in rows)
     assert not any("meta-train" in r["flags"] for r in rows)
     for name in ("CartPole-v1", "Acrobot-v1"):
         assert f"## {name}" in md and f"## {name}" in stdout
-        assert len(results["envs"][name]["methods"]["dpo"]["scores"]) == 2
+        assert len(results.envs[name].methods["dpo"].scores) == 2
     assert "Aggregate over held-out environments" in md
     assert str(out) in stdout
 
@@ -423,7 +465,7 @@ def test_a_baseline_with_other_options_is_that_baseline_with_its_drift_changed()
 
 
 def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
-    """RUN_DIR:init is init(key(the run's seed)), the engine's starting point, not init(key(0))."""
+    """RUN_DIR:init is start_params(the run's seed), the engine's starting point, not seed 0's."""
     from metadisco.config import ObjectivesConfig, validate
     from metadisco.engine import MetaTrainer
     from metadisco.rundir import RunDir
@@ -440,7 +482,7 @@ def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
     assert init.label == "run:init"
     for plug, started in trainer.default_params.items():
         assert jax.tree.all(jax.tree.map(np.array_equal, init.params[plug], started)), plug
-    seed0 = trainer.objectives.init(jax.random.key(0))["drift"]
+    seed0 = trainer.objectives.default_params()["drift"]
     assert not jax.tree.all(jax.tree.map(np.array_equal, init.params["drift"], seed0))
 
     config = json.loads(run.config_path.read_text())
@@ -457,7 +499,7 @@ def test_evaluate_a_run_directory_flags_its_meta_training_env(tiny_run, capsys):
     assert resolve_target(str(tiny_run / "objectives" / "best.json")).label == "run:best"
     init, mean = resolve_target(f"{tiny_run}:init"), resolve_target(str(tiny_run))
     assert init.label == "run:init" and init.objectives == mean.objectives  # same structure...
-    fresh = mean.objectives.init(jax.random.key(0))  # ...at the parameters evolution started from
+    fresh = mean.objectives.default_params()  # ...at the parameters evolution started from (seed 0)
     assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), init.params["drift"], fresh["drift"]))
     assert not jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), mean.params["drift"], fresh["drift"]))
 
@@ -465,16 +507,16 @@ def test_evaluate_a_run_directory_flags_its_meta_training_env(tiny_run, capsys):
     assert code == 0, err
     (out,) = (tiny_run / "evaluation").iterdir()  # default: RUN_DIR/evaluation/<timestamp>
     results, rows, md = _read_outputs(out)
-    assert [m["label"] for m in results["methods"]] == ["run", "ppo", "dpo"]
-    assert results["targets"][0]["meta_train_envs"] == ["CartPole-v1"]
-    assert results["targets"][0]["objectives"]["drift"]["name"] == "lpo"
-    cartpole, acrobot = results["envs"]["CartPole-v1"], results["envs"]["Acrobot-v1"]
-    assert "meta-train" in cartpole["flags"] and cartpole["meta_train_for"] == ["run"]
-    assert "meta-train" not in acrobot["flags"]
-    agg = results["aggregate"]
-    assert "CartPole-v1" not in agg["held_out"]["envs"]  # never mixed into the held-out aggregate
-    assert agg["held_out"]["envs"] == ([] if acrobot["excluded_from_aggregate"] else ["Acrobot-v1"])
-    assert agg["meta_train"]["envs"] == ([] if cartpole["excluded_from_aggregate"] else ["CartPole-v1"])
+    assert results.labels == ("run", "ppo", "dpo")
+    assert results.targets[0].meta_train_envs == ("CartPole-v1",)
+    assert results.targets[0].objectives["drift"]["name"] == "lpo"
+    cartpole, acrobot = results.envs["CartPole-v1"], results.envs["Acrobot-v1"]
+    assert "meta-train" in cartpole.flags and cartpole.meta_train_for == ("run",)
+    assert "meta-train" not in acrobot.flags
+    agg = results.aggregate
+    assert "CartPole-v1" not in agg["held_out"].envs  # never mixed into the held-out aggregate
+    assert agg["held_out"].envs == (() if acrobot.excluded_from_aggregate else ("Acrobot-v1",))
+    assert agg["meta_train"].envs == (() if cartpole.excluded_from_aggregate else ("CartPole-v1",))
     groups = {(r["method"], r["env"]): r for r in rows}
     assert "meta-train" in groups["run", "CartPole-v1"]["flags"]
     assert groups["run", "CartPole-v1"]["group"] in ("meta_train", "excluded")
@@ -643,7 +685,7 @@ def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, tmp_pat
         return seen[-1]
 
     with monkeypatch.context() as m:
-        m.setattr(evaluation, "evaluate", lambda targets, **kw: seen.append(kw["inner"]) or {})
+        m.setattr(evaluation, "evaluate", lambda targets, **kw: seen.append(kw["inner"]) or UNSAVED)
         m.setattr(render, "save", lambda results, out: out)
         assert inner(tiny_run) == {k: v for k, v in stored.items() if k != "total_timesteps"}
         assert inner(tiny_run, ["num_envs=2", "hidden=8,8"]) == {"num_envs": 2, "num_steps": 64, "hidden": (8, 8)}
@@ -666,7 +708,7 @@ def test_inner_settings_come_from_the_run_and_the_command_line(tiny_run, tmp_pat
     programs = ConfigPrograms()
     results = evaluation.evaluate(["ppo"], envs=["CartPole-v1"], seeds=1, budget=2048, progress=False,
                                   inner={"num_envs": 2, "hidden": (8,)}, programs=programs, bootstrap_reps=200)
-    config = results["settings"]["presets"]["CartPole-v1"]["config"]
+    config = results.settings.presets["CartPole-v1"]["config"]
     assert config["num_envs"] == 2 and list(config["hidden"]) == [8] and config["total_timesteps"] == 2048
     assert {name for name, _ in programs.configs} == {"ppo_clip", "dpo"}
     assert all(c.num_envs == 2 and tuple(c.hidden) == (8,) and c.total_timesteps == 2048 for _, c in programs.configs)
@@ -687,13 +729,13 @@ def test_evaluate_run_defaults_to_the_held_out_set_it_declared(tiny_run, tmp_pat
     code, stdout, err = cli(["evaluate", str(run), "--no-progress", "--out", str(tmp_path / "a")], capsys)
     assert code == 0, err
     assert "declared before it ran" in err
-    results = json.loads((tmp_path / "a" / "results.json").read_text())
-    assert list(results["envs"]) == ["Acrobot-v1"]
-    assert results["envs"]["Acrobot-v1"]["budget"] == 4096 and results["settings"]["seeds"] == 2
+    results = read_results(tmp_path / "a" / "results.json")
+    assert list(results.envs) == ["Acrobot-v1"]
+    assert results.envs["Acrobot-v1"].budget == 4096 and results.settings.seeds == 2
     code, stdout, err = cli(["evaluate", str(run), "--envs", "CartPole-v1", *TINY, "--out", str(tmp_path / "b")],
                             capsys)
     assert code == 0 and "declared before it ran" not in err
-    assert list(json.loads((tmp_path / "b" / "results.json").read_text())["envs"]) == ["CartPole-v1"]
+    assert list(read_results(tmp_path / "b" / "results.json").envs) == ["CartPole-v1"]
 
 
 def test_the_cli_and_the_api_evaluate_a_run_on_its_declared_set_alike(tiny_run, tmp_path, capsys, monkeypatch):
@@ -712,7 +754,7 @@ def test_the_cli_and_the_api_evaluate_a_run_on_its_declared_set_alike(tiny_run, 
     (run / "config.json").write_text(json.dumps(config))
     calls = []
     monkeypatch.setattr(evaluation, "evaluate", lambda targets, **kw: calls.append(
-        ([t.label for t in targets], {k: kw.get(k) for k in ("envs", "budget", "seeds", "inner")})) or {})
+        ([t.label for t in targets], {k: kw.get(k) for k in ("envs", "budget", "seeds", "inner")})) or UNSAVED)
     monkeypatch.setattr(render, "save", lambda results, out: out)
     monkeypatch.setattr(render, "to_markdown", lambda results: "")
 
@@ -752,7 +794,7 @@ def test_an_evaluation_keeps_one_environments_programs_not_every_one(baseline_cl
     test_evaluate_a_baseline_end_to_end, dpo and ppo on CartPole-v1 then Acrobot-v1: its Programs.)"""
     code, _, err, out, programs = baseline_cli
     assert code == 0, err
-    assert set(json.loads((out / "results.json").read_text())["envs"]) == {"CartPole-v1", "Acrobot-v1"}
+    assert set(read_results(out / "results.json").envs) == {"CartPole-v1", "Acrobot-v1"}
     assert programs.environments() == {"Acrobot-v1"}  # the first environment's programs went before the second began
     before = _memory_mappings()
     assert programs.release() == 2  # ppo and dpo on Acrobot

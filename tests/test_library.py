@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -289,7 +290,7 @@ def test_the_api_evaluates_a_run_on_the_held_out_set_it_declared(tmp_path, monke
         "envs": ["CartPole-v1"], "heldout": {"envs": ["Acrobot-v1", "Catch-bsuite"], "timesteps": 4096, "seeds": 3}}))
     shutil.copy(Path(__file__).parents[1] / "docs" / "results" / "l2_value_loss.json", run / "objectives" / "mean.json")
     calls = []
-    monkeypatch.setattr(evaluation, "evaluate", lambda targets, **kw: calls.append(kw) or {"kw": kw})
+    monkeypatch.setattr(evaluation, "evaluate", lambda targets, **kw: calls.append(kw) or SimpleNamespace(saved=str))
     monkeypatch.setattr(render, "save", lambda results, out: out)
 
     api.evaluate(run, out=tmp_path / "out")

@@ -15,6 +15,7 @@ One step a module (`metadisco.api.evaluate` and `metadisco evaluate` are the ent
     programs  the compiled training programs of one evaluation (a cache object)
     run       train every method on every environment (common random numbers) -> raw returns
     summary   per-environment intervals, PPO-normalised scores, IQM, probability of improvement
+    results   the records of what was found (Evaluation), and results.json written and read through them
     render    markdown, CSV, the learning-curves figure, and the output folder (written atomically)
 
 The suites and budgets table is `metadisco.analysis.suites` (jax-free; the CLI help is made from it) and the

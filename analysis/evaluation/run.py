@@ -25,15 +25,12 @@ from metadisco.analysis.evaluation import summary
 from metadisco.analysis.evaluation.plan import EnvJob, Method, plan
 from metadisco.analysis.evaluation.programs import Programs, hparams, mesh
 from metadisco.analysis.evaluation.protocol import Protocol, resolve_protocol
+from metadisco.analysis.evaluation.results import Evaluation, MethodEntry, Settings, TargetEntry, Tuning
 from metadisco.analysis.suites import EvaluationError
 from metadisco.core import scores, streams
-from metadisco.core.fileio import to_jsonable
 from metadisco.inner_loops import PPOConfig, preset_name
 
-__all__ = ["FORMAT", "VERSION", "evaluate"]
-
-FORMAT = "metadisco.evaluation"
-VERSION = 2
+__all__ = ["evaluate"]
 
 
 def evaluate(
@@ -53,8 +50,9 @@ def evaluate(
     programs: Programs | None = None,
     protocol: str | Protocol = "default",
     log: Callable[[str], None] | None = None,
-) -> dict:
-    """Train every method on every environment and compute the statistics -> results dict.
+) -> Evaluation:
+    """Train every method on every environment and compute the statistics -> Evaluation (the
+    record results.json holds: metadisco.analysis.evaluation.results).
 
     targets: Target objects or specs for `resolve_target`. envs: names (or a comma-separated
     string); None takes the suite (`suite`, else "quick" if `quick` else "default"). seeds:
@@ -70,8 +68,7 @@ def evaluate(
     programs: the compiled-program cache to use (default: a new one for this evaluation).
     log: called with one line per method and environment as each finishes (its rate, its mean
     score, the minutes it took): what a run without a progress bar shows (`--no-progress`).
-    Every input error raises EvaluationError before anything compiles. The result is plain JSON
-    (NaN as None; see `metadisco.analysis.evaluation.render.save`).
+    Every input error raises EvaluationError before anything compiles.
     """
     seeds = suites.DEFAULT_SEEDS if seeds is None else seeds
     if int(bootstrap_reps) != bootstrap_reps or bootstrap_reps < 1:
@@ -102,13 +99,13 @@ def evaluate(
         programs.release(keep=job.env.name)  # bounded memory mappings, however many environments
         t0 = time.time()
         runs: dict[str, dict] = {}
-        tuning: dict[str, dict] = {}
+        tuning: dict[str, Tuning] = {}
         for m in methods:
             rate = float(job.config.hparams.lr)
             if protocol.lr_factors:
                 bar.set_postfix_str(f"{job.name}: {m.label} lr grid")
                 tuning[m.label] = _tune(programs, job, m, protocol, tune_keys)
-                rate = tuning[m.label]["best_lr"]
+                rate = tuning[m.label].best_lr
             bar.set_postfix_str(f"{job.name}: {m.label}")
             objectives, params = m.program
             program = programs.get(job.env, job.config, objectives, seeds)
@@ -121,51 +118,31 @@ def evaluate(
     bar.close()
 
     labels = [m.label for m in methods]
-    results = {
-        "format": FORMAT,
-        "version": VERSION,
-        "created": datetime.datetime.now().isoformat(timespec="seconds"),
-        "settings": {
-            "envs": [j.name for j in jobs],
-            "suite": suite,
-            "scale": scale,
-            "quick": bool(quick),
-            "seeds": int(seeds),
-            "seed": int(seed),
-            "protocol": protocol.to_dict(),
-            "score": protocol.score,
-            "tuning_seeds": int(tuning_seeds),
-            "budgets": {j.name: j.budget for j in jobs},
-            "steps_per_run": {j.name: j.config.steps_per_run for j in jobs},
-            "presets": {j.name: {"family": preset_name(j.name), "config": _config_dict(j.config)} for j in jobs},
-            "tune_lr": bool(protocol.lr_factors),
-            "lr": None if lr is None else float(lr),
-            "inner": {k: list(v) if isinstance(v, tuple) else v for k, v in (inner or {}).items()},
-            "lr_factors": list(protocol.lr_factors) or None,
-            "lr_grid": ({j.name: [f * float(j.config.hparams.lr) for f in protocol.lr_factors] for j in jobs}
-                        if protocol.lr_factors else None),
-            "bootstrap_reps": int(bootstrap_reps),
-            "confidence": summary.CONFIDENCE,
-            "devices": int(mesh(seeds).devices.size),
-            "jax_version": jax.__version__,
-        },
-        "targets": [
-            {"label": m.label, "role": m.role, "meta_train_envs": list(m.meta_train_envs),
-             "objectives": m.objectives.spec()}
-            for m in methods if m.role != "reference"
-        ],
-        "methods": [{"label": m.label, "role": m.role} | ({"trained_through": m.through[0]} if m.through else {})
-                    for m in methods],
-        "envs": {job.name: summary.env_stats(job, labels, env_results[job.name], protocol, bootstrap_reps, seed)
-                 for job in jobs},
-        "aggregate": {},
-        "notes": [],
-        "time_s": None,
-    }
-    results["aggregate"] = summary.aggregate(results["envs"], labels, bootstrap_reps, seed)
-    results["notes"] = summary.notes(results, jobs, bool(protocol.lr_factors))
-    results["time_s"] = round(time.time() - started, 1)
-    return to_jsonable(results)
+    settings = Settings(
+        envs=tuple(j.name for j in jobs), suite=suite, scale=scale, quick=bool(quick), seeds=int(seeds), seed=int(seed),
+        protocol=protocol, score_meaning=protocol.describe(), score=protocol.score, tuning_seeds=int(tuning_seeds),
+        budgets={j.name: j.budget for j in jobs}, steps_per_run={j.name: j.config.steps_per_run for j in jobs},
+        presets={j.name: {"family": preset_name(j.name), "config": _config_dict(j.config)} for j in jobs},
+        tune_lr=bool(protocol.lr_factors), lr=None if lr is None else float(lr),
+        inner={k: list(v) if isinstance(v, tuple) else v for k, v in (inner or {}).items()},
+        lr_factors=tuple(protocol.lr_factors) or None,
+        lr_grid=({j.name: tuple(f * float(j.config.hparams.lr) for f in protocol.lr_factors) for j in jobs}
+                 if protocol.lr_factors else None),
+        bootstrap_reps=int(bootstrap_reps), confidence=summary.CONFIDENCE, devices=int(mesh(seeds).devices.size),
+        jax_version=jax.__version__)
+    envs = {job.name: summary.env_stats(job, labels, env_results[job.name], protocol, bootstrap_reps, seed)
+            for job in jobs}
+    return Evaluation(
+        created=datetime.datetime.now().isoformat(timespec="seconds"),
+        settings=settings,
+        targets=tuple(TargetEntry(m.label, m.role, tuple(m.meta_train_envs), m.objectives.spec())
+                      for m in methods if m.role != "reference"),
+        methods=tuple(MethodEntry(m.label, m.role, m.through[0] if m.through else None) for m in methods),
+        envs=envs,
+        aggregate=summary.aggregate(envs, labels, bootstrap_reps, seed),
+        notes=tuple(summary.notes(envs, protocol, jobs, bool(protocol.lr_factors), settings.lr)),
+        time_s=round(time.time() - started, 1),
+    )
 
 
 def _check_traces(programs: Programs, methods: list[Method], jobs: list[EnvJob], keys) -> None:
@@ -195,7 +172,7 @@ def _run(program, keys, params, hp) -> dict:
         "diverged": np.asarray(result.diverged, bool)}
 
 
-def _tune(programs: Programs, job: EnvJob, method: Method, protocol: Protocol, keys) -> dict:
+def _tune(programs: Programs, job: EnvJob, method: Method, protocol: Protocol, keys) -> Tuning:
     """`method` over the protocol's learning-rate grid on the tuning seeds `keys` -> the grid, its
     mean `select` score per rate (a diverged or non-finite seed ties the worst finite seed of the grid:
     scores.at_worst), the best."""
@@ -209,12 +186,10 @@ def _tune(programs: Programs, job: EnvJob, method: Method, protocol: Protocol, k
     values = scores.value(run, protocol.select, protocol.tail)  # [G, S]
     means = scores.at_worst(values, run["diverged"] | ~np.isfinite(values), none_finite=-np.inf).mean(1)
     best = best_rate(means, protocol.lr_factors)
-    return {
-        "lrs": lrs, "factors": list(protocol.lr_factors), "select": protocol.select,
-        "mean_scores": [float(x) if np.isfinite(x) else None for x in means],
-        "best_lr": lrs[best], "best_factor": float(protocol.lr_factors[best]),
-        "tied": bool(np.all(means == means[best])) and len(means) > 1,
-    }
+    return Tuning(lrs=tuple(lrs), factors=tuple(protocol.lr_factors), select=protocol.select,
+                  mean_scores=tuple(float(x) if np.isfinite(x) else None for x in means),
+                  best_lr=lrs[best], best_factor=float(protocol.lr_factors[best]),
+                  tied=bool(np.all(means == means[best])) and len(means) > 1)
 
 
 def best_rate(means, factors) -> int:

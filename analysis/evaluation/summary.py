@@ -26,6 +26,7 @@ import numpy as np
 
 from metadisco.analysis.evaluation.plan import EnvJob
 from metadisco.analysis.evaluation.protocol import BOOTSTRAP_REPS, LABELS, Protocol, no_episode_ended
+from metadisco.analysis.evaluation.results import Aggregate, AggregateScores, Curve, EnvResult, Estimate, MethodScores
 from metadisco.analysis.targets import REFERENCES
 from metadisco.core import scores
 from metadisco.inner_loops import preset_for, preset_name
@@ -63,11 +64,11 @@ def normaliser(ppo_run: dict, ppo_seeds: np.ndarray, kind: str) -> tuple[np.ndar
 
 
 def env_stats(job: EnvJob, labels: list[str], env_result: dict, protocol: Protocol,
-              reps: int = BOOTSTRAP_REPS, seed: int = 0) -> dict:
+              reps: int = BOOTSTRAP_REPS, seed: int = 0) -> EnvResult:
     """One environment's entry of the results: flags, normaliser, and per method its scores (every
     kind of score, the headline one with its interval), learning rate, normalised scores and
     learning-curve band. `env_result` is {"runs": {label: run (protocol's docstring) | {"lr"}},
-    "tuning": {label: ...} | None, "time_s"}."""
+    "tuning": {label: Tuning} | None, "time_s"}."""
     runs = env_result["runs"]
     kind = protocol.score
     values, placed = scored(runs, labels, kind, protocol.tail)
@@ -85,89 +86,78 @@ def env_stats(job: EnvJob, labels: list[str], env_result: dict, protocol: Protoc
         run = runs[label]
         seed_scores = values[label]
         mean, low, high = stats.mean_ci(seed_scores, CONFIDENCE)
-        entry = {
-            "lr": run["lr"], "scores": seed_scores, "mean": mean, "ci_low": low, "ci_high": high,
-            "columns": {k: _mean_or_none(columns[k][label]) for k in LABELS},
-            "diverged": int(run["diverged"].sum()), "nonfinite": int(placed[label].sum()),
-            "no_episode_ended": int(no_episode_ended(run).sum()),  # seeds: training scores = initial evaluation
-            "normalized": None, "norm_mean": None, "norm_ci_low": None, "norm_ci_high": None,
-        }
+        normalized = norm = None
         if not excluded:
-            entry["normalized"] = np.asarray(scores.normalise(seed_scores, ppo_mean, init), np.float64)
-            entry["norm_mean"], entry["norm_ci_low"], entry["norm_ci_high"] = stats.normalized_ci(
-                seed_scores[:, None], ppo_seeds[:, None], zero_seeds[:, None], stats.mean, reps, CONFIDENCE, seed)
+            normalized = np.asarray(scores.normalise(seed_scores, ppo_mean, init), np.float64)
+            norm = stats.normalized_ci(seed_scores[:, None], ppo_seeds[:, None], zero_seeds[:, None], stats.mean,
+                                       reps, CONFIDENCE, seed)
         curves = np.where(np.isfinite(run["returns"]), run["returns"], np.nan)
         band = stats.t_interval(curves, CONFIDENCE)
-        entry["curve"] = {"mean": band[0], "low": band[1], "high": band[2], "seeds": curves}
-        methods[label] = entry
-    return {
-        "flags": flags,
-        "meta_train_for": list(job.meta_train_for),
-        "family": preset_name(job.name),
-        "budget": job.budget,
-        "num_updates": job.config.num_updates,
-        "steps_per_update": job.config.batch_size,
-        "score": kind,
-        "init_return": init,
-        "ppo_return": ppo_mean,
-        "normaliser": {"ppo": ppo_seeds, "zero": zero_seeds},
-        "excluded_from_aggregate": excluded,
-        "tuning": env_result["tuning"],
-        "time_s": round(env_result["time_s"], 1),
-        "methods": methods,
-    }
+        methods[label] = MethodScores(
+            lr=float(run["lr"]), scores=seed_scores, mean=mean, ci_low=low, ci_high=high,
+            columns={k: _mean_or_none(columns[k][label]) for k in LABELS},
+            diverged=int(run["diverged"].sum()), nonfinite=int(placed[label].sum()),
+            no_episode_ended=int(no_episode_ended(run).sum()),  # seeds: training scores = initial evaluation
+            normalized=normalized, norm_mean=None if norm is None else float(norm[0]),
+            norm_ci_low=None if norm is None else float(norm[1]), norm_ci_high=None if norm is None else float(norm[2]),
+            curve=Curve(mean=band[0], low=band[1], high=band[2], seeds=curves))
+    return EnvResult(
+        flags=tuple(flags), meta_train_for=tuple(job.meta_train_for), family=preset_name(job.name), budget=job.budget,
+        num_updates=job.config.num_updates, steps_per_update=job.config.batch_size, score=kind, init_return=init,
+        ppo_return=ppo_mean, normaliser_ppo=ppo_seeds, normaliser_zero=zero_seeds, excluded_from_aggregate=excluded,
+        tuning=env_result["tuning"], time_s=round(env_result["time_s"], 1), methods=methods)
 
 
 def _mean_or_none(values: np.ndarray) -> float | None:
     return float(values.mean()) if np.isfinite(values).all() else None
 
 
-def _poi(x, y, reps: int, seed: int) -> dict:
-    point, low, high = stats.probability_of_improvement_ci(x, y, reps, CONFIDENCE, seed)
-    return {"point": point, "low": low, "high": high}
+def _poi(x, y, reps: int, seed: int) -> Estimate:
+    return Estimate(*map(float, stats.probability_of_improvement_ci(x, y, reps, CONFIDENCE, seed)))
 
 
-def _ci(triple) -> dict:
-    return dict(zip(("point", "low", "high"), map(float, triple)))
+def _ci(triple) -> Estimate:
+    return Estimate(*map(float, triple))
 
 
-def aggregate(envs: dict, labels: list[str], reps: int = BOOTSTRAP_REPS, seed: int = 0) -> dict:
-    """IQM, mean and probabilities of improvement over the held-out and the meta-train envs, apart.
-    `envs` is {name: env_stats(...)}."""
-    usable = [e for e, r in envs.items() if r["excluded_from_aggregate"] is None]
+def aggregate(envs: dict[str, EnvResult], labels: list[str], reps: int = BOOTSTRAP_REPS,
+              seed: int = 0) -> dict[str, Aggregate]:
+    """IQM, mean and probabilities of improvement over the held-out and the meta-train envs, apart
+    -> {group: Aggregate}."""
+    usable = [e for e, r in envs.items() if r.excluded_from_aggregate is None]
     groups = {
-        "held_out": [e for e in usable if "meta-train" not in envs[e]["flags"]],
-        "meta_train": [e for e in usable if "meta-train" in envs[e]["flags"]],
+        "held_out": [e for e in usable if "meta-train" not in envs[e].flags],
+        "meta_train": [e for e in usable if "meta-train" in envs[e].flags],
     }
     out = {}
     for group, names in groups.items():
         if not names:
-            out[group] = {"envs": [], "methods": None}
+            out[group] = Aggregate(envs=())
             continue
 
         def stack(get):
             return np.stack([np.asarray(get(envs[e]), np.float64) for e in names], axis=1)  # [S, tasks]
 
-        ref, zero = stack(lambda r: r["normaliser"]["ppo"]), stack(lambda r: r["normaliser"]["zero"])
-        raw = {m: stack(lambda r, m=m: r["methods"][m]["scores"]) for m in labels}
-        norm = {m: stack(lambda r, m=m: r["methods"][m]["normalized"]) for m in labels}
+        ref, zero = stack(lambda r: r.normaliser_ppo), stack(lambda r: r.normaliser_zero)
+        raw = {m: stack(lambda r, m=m: r.methods[m].scores) for m in labels}
+        norm = {m: stack(lambda r, m=m: r.methods[m].normalized) for m in labels}
         # P(row > column) for every ordered pair: a discovered objective against its controls
         # (RUN_DIR:init, a PPO variant), not only against PPO and DPO.
         pairwise = {m: {n: _poi(norm[m], norm[n], reps, seed) for n in labels if n != m} for m in labels}
         methods = {}
         for m in labels:
-            methods[m] = {"iqm": _ci(stats.normalized_ci(raw[m], ref, zero, stats.iqm, reps, CONFIDENCE, seed)),
-                          "mean": _ci(stats.normalized_ci(raw[m], ref, zero, stats.mean, reps, CONFIDENCE, seed))}
-            for r in REFERENCES:
-                methods[m][f"poi_vs_{r}"] = pairwise[m].get(r) or _poi(norm[m], norm[r], reps, seed)
-        out[group] = {"envs": names, "methods": methods, "pairwise": pairwise}
+            methods[m] = AggregateScores(
+                iqm=_ci(stats.normalized_ci(raw[m], ref, zero, stats.iqm, reps, CONFIDENCE, seed)),
+                mean=_ci(stats.normalized_ci(raw[m], ref, zero, stats.mean, reps, CONFIDENCE, seed)),
+                poi_vs={r: pairwise[m].get(r) or _poi(norm[m], norm[r], reps, seed) for r in REFERENCES})
+        out[group] = Aggregate(envs=tuple(names), methods=methods, pairwise=pairwise)
     return out
 
 
-def reading(poi: dict) -> str:
-    """Words for a probability-of-improvement interval {"point", "low", "high"}: "better" only when
-    the whole interval is above 0.5, "worse" only when it is below; otherwise it includes 0.5."""
-    low, high = poi.get("low"), poi.get("high")
+def reading(poi: Estimate) -> str:
+    """Words for a probability-of-improvement interval: "better" only when the whole interval is
+    above 0.5, "worse" only when it is below; otherwise it includes 0.5."""
+    low, high = poi.low, poi.high
     if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
         return "no interval (too few seeds)"
     if low > 0.5:
@@ -177,25 +167,25 @@ def reading(poi: dict) -> str:
     return "not distinguishable: the 95% interval includes 0.5"
 
 
-def notes(results: dict, jobs: list[EnvJob], tune_lr: bool) -> list[str]:
+def notes(envs: dict[str, EnvResult], protocol: Protocol, jobs: list[EnvJob], tune_lr: bool,
+          lr: float | None = None) -> list[str]:
     """What a reader must know to read the numbers: exclusions, weak normalisers, divergences,
     training scores that are the initial evaluation (no episode ended), and methods left at the
-    preset learning rate on a short budget."""
+    preset learning rate (or `lr`, when none is given) on a short budget."""
     out = []
-    protocol = results["settings"]["protocol"]
-    for name, r in results["envs"].items():
-        if r["excluded_from_aggregate"]:
-            out.append(f"{name}: {r['excluded_from_aggregate']}.")
-        for m, e in r["methods"].items():
-            if e["diverged"] or e["nonfinite"]:
-                out.append(f"{name}: {m} diverged in {e['diverged']} of {len(e['scores'])} seeds; {e['nonfinite']} "
+    for name, r in envs.items():
+        if r.excluded_from_aggregate:
+            out.append(f"{name}: {r.excluded_from_aggregate}.")
+        for m, e in r.methods.items():
+            if e.diverged or e.nonfinite:
+                out.append(f"{name}: {m} diverged in {e.diverged} of {len(e.scores)} seeds; {e.nonfinite} "
                            "seeds (diverged or non-finite) are scored as the worst finite seed of any method on this "
                            "environment, as meta-training ranks a diverged member.")
         none_ended = _no_episode_note(r, protocol)
         if none_ended:
             out.append(f"{name}: {none_ended}")
     short = [j.name for j in jobs if j.budget < preset_for(j.name).total_timesteps]
-    if short and not tune_lr and results["settings"].get("lr") is None:
+    if short and not tune_lr and lr is None:
         out.append(
             "every method ran at the preset's learning rate on budgets below the preset's "
             f"({', '.join(short)}); at short budgets the learning rate moves the return more than the objective "
@@ -205,19 +195,18 @@ def notes(results: dict, jobs: list[EnvJob], tune_lr: bool) -> list[str]:
     return out
 
 
-def _no_episode_note(env: dict, protocol: dict) -> str | None:
+def _no_episode_note(env: EnvResult, protocol: Protocol) -> str | None:
     """The note for an environment where some method's runs ended no training episode, or None."""
-    methods = {m: (e["no_episode_ended"], len(e["scores"])) for m, e in env["methods"].items()
-               if e.get("no_episode_ended")}
+    methods = {m: (e.no_episode_ended, len(e.scores)) for m, e in env.methods.items() if e.no_episode_ended}
     if not methods:
         return None
     if all(k == n for k, n in methods.values()):
         who = f"any seed of {', '.join(methods)}"
     else:
         who = ", ".join(f"{k} of {n} seeds of {m}" for m, (k, n) in methods.items())
-    columns = f'"training, last {protocol["tail"]:.0%}" and "auc"'
-    if scores.score_of(protocol["score"]).needs == "curve":
+    columns = f'"training, last {protocol.tail:.0%}" and "auc"'
+    if scores.score_of(protocol.score).needs == "curve":
         columns += " (and so the score)"
-    return (f"no training episode ended in {who} within the budget of {env['budget']:,} steps: there {columns} "
+    return (f"no training episode ended in {who} within the budget of {env.budget:,} steps: there {columns} "
             "are the initial policy's evaluation, not a return of training (the learning curve holds it until an "
             "episode ends); the final policy's evaluation is unaffected.")

@@ -31,7 +31,7 @@ def run(args) -> None:
         bootstrap_reps=args.bootstrap, allow_invalid=args.allow_invalid,
         log=(lambda line: print(line, file=sys.stderr, flush=True)) if args.no_progress else None,
     )
-    path = results.pop("out_dir")
+    path = results.out_dir
     print(render.to_markdown(results))
     print(f"results written to {path}/ (results.json, results.csv, results.md, curves.png, curves.pdf)",
           file=sys.stderr)
