@@ -192,8 +192,8 @@ def _distillation_section(distillation: dict, run_dir: Path, exported: list[Path
     for plug, report in distillation.items():
         if report is None:
             text = f"{plug}: not distilled yet: metadisco distil {run_dir}"
-        elif report.get("chosen"):
-            text = f"{plug}: {report['chosen']['expression']}" + ("" if exported else f" (export it: metadisco export {run_dir})")
+        elif report.chosen:
+            text = f"{plug}: {report.chosen.expression}" + ("" if exported else f" (export it: metadisco export {run_dir})")
         else:
             text = f"{plug}: no candidate satisfies the constraints (see {Path(run_dir) / 'distil'})"
         items.append(f"<li>{html.escape(text)}</li>")

@@ -6,7 +6,7 @@
                     objectives={"drift": "my_drifts:ScaledSquare"})
     api.plot(run)                                   # {"training": [paths], ..., "report": [path]}
     results = api.evaluate([run, "ppo"], envs="my_envs:Corridor,CartPole-v1", quick=True)   # an Evaluation record
-    api.distil(run)                                 # {"drift": report, ...}
+    api.distil(run)                                 # {"drift": DistillationReport, ...}
     api.export(run)                                 # Exported: the closed forms and the files written
 
 Every function raises `MetadiscoError` (a ValueError) for anything the user can fix, with the
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from metadisco.core.errors import ConfigError, MetadiscoError
 
 if TYPE_CHECKING:
+    from metadisco.analysis.distillation.report import DistillationReport
     from metadisco.analysis.evaluation.results import Evaluation
 
 __all__ = ["Exported", "distil", "evaluate", "export", "plot", "train"]
@@ -182,8 +183,8 @@ def visited_error_span(run, which: str = "mean") -> float:
     from metadisco.analysis.distillation.run import stored_report
 
     report = stored_report(run, "value_loss")
-    if report is not None and report.get("data", {}).get("error_std"):
-        return 3.0 * float(report["data"]["error_std"])
+    if report is not None and report.data.error_std:
+        return 3.0 * float(report.data.error_std)
     objectives, params, _ = run.objectives(which)
     rows = _visited(run.config(), objectives, params)
     return 3.0 * float(np.std(rows[:, 2] - rows[:, 3]))
@@ -209,11 +210,13 @@ def refresh_report(run_dir: str | Path) -> Path | None:
     return run.path / "report.html"
 
 
-def distil(run_dir: str | Path, which: str = "mean", plugs: Sequence[str] | None = None, **options) -> dict:
+def distil(run_dir: str | Path, which: str = "mean", plugs: Sequence[str] | None = None,
+           **options) -> dict[str, DistillationReport]:
     """Fit closed forms to what a run evolved, as `metadisco distil` (which calls this; so does
     `metadisco export` for a plug point not distilled yet): writes RUN_DIR/distil/ and returns
-    {plug: report}. plugs: the plug points to distil (default: every evolved one with closed
-    forms, the drift and/or the value loss). options: symbolic, progress, seed, prior_fraction, fit.
+    {plug: its DistillationReport} (metadisco.analysis.distillation.report). plugs: the plug points
+    to distil (default: every evolved one with closed forms, the drift and/or the value loss).
+    options: symbolic, progress, seed, prior_fraction, fit.
 
     The fit runs on the points PPO visits when it trains with the run's objectives on each of its
     meta-training environments, equally many per environment, plus points from a prior.
@@ -259,7 +262,7 @@ def export(run_dir: str | Path, which: str = "mean", *, expression: str | None =
     MetadiscoError for a candidate that does not exist, a plug with no valid candidate, or an
     expression that breaks its plug's constraints (export refuses what `metadisco check` refuses).
     """
-    from metadisco.analysis.distillation.run import DISTILLABLE, distillable, pareto_rows, stored_report
+    from metadisco.analysis.distillation.run import DISTILLABLE, distillable, stored_report
     from metadisco.analysis.export import export_closed_form, export_discogen
     from metadisco.analysis.runs import Run
     from metadisco.meta_objectives.closed_form import closed_form_base
@@ -284,16 +287,16 @@ def export(run_dir: str | Path, which: str = "mean", *, expression: str | None =
             report = distil(run.path, which, plugs=(plug,))[plug]
             distilled.append(plug)
         if plug == "value_loss":  # a report from before closed_form_base: the run's own loss says it
-            value_loss_base = report.get("closed_form_base") or closed_form_base(objectives.value_loss)
+            value_loss_base = report.closed_form_base or closed_form_base(objectives.value_loss)
         if candidate is not None:
-            rows = pareto_rows(report)
+            rows = report.front
             if not 0 <= candidate < len(rows):
                 raise MetadiscoError(f"--candidate {candidate}: the {plug} distillation's Pareto front has "
                                      f"{len(rows)} rows, numbered 0 to {len(rows) - 1} as `metadisco distil` prints "
                                      f"them (see {run.distil_dir})")
-            expressions[plug], sources[plug] = rows[candidate]["expression"], f"Pareto front row {candidate}"
-        elif report.get("chosen"):
-            expressions[plug], sources[plug] = report["chosen"]["expression"], "distil's chosen candidate"
+            expressions[plug], sources[plug] = rows[candidate].expression, f"Pareto front row {candidate}"
+        elif report.chosen:
+            expressions[plug], sources[plug] = report.chosen.expression, "distil's chosen candidate"
         else:
             flag = "--expression" if plug == "drift" else "--value-loss"
             raise MetadiscoError(

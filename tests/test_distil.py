@@ -11,6 +11,7 @@ import metadisco.meta_objectives as mo
 from metadisco.analysis.distillation import data as D
 from metadisco.analysis.distillation.fit import distil_drift, distil_over_progress, distil_value_loss
 from metadisco.analysis.distillation.methods import drift_library, fit_dpo, fit_sparse, fit_symbolic
+from metadisco.analysis.distillation.report import DistillationReport, read_report, write_report
 from metadisco.analysis.export import export_closed_form
 from metadisco.meta_objectives.closed_form import ClosedFormDrift
 from metadisco.meta_objectives.constraints import check_drift_constraints
@@ -27,6 +28,23 @@ def _dpo_fn(alpha, beta):
 
 def rng_normal(shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape)
+
+
+def test_the_committed_report_reads_as_a_record_and_writes_back_byte_for_byte(tmp_path):
+    """A stored report (the earlier demo's value loss) reads through the records, chosen and front
+    among its candidates, and writes back as it was; a file that is not a report is refused."""
+    from pathlib import Path
+
+    from metadisco.measure.run_files import RunDirError
+
+    path = Path(__file__).resolve().parents[1] / "docs/results/value_loss_demo/run/distil/value_loss.json"
+    report = read_report(path)
+    assert json.dumps(report.to_json(), indent=1) == path.read_text()
+    assert report.chosen in report.front and all(c.valid for c in report.front)
+    assert report.source.plug == "value_loss" and report.closed_form_base == {"base": "none"}
+    (tmp_path / "bad.json").write_text('{"chosen": {"expression": "e**2/2"}}')
+    with pytest.raises(RunDirError, match="bad.json is corrupt .*not a distillation report"):
+        read_report(tmp_path / "bad.json")
 
 
 def test_visitation_samples_and_weights():
@@ -54,10 +72,10 @@ def test_fit_dpo_recovers_constants(samples):
         rng = np.random.default_rng(7)
         samples = (np.exp(rng.normal(0, 0.3, 3000)), rng.standard_normal(3000))
     fit = fit_dpo(D.prepare_drift(_dpo_fn(alpha, beta), samples, seed=1))
-    assert abs(fit["alpha"] - alpha) / alpha < 0.05 and abs(fit["beta"] - beta) / beta < 0.05
-    assert fit["r2"] > 0.999 and fit["grid"]["r2"] > 0.999
-    assert fit["expression"] == dpo_expression(fit["alpha"], fit["beta"])
-    assert check_drift_constraints(fit["expression"]) == []
+    assert abs(fit.alpha - alpha) / alpha < 0.05 and abs(fit.beta - beta) / beta < 0.05
+    assert fit.r2 > 0.999 and fit.grid.r2 > 0.999
+    assert fit.expression == dpo_expression(fit.alpha, fit.beta)
+    assert check_drift_constraints(fit.expression) == []
 
 
 def test_library_terms_satisfy_constraints_by_construction():
@@ -70,51 +88,54 @@ def test_sparse_regression_recovers_a_two_term_drift():
     t1, t2 = "(r-1)^2|A|[A<0]", "relu((r-1)A - 1.0tanh(x/1.0))[A>=0]"
     target = ClosedFormDrift(f"0.7*{lib[t1]} + 1.5*{lib[t2]}")
     candidates = fit_sparse(D.prepare_drift(lambda r, a, p: target.drift({}, r, a, p)), max_terms=3)
-    best = max(candidates, key=lambda c: c["r2"])
-    assert best["r2"] > 0.999 and best["n_terms"] <= 2 and set(best["terms"]) == {t1, t2}
+    best = max(candidates, key=lambda c: c.r2)
+    assert best.r2 > 0.999 and best.n_terms <= 2 and set(best.terms) == {t1, t2}
     for c in candidates:
-        assert set(c) >= {"expression", "complexity", "r2", "max_abs_error", "rmse", "grid"}
-        ClosedFormDrift(c["expression"])  # usable as an objective
+        assert c.method.startswith("sparse") and None not in (c.r2, c.max_abs_error, c.rmse, c.grid.rmse)
+        ClosedFormDrift(c.expression)  # usable as an objective
 
 
 def test_symbolic_regression_considers_mostly_valid_drifts_and_keeps_only_valid_ones():
-    out = fit_symbolic(D.prepare_drift(_dpo_fn(2.0, 0.6), n_points=512), generations=3, population_size=60)
-    assert out["n_considered"] > 60 and out["valid_share"] >= 0.5
-    assert out["n_valid"] == round(out["valid_share"] * out["n_considered"])
-    assert out["candidates"]
-    for c in out["candidates"]:
-        assert check_drift_constraints(c["expression"]) == []
-        assert c["method"] == "symbolic" and c["r2"] is not None and c["slope"]["grid"]["rmse"] is not None
+    candidates, counts = fit_symbolic(D.prepare_drift(_dpo_fn(2.0, 0.6), n_points=512), generations=3,
+                                      population_size=60)
+    assert counts.n_considered > 60 and counts.valid_share >= 0.5
+    assert counts.n_valid == round(counts.valid_share * counts.n_considered)
+    assert candidates
+    for c in candidates:
+        assert check_drift_constraints(c.expression) == []
+        assert c.method == "symbolic" and c.r2 is not None and c.slope.grid.rmse is not None
 
 
-def test_distil_chooses_from_the_pareto_front_and_is_json():
+def test_distil_chooses_from_the_pareto_front_and_is_json(tmp_path):
     result = distil_drift(
         _dpo_fn(1.3, 0.9), seed=0, symbolic=True,
         symbolic_kwargs={"generations": 2, "population_size": 50}, n_points=1024,
     )
-    text = json.dumps(result, allow_nan=False)
-    assert json.loads(text)["chosen"]["expression"] == result["chosen"]["expression"]
-    chosen = result["chosen"]
-    assert chosen["violations"] == [] and chosen["method"] == "dpo"
-    assert chosen["r2"] > 0.999 and chosen["slope"]["grid"]["r2"] > 0.99
-    errors = [c["error"] for c in result["candidates"]]
+    write_report(result, tmp_path / "drift.json")  # strict JSON, read back as the same record
+    assert read_report(tmp_path / "drift.json") == result
+    chosen = result.chosen
+    assert chosen.violations == () and chosen.valid and chosen.method == "dpo"
+    assert chosen.r2 > 0.999 and chosen.slope.grid.r2 > 0.99
+    errors = [c.error for c in result.candidates]
     assert errors == sorted(errors)
-    front = [result["candidates"][i] for i in result["pareto"]]
-    assert chosen in front and all(not c["violations"] for c in front)
-    sizes, front_errors = [c["complexity"] for c in front], [c["error"] for c in front]
+    front = result.front
+    assert chosen in front and all(c.valid for c in front)
+    sizes, front_errors = [c.complexity for c in front], [c.error for c in front]
     assert sizes == sorted(sizes) and front_errors == sorted(front_errors, reverse=True)
-    for c in result["candidates"]:  # every valid candidate is matched or beaten on both counts by the front
-        if not c["violations"]:
-            assert any(f["complexity"] <= c["complexity"] and f["error"] <= c["error"] for f in front)
-    assert result["symbolic"]["n_considered"] >= result["symbolic"]["n_valid"] > 0
+    for c in result.candidates:  # every valid candidate is matched or beaten on both counts by the front
+        if c.valid:
+            assert any(f.complexity <= c.complexity and f.error <= c.error for f in front)
+    (counts,) = result.symbolic
+    assert counts.n_considered >= counts.n_valid > 0
+    assert result.dpo_fit.method == "dpo" and result.dpo_fit in result.candidates
 
 
 def test_slope_fit_matches_dD_dr():
     """fit="slope" ranks by the error of dD/dr; a DPO target is recovered in slope as in value."""
     result = distil_drift(_dpo_fn(1.3, 0.9), symbolic=False, fit="slope", n_points=1024)
-    chosen = result["chosen"]
-    assert result["fit"] == "slope" and chosen["error"] == chosen["slope"]["rmse"]
-    assert chosen["slope"]["r2"] > 0.999 and chosen["grid"]["r2"] > 0.999
+    chosen = result.chosen
+    assert result.fit == "slope" and chosen.error == chosen.slope.rmse
+    assert chosen.slope.r2 > 0.999 and chosen.grid.r2 > 0.999
 
 
 def test_export_roundtrip(tmp_path):
@@ -169,13 +190,13 @@ def test_value_loss_distillation_recovers_a_known_loss():
         return e**2 / 2 + 0.3 * jnp.where(e < 0, e**2 / 2, 0.0) - 0.2 * c * jnp.tanh(e / c)
 
     report = distil_value_loss(learned, errors, targets)
-    chosen = report["chosen"]
-    assert chosen["r2"] > 0.9999 and not chosen["violations"], chosen
-    assert sorted(chosen["terms"]) == sorted(["e^2/2[e<0]", f"-{c}tanh(e/{c})"])
-    assert chosen["expression"].startswith("e**2/2 + ")
-    l2 = next(c for c in report["candidates"] if c["method"] == "l2")
-    assert l2["expression"] == "e**2/2" and l2["r2"] < 0.5  # plain L2 misses the departure
-    assert json.loads(json.dumps(report)) == report  # strict JSON
+    chosen = report.chosen
+    assert chosen.r2 > 0.9999 and chosen.valid, chosen
+    assert sorted(chosen.terms) == sorted(["e^2/2[e<0]", f"-{c}tanh(e/{c})"])
+    assert chosen.expression == f"e**2/2 + {chosen.departure}"
+    l2 = next(c for c in report.candidates if c.method == "l2")
+    assert l2.expression == "e**2/2" and l2.departure == "0" and l2.r2 < 0.5  # plain L2 misses the departure
+    assert DistillationReport.from_json(json.loads(json.dumps(report.to_json(), allow_nan=False))) == report
 
 
 def test_export_writes_drift_and_value_loss_together(tmp_path):
@@ -202,14 +223,14 @@ def test_a_progress_dependent_drift_is_distilled_at_both_ends_and_interpolated()
 
     target = ClosedFormDrift(f"(1 - p)*({dpo_expression(2.0, 0.6)}) + p*({PPO_CLIP_EXPRESSION})")
     report = distil_over_progress(target, seed=0, symbolic=False)
-    chosen = report["chosen"]
-    assert chosen["method"] == "interpolated" and not chosen["violations"] and chosen["r2"] > 0.999
-    assert [e["progress"] for e in report["ends"]] == [0.0, 1.0]
+    chosen = report.chosen
+    assert chosen.method == "interpolated" and chosen.valid and chosen.r2 > 0.999
+    assert [e.progress for e in report.ends] == [0.0, 1.0] and chosen.progresses == (0.0, 1.0)
     r, a = D.evaluation_grid(21)
     for p in (0.0, 0.25, 0.9):
         want = np.asarray(target.drift({}, r.astype(np.float32), a.astype(np.float32), p), np.float64)
-        np.testing.assert_allclose(evaluate_numpy(chosen["expression"], r, a, p), want, atol=2e-3)
-    assert json.loads(json.dumps(report)) == report
+        np.testing.assert_allclose(evaluate_numpy(chosen.expression, r, a, p), want, atol=2e-3)
+    assert DistillationReport.from_json(json.loads(json.dumps(report.to_json(), allow_nan=False))) == report
 
 
 def test_a_value_loss_on_the_clipped_base_is_exported_with_its_clipping(tmp_path):
@@ -230,10 +251,10 @@ def test_a_value_loss_on_the_clipped_base_is_exported_with_its_clipping(tmp_path
         objectives = mo.Objectives(value_loss=learned)
         report = distil_run_value_loss(tmp_path / f"d{i}", np.asarray(value), np.asarray(target), objectives,
                                    {"value_loss": params}, seed=0, symbolic=False)
-        assert report["closed_form_base"] == {"base": "clipped_l2", "clip_eps": learned.clip_eps}
-        expression = report["chosen"]["expression"]
+        assert report.closed_form_base == {"base": "clipped_l2", "clip_eps": learned.clip_eps}
+        expression = report.chosen.expression
         paths = export_closed_form(None, tmp_path / f"e{i}", name="vl", value_loss=expression,
-                                   value_loss_base=report["closed_form_base"])
+                                   value_loss_base=report.closed_form_base)
         exported = mo.load_objectives(paths["json"])[0].value_loss
         assert exported == ClosedFormValueLoss(expression, base="clipped_l2", clip_eps=learned.clip_eps)
         ours = np.asarray(exported.value_loss({}, value, target, old_value))

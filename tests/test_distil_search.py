@@ -78,15 +78,15 @@ def test_each_divergence_generator_is_a_drift_of_size_one():
     ("|A|-scaled exponential", EXP_ABS_A, True), ("|A|-scaled Jensen-Shannon", JS_ABS_A, True)])
 def test_distil_finds_drifts_outside_its_library(name, target, own_form):
     report = D.distil_drift(target, symbolic_kwargs=BUDGET, n_points=2048)
-    chosen = report["chosen"]
-    assert chosen is not None and chosen["violations"] == []
-    assert chosen["grid"]["r2"] >= (0.999 if own_form else 0.99), (name, chosen)
+    chosen = report.chosen
+    assert chosen is not None and chosen.violations == ()
+    assert chosen.grid.r2 >= (0.999 if own_form else 0.99), (name, chosen)
     if own_form:  # the target's own form, not a look-alike near r = 1 (those are 10-80% off out here)
         want = evaluate_numpy(target, FAR_R, FAR_A)
-        error = np.abs(evaluate_numpy(chosen["expression"], FAR_R, FAR_A) - want).max() / np.abs(want).max()
-        assert error < 1e-2, (name, error, chosen["expression"])
-    assert chosen["slope"]["rmse"] is not None and chosen["slope"]["grid"]["rmse"] is not None
-    assert report["symbolic"]["valid_share"] >= 0.5
+        error = np.abs(evaluate_numpy(chosen.expression, FAR_R, FAR_A) - want).max() / np.abs(want).max()
+        assert error < 1e-2, (name, error, chosen.expression)
+    assert chosen.slope.rmse is not None and chosen.slope.grid.rmse is not None
+    assert report.symbolic[0].valid_share >= 0.5
 
 
 def test_distil_finds_a_progress_dependent_mix():
@@ -95,17 +95,17 @@ def test_distil_finds_a_progress_dependent_mix():
     n = 3000
     samples = np.stack([np.exp(0.3 * rng.standard_normal(n)), rng.standard_normal(n), rng.uniform(0, 1, n)], 1)
     report = D.distil_over_progress(target, samples, symbolic_kwargs=BUDGET, n_points=2048)
-    chosen = report["chosen"]
-    assert chosen is not None and chosen["method"] == "interpolated" and check_drift_constraints(chosen["expression"]) == []
-    assert chosen["grid"]["r2"] >= 0.99 and chosen["slope"]["grid"]["rmse"] is not None
-    assert all(s["valid_share"] >= 0.5 for s in report["symbolic"])
-    assert report["data"]["progress"] == "per point"
+    chosen = report.chosen
+    assert chosen is not None and chosen.method == "interpolated" and check_drift_constraints(chosen.expression) == []
+    assert chosen.grid.r2 >= 0.99 and chosen.slope.grid.rmse is not None
+    assert len(report.symbolic) == 2 and all(s.valid_share >= 0.5 for s in report.symbolic)  # one per end
+    assert report.data.progress == "per point"
 
 
 def test_slope_fit_recovers_the_kl_penalty():
     report = D.distil_drift(KL, fit="slope", symbolic_kwargs=BUDGET, n_points=2048)
-    chosen = report["chosen"]
-    assert chosen["slope"]["grid"]["r2"] >= 0.999 and chosen["grid"]["r2"] >= 0.99
+    chosen = report.chosen
+    assert chosen.slope.grid.r2 >= 0.999 and chosen.grid.r2 >= 0.99
 
 
 def test_value_loss_search_is_valid_and_recovers_a_huber_like_loss():
@@ -123,10 +123,10 @@ def test_value_loss_search_is_valid_and_recovers_a_huber_like_loss():
     s = errors / np.sqrt(1 + (errors / 1.5) ** 2) - errors
     result = search(Problem(plug, errors, targets, d, s, base=((errors**2 / 2, errors, -1.0),)),
                     generations=10, population_size=100)
-    assert result.stats["valid_share"] >= 0.5
+    assert result.stats.valid_share >= 0.5
     report = D.distil_value_loss(learned, errors, targets, symbolic=True, symbolic_kwargs=BUDGET)
-    chosen = report["chosen"]
-    assert chosen["r2"] >= 0.99 and check_value_loss_constraints(chosen["expression"]) == []
-    for c in report["candidates"]:
-        if c["method"] == "symbolic" and not c["violations"]:
-            assert check_value_loss_constraints(c["expression"]) == []
+    chosen = report.chosen
+    assert chosen.r2 >= 0.99 and check_value_loss_constraints(chosen.expression) == []
+    for c in report.candidates:
+        if c.method == "symbolic" and c.valid:
+            assert check_value_loss_constraints(c.expression) == []

@@ -515,6 +515,8 @@ def test_the_report_carries_the_verdict_the_held_out_results_and_the_distillatio
     import dataclasses
     import shutil
 
+    from metadisco.analysis.distillation.report import Candidate, DistillationReport, Errors, FitPoints
+    from metadisco.analysis.distillation.report import write_report as write_distillation
     from metadisco.analysis.report import write_report
     from metadisco.analysis.runs import Run
     from metadisco.core.run_config import ExpectConfig
@@ -524,7 +526,10 @@ def test_the_report_carries_the_verdict_the_held_out_results_and_the_distillatio
         (run.evaluation_dir / stamp).mkdir(parents=True)
         (run.evaluation_dir / stamp / "results.md").write_text(text)
     run.distil_dir.mkdir()
-    (run.distil_dir / "drift.json").write_text(json.dumps({"chosen": {"expression": "(r - 1)**2*Abs(A)"}}))
+    chosen = Candidate("sparse", "(r - 1)**2*Abs(A)", 5, 1, 1.0, 0.0, 0.0, Errors(1.0, 0.0, 0.0), None, 0.0,
+                       violations=(), score=0.005)
+    write_distillation(DistillationReport((chosen,), (0,), chosen, "value", FitPoints("prior", 8, {}, 1.0), 1e-3),
+                       run.distil_dir / "drift.json")
     config = dataclasses.replace(run.config(), expect=ExpectConfig(beats="ppo"))
     rows = run.metrics()
     rows[-1] = dataclasses.replace(rows[-1], comparison=dataclasses.replace(rows[-1].comparison,

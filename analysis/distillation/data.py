@@ -3,8 +3,10 @@
     sample_prior / visitation_weights / visitation_samples   fit points (r, A) where training goes
     evaluation_grid                                          the fixed report grid
     FitData, prepare_drift                                   fit points, targets and grid of one fit
-    candidate(expression, data, method, n_terms)             a scored candidate dict (values and slopes)
+    candidate(expression, data, method, n_terms)             a scored Candidate (values and slopes)
     choose(candidates, data, penalty)                        constraints, the Pareto front, the chosen one
+
+A Candidate and the report it is chosen into are records (metadisco.analysis.distillation.report).
 
 A fit matches either the values D (fit="value") or the slopes dD/dr (fit="slope"): the slope is
 what drives learning (the policy-gradient weight of a sample is A - dD/dr), so a fit with a good
@@ -15,11 +17,12 @@ on the fit points and on the grid.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sympy as sp
 
+from metadisco.analysis.distillation.report import Candidate, Errors
 from metadisco.core.errors import MetadiscoError
 from metadisco.core.records import Violation
 from metadisco.meta_objectives.constraints import as_drift_fn, check_drift_constraints, check_value_loss_constraints
@@ -243,61 +246,65 @@ def prepare_drift(drift_fn, samples=None, progress=0.0, seed: int = 0, n_points:
 # ---------------------------------------------------------------------------------------------
 
 
-def fit_metrics(pred, target, weights=None) -> dict:
+def fit_metrics(pred, target, weights=None) -> Errors:
+    """The Errors of `pred` against `target` (with `weights`: also the weighted rmse); all None
+    where a prediction is not finite."""
     err = pred - target
     if not np.isfinite(err).all():
-        return {"r2": None, "max_abs_error": None, "rmse": None}
+        return Errors(None, None, None)
     ss_res = float(np.sum(err**2))
     ss_tot = float(np.sum((target - target.mean()) ** 2))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
-    out = {"r2": r2, "max_abs_error": float(np.max(np.abs(err))), "rmse": float(np.sqrt(np.mean(err**2)))}
-    if weights is not None:
-        out["weighted_rmse"] = float(np.sqrt(np.sum(weights * err**2)))
-    return out
+    weighted = None if weights is None else float(np.sqrt(np.sum(weights * err**2)))
+    return Errors(r2, float(np.max(np.abs(err))), float(np.sqrt(np.mean(err**2))), weighted)
 
 
 def round_sig(x: float) -> float:
     return float(f"{float(x):.{SIG_DIGITS}g}")
 
 
-def candidate(expression: str, data: FitData, method: str, n_terms: int, **extra) -> dict:
-    """Score an expression string on the fit points and the grid -> candidate dict: value errors
-    at the top level and under "grid", slope errors under "slope" (and "slope"/"grid"); "error"
-    is the rmse of what the fit matches (values or slopes) on the fit points."""
+def candidate(expression: str, data: FitData, method: str, n_terms: int, **extra) -> Candidate:
+    """Score an expression string on the fit points and the grid -> Candidate: its value errors on
+    the fit points and on the grid, its slope errors (on both); `error` is the rmse of what the fit
+    matches (values or slopes) on the fit points. `extra`: what the fitter adds (Candidate's alpha,
+    beta, terms, program, ends, progresses)."""
     expr = parse_expression(expression, data.variables)
     fit = fit_metrics(data.values(expression), data.d)
     grid = fit_metrics(data.values(expression, grid=True), data.grid_d, data.grid_w)
-    slope = {}
+    slope = None
     if data.s is not None:
-        slope = fit_metrics(data.slope(expression), data.s)
-        slope["grid"] = fit_metrics(data.slope(expression, grid=True), data.grid_s, data.grid_w)
-    error = fit["rmse"] if data.fit == "value" else slope.get("rmse")
-    return {
-        "method": method, "expression": expression, "complexity": int(sp.count_ops(expr)),
-        "n_terms": int(n_terms), **fit, "grid": grid, "slope": slope, "error": error, **extra,
-    }
+        slope = replace(fit_metrics(data.slope(expression), data.s),
+                        grid=fit_metrics(data.slope(expression, grid=True), data.grid_s, data.grid_w))
+    error = fit.rmse if data.fit == "value" else None if slope is None else slope.rmse
+    extra = {k: tuple(v) if isinstance(v, list) else v for k, v in extra.items()}
+    return Candidate(method=method, expression=expression, complexity=int(sp.count_ops(expr)), n_terms=int(n_terms),
+                     r2=fit.r2, max_abs_error=fit.max_abs_error, rmse=fit.rmse, grid=grid, slope=slope, error=error,
+                     **extra)
 
 
 
-def choose(candidates: list[dict], data: FitData, complexity_penalty: float) -> dict:
-    """Check, score and sort candidates -> {"candidates" (by error), "pareto", "chosen"}.
+def choose(candidates: list[Candidate], data: FitData,
+           complexity_penalty: float) -> tuple[tuple[Candidate, ...], tuple[int, ...], Candidate | None]:
+    """Check, score and sort candidates -> (candidates by error, pareto, chosen).
 
-    "pareto": indices into "candidates" of the valid candidates that no other valid one beats on
-    both complexity and error (the rmse of what the fit matches), by increasing complexity; the
-    user picks one by its position in this list (`metadisco export --candidate N`). "chosen": the
-    front's lowest error / std(target) + complexity_penalty * complexity.
+    pareto: indices into the candidates of the valid ones that no other valid one beats on both
+    complexity and error (the rmse of what the fit matches), by increasing complexity; the user
+    picks one by its position in this list (`metadisco export --candidate N`). chosen: the front's
+    lowest error / std(target) + complexity_penalty * complexity (None where none is valid). A
+    candidate's violations are checked here unless it carries them already.
     """
     scale = float(np.std(data.target)) or 1.0
+    scored = []
     for c in candidates:
-        if "violations" not in c:
-            c["violations"] = data.violations(c["expression"])
-        c["score"] = None if c["error"] is None else c["error"] / scale + complexity_penalty * c["complexity"]
-    candidates.sort(key=lambda c: math.inf if c["error"] is None else c["error"])
-    passing = [i for i, c in enumerate(candidates) if not c["violations"] and c["score"] is not None]
+        violations = tuple(data.violations(c.expression)) if c.violations is None else c.violations
+        score = None if c.error is None else c.error / scale + complexity_penalty * c.complexity
+        scored.append(replace(c, violations=violations, score=score))
+    scored.sort(key=lambda c: math.inf if c.error is None else c.error)
+    passing = [i for i, c in enumerate(scored) if c.valid and c.score is not None]
     front, best = [], math.inf
-    for i in sorted(passing, key=lambda i: (candidates[i]["complexity"], candidates[i]["error"])):
-        if candidates[i]["error"] < best:
+    for i in sorted(passing, key=lambda i: (scored[i].complexity, scored[i].error)):
+        if scored[i].error < best:
             front.append(i)
-            best = candidates[i]["error"]
-    chosen = min((candidates[i] for i in front), key=lambda c: c["score"]) if front else None
-    return {"candidates": candidates, "pareto": front, "chosen": chosen}
+            best = scored[i].error
+    chosen = min((scored[i] for i in front), key=lambda c: c.score) if front else None
+    return tuple(scored), tuple(front), chosen

@@ -8,11 +8,10 @@ and a learned value loss L(e, t) into L2 plus a sparse sum of valid loss terms.
 Data: the fit points are where training actually goes. Pass visited (ratio, advantage) samples
 from training; without them points are drawn from a default prior, A ~ N(0, 1) (advantages are
 normalised per minibatch) and log r ~ N(0, 0.2^2). Errors are also reported on a fixed grid
-r in [0.5, 2], A in [-3, 3]. A candidate is a JSON-able dict:
-
-  {"method", "expression" (a sympy string for meta_objectives.ClosedFormDrift), "complexity"
-   (sympy count_ops), "n_terms", "r2", "max_abs_error", "rmse" (on the fit points),
-   "grid": {"r2", "max_abs_error", "rmse", "weighted_rmse"}}
+r in [0.5, 2], A in [-3, 3]. A candidate is a Candidate and each distillation a
+DistillationReport (metadisco.analysis.distillation.report): the expression (a sympy string for
+meta_objectives.ClosedFormDrift), its size, its errors on the fit points and on the grid, of its
+values and of its slopes.
 
 `drift_fn(ratio, advantage, progress) -> D` is a plain callable (jax or numpy); a drift objective
 (with its params, via metadisco.meta_objectives.constraints.as_drift_fn) or an expression string also work.
@@ -21,6 +20,7 @@ r in [0.5, 2], A in [-3, 3]. A candidate is a JSON-able dict:
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 
@@ -37,8 +37,8 @@ from metadisco.analysis.distillation.data import (
     visitation_samples,
 )
 from metadisco.analysis.distillation.methods import fit_dpo, fit_sparse, fit_symbolic, value_loss_library
+from metadisco.analysis.distillation.report import DistillationReport, End, FitPoints
 from metadisco.core.errors import MetadiscoError
-from metadisco.core.fileio import to_jsonable
 from metadisco.meta_objectives.constraints import check_drift_constraints
 
 # ---------------------------------------------------------------------------------------------
@@ -57,42 +57,36 @@ def distil_drift(
     n_points: int = 4096,
     symbolic_kwargs: dict | None = None,
     fit: str = "value",
-) -> dict:
+) -> DistillationReport:
     """Run fit_dpo, fit_sparse and (optionally) fit_symbolic on the same fit points (`prepare_drift`).
 
-    Returns a JSON-able dict {"dpo_fit", "candidates" (all, sorted by error, each with its
-    "violations" and "score"), "pareto" (indices into "candidates": the valid ones on the front of
-    complexity against error, by complexity), "chosen" (the front's lowest score = error /
-    std(target) + complexity_penalty * complexity), "symbolic" (the search's counts: considered,
-    valid, valid share, seconds; or None), "fit", "data"}.
+    Returns a DistillationReport (metadisco.analysis.distillation.report): every candidate, sorted
+    by error, with its violations and score; the Pareto front of the valid ones (complexity against
+    error); the chosen one (the front's lowest score = error / std(target) + complexity_penalty *
+    complexity); the DPO fit; the symbolic search's counts; what was fitted, on which points.
     """
     data = prepare_drift(drift_fn, samples, progress, seed, n_points, fit)
-    dpo = fit_dpo(data)
-    candidates = [dpo] + fit_sparse(data, max_terms)
-    sym = None
+    candidates = [fit_dpo(data)] + fit_sparse(data, max_terms)
+    counts = ()
     if symbolic:
-        sym = fit_symbolic(data, seed=seed, **(symbolic_kwargs or {}))
-        candidates += sym.pop("candidates")
-    return to_jsonable({
-        "dpo_fit": dpo,
-        **choose(candidates, data, complexity_penalty),
-        "symbolic": sym,
-        "fit": fit,
-        "data": _data_summary(data),
-        "complexity_penalty": complexity_penalty,
-    })
+        found, stats = fit_symbolic(data, seed=seed, **(symbolic_kwargs or {}))
+        candidates, counts = candidates + found, (stats,)
+    scored, pareto, chosen = choose(candidates, data, complexity_penalty)
+    return DistillationReport(candidates=scored, pareto=pareto, chosen=chosen, fit=fit, data=_data_summary(data),
+                              complexity_penalty=complexity_penalty, symbolic=counts,
+                              dpo_fit=next(c for c in scored if c.method == "dpo"))
 
 
-def _data_summary(data) -> dict:
-    return {"source": data.source, "n_points": int(data.r.size),
-            "progress": data.progress if data.scalar_progress else "per point",
-            "grid": {"r": list(GRID_R), "A": list(GRID_A), "num": GRID_NUM},
-            "target_std": float(np.std(data.d)), "slope_std": float(np.std(data.s))}
+def _data_summary(data) -> FitPoints:
+    return FitPoints(source=data.source, n_points=int(data.r.size),
+                     progress=float(data.progress) if data.scalar_progress else "per point",
+                     grid={"r": list(GRID_R), "A": list(GRID_A), "num": GRID_NUM},
+                     target_std=float(np.std(data.d)), slope_std=float(np.std(data.s)))
 
 
 def distil_over_progress(drift_fn, samples=None, seed: int = 0, symbolic: bool = True,
                          progresses: tuple[float, float] = (0.0, 1.0), n_points: int = 4096,
-                         complexity_penalty: float = 1e-3, **kwargs) -> dict:
+                         complexity_penalty: float = 1e-3, **kwargs) -> DistillationReport:
     """Distil a progress-dependent (TA-LPO) drift as D(r, A, p) = (1 - w) D_0(r, A) + w D_1(r, A),
     w = (p - p0) / (p1 - p0).
 
@@ -100,8 +94,8 @@ def distil_over_progress(drift_fn, samples=None, seed: int = 0, symbolic: bool =
     half of training when `samples` carry a progress column ([n, 3]: ratio, advantage, progress;
     [n, 2]: all samples at both ends). A convex combination of two valid drifts is a valid drift,
     so every pair from the two ends' Pareto fronts is a candidate, scored on every sample at its
-    own progress and on the grid at p0, the middle and p1. Returns `distil_drift`'s report format (the
-    ends' own reports are kept under "ends").
+    own progress and on the grid at p0, the middle and p1. Returns a DistillationReport, as
+    `distil_drift` does, with the two ends' fits in its `ends`.
     """
     p0, p1 = progresses
     mid = (p0 + p1) / 2
@@ -129,28 +123,23 @@ def distil_over_progress(drift_fn, samples=None, seed: int = 0, symbolic: bool =
                          grid_progresses=(p0, mid, p1))
     span = p1 - p0
     weight = "p" if (p0, p1) == (0.0, 1.0) else f"(p - {p0!r})/{span!r}"
-    fronts = [[e["candidates"][i] for i in e["pareto"]] for e in ends]
     candidates = []
-    for c0, c1 in itertools.product(*fronts):
-        expression = f"(1 - {weight})*({c0['expression']}) + {weight}*({c1['expression']})"
-        c = candidate(expression, data, "interpolated", c0["n_terms"] + c1["n_terms"],
-                      ends=[c0["expression"], c1["expression"]], progresses=[p0, p1])
-        c["violations"] = []  # a convex combination of two valid drifts (checked again when chosen)
-        candidates.append(c)
-    report = choose(candidates, data, complexity_penalty)
-    if report["chosen"] is not None:
-        violations = check_drift_constraints(report["chosen"]["expression"])
-        if violations:
-            report["chosen"]["violations"] = violations
-            report["chosen"] = None
-    return to_jsonable({
-        **report,
-        "dpo_fit": ends[0]["dpo_fit"], "fit": kwargs.get("fit", "value"),
-        "symbolic": [e["symbolic"] for e in ends] if symbolic else None,
-        "data": _data_summary(data), "complexity_penalty": complexity_penalty,
-        "ends": [{"progress": q, "chosen": e["chosen"], "dpo_fit": e["dpo_fit"], "n_pareto": len(e["pareto"])}
-                 for q, e in zip(progresses, ends)],
-    })
+    for c0, c1 in itertools.product(*(e.front for e in ends)):
+        expression = f"(1 - {weight})*({c0.expression}) + {weight}*({c1.expression})"
+        c = candidate(expression, data, "interpolated", c0.n_terms + c1.n_terms,
+                      ends=(c0.expression, c1.expression), progresses=(p0, p1))
+        candidates.append(replace(c, violations=()))  # a convex combination of two valid drifts (checked when chosen)
+    scored, pareto, chosen = choose(candidates, data, complexity_penalty)
+    if chosen is not None:
+        violations = tuple(check_drift_constraints(chosen.expression))
+        if violations:  # recorded on the candidate, and nothing is chosen
+            scored = tuple(replace(c, violations=violations) if c == chosen else c for c in scored)
+            chosen = None
+    return DistillationReport(
+        candidates=scored, pareto=pareto, chosen=chosen, fit=kwargs.get("fit", "value"), data=_data_summary(data),
+        complexity_penalty=complexity_penalty, symbolic=tuple(s for e in ends for s in e.symbolic),
+        dpo_fit=ends[0].dpo_fit,
+        ends=tuple(End(q, e.chosen, e.dpo_fit, len(e.pareto)) for q, e in zip(progresses, ends)))
 
 
 def _rows(samples) -> np.ndarray:
@@ -176,7 +165,7 @@ def distil_value_loss(
     symbolic: bool = False,
     symbolic_kwargs: dict | None = None,
     fit: str = "value",
-) -> dict:
+) -> DistillationReport:
     """Distil a learned value loss L(e, t) as L2 plus a sparse sum of `value_loss_library` terms
     (and, with `symbolic`, the valid-by-construction search's departures from L2).
 
@@ -186,9 +175,9 @@ def distil_value_loss(
     on its slope along e).
     loss_fn(value, target) -> per-sample L (jax or numpy). errors, targets: visited prediction
     errors v - target and targets, (n,) each (targets None: 0). The report grid is e in
-    [-3s, 3s] (s = std of the errors) at the median target. Returns {"candidates", "pareto",
-    "chosen", "data", "complexity_penalty"} in the format of `distil_drift`; each candidate's
-    "expression" is the whole loss (e**2/2 + ...), checked with `check_value_loss_constraints`.
+    [-3s, 3s] (s = std of the errors) at the median target. Returns a DistillationReport, as
+    `distil_drift` does; each candidate's expression is the whole loss (e**2/2 + its departure),
+    checked with `check_value_loss_constraints`.
     """
     errors = np.asarray(errors, np.float64).ravel()
     targets = np.zeros_like(errors) if targets is None else np.asarray(targets, np.float64).ravel()
@@ -221,20 +210,17 @@ def distil_value_loss(
     residuals = fit_sparse(data, max_terms, value_loss_library(scale))
     l2 = candidate("0", data, "l2", 0)  # no departure at all: the L2 loss evolution started from
     candidates = [l2] + residuals
-    sym = None
+    counts = ()
     if symbolic:
-        sym = fit_symbolic(data, seed=seed, **(symbolic_kwargs or {}))
-        candidates += sym.pop("candidates")
-    for c in candidates:
-        c["departure"] = c["expression"]
-        c["expression"] = "e**2/2" if c["expression"] == "0" else f"e**2/2 + {c['expression']}"
-    return to_jsonable({
-        **choose(candidates, data, complexity_penalty),
-        "symbolic": sym,
-        "fit": fit,
-        "data": {"source": data.source, "n_points": int(errors.size), "error_std": scale,
-                 "fit": "departure from L2 = e**2/2",
-                 "grid": {"e": [-3 * scale, 3 * scale], "t": float(grid_t[0]), "num": GRID_NUM},
-                 "target_std": float(np.std(data.d))},
-        "complexity_penalty": complexity_penalty,
-    })
+        found, stats = fit_symbolic(data, seed=seed, **(symbolic_kwargs or {}))
+        candidates, counts = candidates + found, (stats,)
+    candidates = [replace(c, departure=c.expression,
+                          expression="e**2/2" if c.expression == "0" else f"e**2/2 + {c.expression}")
+                  for c in candidates]
+    scored, pareto, chosen = choose(candidates, data, complexity_penalty)
+    points = FitPoints(source=data.source, n_points=int(errors.size), error_std=scale,
+                       fit="departure from L2 = e**2/2",
+                       grid={"e": [-3 * scale, 3 * scale], "t": float(grid_t[0]), "num": GRID_NUM},
+                       target_std=float(np.std(data.d)))
+    return DistillationReport(candidates=scored, pareto=pareto, chosen=chosen, fit=fit, data=points,
+                              complexity_penalty=complexity_penalty, symbolic=counts)

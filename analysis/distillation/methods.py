@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
 from metadisco.analysis.distillation.data import FitData, candidate, round_sig
+from metadisco.analysis.distillation.report import Candidate, SearchCounts
 from metadisco.analysis.distillation.search import Plug, Problem, search, transform_expression, tree_str
 from metadisco.meta_objectives.drift_terms import drift_library
 from metadisco.meta_objectives.formulas import DPO_FORMULA, dpo_expression
@@ -32,11 +34,11 @@ DPO_FAMILY = DPO_FORMULA.template  # symbols alpha, beta > 0
 DPO_STARTS = ((2.0, 0.6), (1.0, 1.0), (0.5, 0.3), (4.0, 2.0))
 
 
-def fit_dpo(data: FitData) -> dict:
+def fit_dpo(data: FitData) -> Candidate:
     """Least-squares fit of the DPO family (Lu et al. 2022) to the target on the fit points.
 
-    Returns a candidate dict plus "alpha", "beta" (both > 0, rounded to 6 significant digits as
-    in "expression"). Fitted in log(alpha), log(beta), multi-start from DPO_STARTS.
+    Returns a Candidate with its alpha, beta (both > 0, rounded to 6 significant digits as in its
+    expression). Fitted in log(alpha), log(beta), multi-start from DPO_STARTS.
     """
     def residual(theta):
         alpha, beta = np.exp(theta)
@@ -57,14 +59,14 @@ def fit_dpo(data: FitData) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 def fit_sparse(data: FitData, max_terms: int = 3, library: list[tuple[str, str]] | None = None,
-               max_subsets: int = 2000, beam_width: int = 20, threshold: float = 0.05) -> list[dict]:
+               max_subsets: int = 2000, beam_width: int = 20, threshold: float = 0.05) -> list[Candidate]:
     """Sparse non-negative fits target ~ sum_i w_i term_i (w_i >= 0, so a sum of valid drifts stays
     valid).
 
     For each size 1..max_terms: the best subset of `library` (default `drift_library()`), found
     exhaustively while there are at most `max_subsets` subsets and by beam search beyond; plus
     sequential thresholding of the full NNLS fit (drop terms contributing < `threshold` of the
-    largest, refit). Returns candidate dicts sorted by rmse.
+    largest, refit). Returns Candidates (with their terms' names) sorted by rmse.
     """
     library = drift_library() if library is None else list(library)
     columns, names, terms = [], [], []
@@ -116,7 +118,7 @@ def fit_sparse(data: FitData, max_terms: int = 3, library: list[tuple[str, str]]
             continue
         expression = " + ".join(f"{wi!r}*{term}" for _, term, wi in parts)
         out.append(candidate(expression, data, method, len(parts), terms=[n for n, _, _ in parts]))
-    return sorted(out, key=lambda c: c["rmse"])
+    return sorted(out, key=lambda c: c.rmse)
 
 
 def _record(chosen, subset, w, method="sparse", rel_tol=1e-4):
@@ -134,10 +136,10 @@ def _record(chosen, subset, w, method="sparse", rel_tol=1e-4):
 
 
 def fit_symbolic(data: FitData, generations: int = 20, seed: int = 0, population_size: int = 200,
-                 max_size: int = 15, parsimony: float = 1e-3, time_limit: float | None = None) -> dict:
+                 max_size: int = 15, parsimony: float = 1e-3,
+                 time_limit: float | None = None) -> tuple[list[Candidate], SearchCounts]:
     """The valid-by-construction search (metadisco.analysis.distillation.search) over `data` (at one
-    progress) -> {"candidates" (the search's Pareto front as candidate dicts), "n_considered",
-    "n_valid", "valid_share", "seconds", "generations", "population_size"}.
+    progress) -> (the search's Pareto front as Candidates, with their programs; its SearchCounts).
 
     generations, population_size, max_size (nodes), parsimony, time_limit (seconds): the search's budget.
 
@@ -154,7 +156,7 @@ def fit_symbolic(data: FitData, generations: int = 20, seed: int = 0, population
                       fit=data.fit, base=base)
     result = search(problem, generations=generations, population_size=population_size, seed=seed,
                     max_size=max_size, parsimony=parsimony, time_limit=time_limit)
-    out = []
+    out, unreadable = [], []
     for member in result.front:
         *b, c = (round_sig(w) for w in member["coefficients"])
         shape = transform_expression(plug, member["tree"])
@@ -167,8 +169,8 @@ def fit_symbolic(data: FitData, generations: int = 20, seed: int = 0, population
         try:
             out.append(candidate(term, data, "symbolic", 1, program=tree_str(member["tree"])))
         except ValueError as e:  # an expression the safe parser refuses (counted, not kept)
-            result.stats.setdefault("unreadable", []).append(f"{tree_str(member['tree'])}: {e}")
-    return {"candidates": out, **result.stats}
+            unreadable.append(f"{tree_str(member['tree'])}: {e}")
+    return out, replace(result.stats, unreadable=tuple(unreadable) or None)
 
 
 def value_loss_library(error_scale: float = 1.0) -> list[tuple[str, str]]:

@@ -7,6 +7,9 @@
                                                       (per plug: distil_run_drift, distil_run_value_loss)
     report = stored_report(run, plug)                 a report written earlier, or None
 
+A report is a DistillationReport (metadisco.analysis.distillation.report), written and read through
+`write_report` and `read_report`.
+
 `metadisco distil` and `metadisco export` are thin callers of these. The rows come from every
 epoch and minibatch step of training, on every meta-training environment, each environment
 contributing equally many. The drift is fitted on the visited (r, A) (at their progress, for a
@@ -20,11 +23,12 @@ Imports jax on use (the command line imports this before it sets XLA_FLAGS).
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 
+from metadisco.analysis.distillation.report import DistillationReport, Source, read_report, write_report
 from metadisco.analysis.runs import Run
 from metadisco.core.errors import MetadiscoError
-from metadisco.core.fileio import atomic_write_text, save_figure, to_jsonable
+from metadisco.core.fileio import atomic_write_text, save_figure
 from metadisco.measure.run_files import RunDirError, writing
 
 DISTILLABLE = ("drift", "value_loss")
@@ -89,9 +93,10 @@ def check_distil_options(progress: float | None = None, prior_fraction: float = 
 
 def distil_run(run: Run, rows, objectives, params, which: str = "mean", symbolic: bool = True,
                progress: float | None = None, seed: int = 0, prior_fraction: float = 0.5,
-               plugs=("drift",), fit: str = "value", symbolic_kwargs: dict | None = None) -> dict:
-    """Distil each plug in `plugs` from the visited `rows` [n, 5] (ROW_COLUMNS) -> {plug: report};
-    writes RUN_DIR/distil/.
+               plugs=("drift",), fit: str = "value",
+               symbolic_kwargs: dict | None = None) -> dict[str, DistillationReport]:
+    """Distil each plug in `plugs` from the visited `rows` [n, 5] (ROW_COLUMNS) -> {plug: its
+    DistillationReport, with its Source}; writes RUN_DIR/distil/.
 
     prior_fraction: share of drift fit points drawn from the default prior over (r, A) instead
     of from training. progress: fit a progress-dependent drift at this one progress (default:
@@ -116,44 +121,39 @@ def distil_run(run: Run, rows, objectives, params, which: str = "mean", symbolic
                                         prior_fraction=prior_fraction, **options)
     if "value_loss" in plugs:
         reports["value_loss"] = distil_run_value_loss(out, rows[:, 2], rows[:, 3], objectives, params, **options)
-    for plug, report in reports.items():
-        report["source"] = {"run_dir": str(run.path), "which": which, plug: getattr(objectives, plug).spec(),
-                            "n_rows": int(len(rows)),
-                            **({"prior_fraction": prior_fraction} if plug == "drift" else {})}
-        write_output(out / REPORT_FILES[plug], json.dumps(to_jsonable(report), indent=1))
+    for plug in list(reports):
+        reports[plug] = report = replace(reports[plug], source=Source(
+            run_dir=str(run.path), which=which, plug=plug, objective=getattr(objectives, plug).spec(),
+            n_rows=int(len(rows)), prior_fraction=prior_fraction if plug == "drift" else None))
+        with writing(out / REPORT_FILES[plug]):
+            write_report(report, out / REPORT_FILES[plug])
         _save_figure(pareto_figure(report, plug), out / PARETO_FIGURES[plug])
     return reports
 
 
-def pareto_rows(report: dict) -> list[dict]:
-    """The Pareto front's candidates in the order `metadisco distil` prints and `export
-    --candidate N` numbers them."""
-    return [report["candidates"][i] for i in report.get("pareto", [])]
-
-
-def pareto_figure(report: dict, plug: str):
+def pareto_figure(report: DistillationReport, plug: str):
     """Error against complexity: every valid candidate, the front (numbered as printed) and the
     chosen one."""
     import matplotlib.pyplot as plt
 
-    fit = report.get("fit", "value")
+    fit = report.fit
     fig, ax = plt.subplots(figsize=(6, 4))
-    valid = [c for c in report["candidates"] if not c["violations"] and c["error"] is not None]
-    methods = sorted({c["method"] for c in valid})
+    valid = [c for c in report.candidates if not c.violations and c.error is not None]
+    methods = sorted({c.method for c in valid})
     for method in methods:
-        cs = [c for c in valid if c["method"] == method]
-        ax.scatter([c["complexity"] for c in cs], [c["error"] for c in cs], s=14, alpha=0.6, label=method)
-    front = pareto_rows(report)
-    ax.plot([c["complexity"] for c in front], [c["error"] for c in front], "k-", lw=1, label="Pareto front")
+        cs = [c for c in valid if c.method == method]
+        ax.scatter([c.complexity for c in cs], [c.error for c in cs], s=14, alpha=0.6, label=method)
+    front = report.front
+    ax.plot([c.complexity for c in front], [c.error for c in front], "k-", lw=1, label="Pareto front")
     for i, c in enumerate(front):
-        ax.annotate(str(i), (c["complexity"], c["error"]), textcoords="offset points", xytext=(3, 3), fontsize=8)
-    if report.get("chosen"):
-        ax.scatter([report["chosen"]["complexity"]], [report["chosen"]["error"]], marker="*", s=160,
+        ax.annotate(str(i), (c.complexity, c.error), textcoords="offset points", xytext=(3, 3), fontsize=8)
+    if report.chosen:
+        ax.scatter([report.chosen.complexity], [report.chosen.error], marker="*", s=160,
                    color="red", zorder=5, label="chosen")
     ax.set_xlabel("complexity (sympy operation count)")
     what = {"drift": "D", "value_loss": "L - e²/2"}[plug]
     ax.set_ylabel(f"rmse of {what}" if fit == "value" else f"rmse of d({what})/d{'r' if plug == 'drift' else 'e'}")
-    if all(c["error"] > 0 for c in valid):
+    if all(c.error > 0 for c in valid):
         ax.set_yscale("log")
     ax.set_title(f"{plug}: error against size (fit to {'values' if fit == 'value' else 'slopes'})")
     ax.legend(fontsize=7)
@@ -173,7 +173,7 @@ def _save_figure(fig, stem) -> None:
 
 
 def distil_run_drift(out, samples, objectives, params, symbolic, progress, seed, prior_fraction, fit="value",
-                     symbolic_kwargs=None) -> dict:
+                     symbolic_kwargs=None) -> DistillationReport:
     """Fit the drift on visited (r, A, progress) [n, 3] mixed with the prior (at uniform progress);
     draws learned vs distilled."""
     import jax
@@ -202,8 +202,8 @@ def distil_run_drift(out, samples, objectives, params, symbolic, progress, seed,
         report = distil_over_progress(jax.jit(drift_fn), samples=samples, **options)
     else:
         report = distil_drift(jax.jit(drift_fn), samples=samples[:, :2], progress=progress, **options)
-    if report["chosen"]:
-        closed = ClosedFormDrift(report["chosen"]["expression"])
+    if report.chosen:
+        closed = ClosedFormDrift(report.chosen.expression)
         _save_figure(drift_surface_figure({
             "learned": (drift, dparams),
             "distilled": (closed, {}),
@@ -213,11 +213,11 @@ def distil_run_drift(out, samples, objectives, params, symbolic, progress, seed,
 
 
 def distil_run_value_loss(out, values, targets, objectives, params, seed, symbolic=True, fit="value",
-                          symbolic_kwargs=None) -> dict:
+                          symbolic_kwargs=None) -> DistillationReport:
     """Fit the value loss on visited predictions and targets [n]; draws learned vs distilled.
 
     The loss is sampled at v_old = v, where PPO's value clipping does nothing, so the expressions
-    are over e, t alone; report["closed_form_base"] (`closed_form_base`) says under which
+    are over e, t alone; the report's closed_form_base (`closed_form_base`) says under which
     ClosedFormValueLoss base they mean the learned loss: a loss on the clipped base
     (learned_clipped) keeps its clipping, which export applies to the chosen expression."""
     import jax
@@ -230,18 +230,20 @@ def distil_run_value_loss(out, values, targets, objectives, params, seed, symbol
     loss_fn = jax.jit(lambda v, t: loss.value_loss(lparams, v, t, v))
     report = distil_value_loss(loss_fn, values - targets, targets, seed=seed, symbolic=symbolic, fit=fit,
                                symbolic_kwargs=symbolic_kwargs)
-    report["closed_form_base"] = base = closed_form_base(loss)
-    if report["chosen"]:
-        span = 3 * report["data"]["error_std"]
-        t = report["data"]["grid"]["t"]
-        distilled = ClosedFormValueLoss(report["chosen"]["expression"], **base)
+    base = closed_form_base(loss)
+    report = replace(report, closed_form_base=base)
+    if report.chosen:
+        span = 3 * report.data.error_std
+        t = report.data.grid["t"]
+        distilled = ClosedFormValueLoss(report.chosen.expression, **base)
         _save_figure(value_loss_figure(loss, lparams, e_range=(-span, span), targets=(t,),
                                        compare={"distilled": (distilled, {})}),
                      out / "value_loss_learned_vs_distilled")
     return report
 
 
-def stored_report(run: Run, plug: str) -> dict | None:
-    """RUN_DIR/distil/'s report for `plug`, or None when `metadisco distil` has not written it."""
+def stored_report(run: Run, plug: str) -> DistillationReport | None:
+    """RUN_DIR/distil/'s report for `plug`, or None when `metadisco distil` has not written it;
+    RunDirError naming the file when it is not a report."""
     path = run.distil_dir / REPORT_FILES[plug]
-    return run.read_json(f"distil/{REPORT_FILES[plug]}") if path.is_file() else None
+    return read_report(path) if path.is_file() else None

@@ -25,7 +25,7 @@ expression strings handed back, `transform_expression`).
 
     result = search(Problem(Plug("drift"), r, A, D, dD_dr, fit="value"), generations=20, seed=0)
     result.front   [{"tree", "size", "rmse", "coefficients"}] the Pareto front of size against error
-    result.stats   {"n_considered", "n_valid", "valid_share", "seconds", "generations", ...}
+    result.stats   SearchCounts (metadisco.analysis.distillation.report): considered, valid, seconds, ...
 
 Why a transform rather than a filter (gplearn's programs, checked afterwards) or a grammar of
 validity-preserving operations: the filter wastes most of the budget (an unconstrained program is
@@ -54,6 +54,7 @@ import numpy as np
 import sympy as sp
 from scipy.optimize import least_squares, lsq_linear
 
+from metadisco.analysis.distillation.report import SearchCounts
 from metadisco.meta_objectives.expressions import A_sym, e_sym, r_sym, t_sym
 
 DELTA = 1e-5  # the transform's dead band, larger than float32 rounding of g at the pivot
@@ -344,7 +345,7 @@ def fit_coefficients(X, lower, y):
 @dataclass
 class SearchResult:
     front: list[dict]  # {"tree", "size", "rmse", "coefficients"} on the Pareto front, by size
-    stats: dict
+    stats: SearchCounts
 
 
 def search(problem: Problem, generations: int = 20, population_size: int = 200, seed: int = 0,
@@ -450,10 +451,9 @@ def search(problem: Problem, generations: int = 20, population_size: int = 200, 
     front = pareto(front + [p for m in sorted(front, key=lambda m: m["rmse"])[:polish]
                             if (p := _polish(problem, m)) is not None])
     n_valid = sum(v is not None for v in seen.values())
-    return SearchResult(front, {
-        "n_considered": len(seen), "n_valid": n_valid, "valid_share": n_valid / max(1, len(seen)),
-        "generations": gens_done, "population_size": population_size, "seconds": time.perf_counter() - start,
-    })
+    return SearchResult(front, SearchCounts(
+        n_considered=len(seen), n_valid=n_valid, valid_share=n_valid / max(1, len(seen)), generations=gens_done,
+        population_size=population_size, seconds=time.perf_counter() - start))
 
 
 def atoms(plug: Plug) -> list:

@@ -9,27 +9,24 @@ prints the Pareto fronts.
 from __future__ import annotations
 
 
-def print_report(plug: str, report: dict) -> None:
-    """The Pareto front as a numbered table (the numbers `export --candidate` takes) and the choice."""
-    from metadisco.analysis.distillation.run import pareto_rows
-
-    sym = report.get("symbolic")
-    for s in sym if isinstance(sym, list) else [sym] if sym else []:
-        print(f"{plug}: symbolic search considered {s['n_considered']} formulas, {s['valid_share']:.0%} valid, "
-              f"in {s['seconds']:.1f} s")
-    fit = report.get("fit", "value")
-    print(f"{plug}: Pareto front of complexity against {'value' if fit == 'value' else 'slope'} error "
+def print_report(plug: str, report) -> None:
+    """The Pareto front of a DistillationReport as a numbered table (the numbers `export
+    --candidate` takes) and the choice."""
+    for s in report.symbolic:
+        print(f"{plug}: symbolic search considered {s.n_considered} formulas, {s.valid_share:.0%} valid, "
+              f"in {s.seconds:.1f} s")
+    print(f"{plug}: Pareto front of complexity against {'value' if report.fit == 'value' else 'slope'} error "
           f"(R^2 of values; slope rmse on the visited points / the grid):")
-    chosen = report.get("chosen")
-    for i, c in enumerate(pareto_rows(report)):
-        slope = c.get("slope") or {}
-        mark = "*" if chosen and c["expression"] == chosen["expression"] else " "
-        print(f" {mark}[{i}] {c['method']:<12} complexity={c['complexity']:>3} R^2={c['r2']:.4f} "
-              f"grid R^2={c['grid']['r2']:.4f} slope rmse={slope.get('rmse', float('nan')):.3g}/"
-              f"{slope.get('grid', {}).get('rmse', float('nan')):.3g}  {c['expression']}")
+    chosen = report.chosen
+    for i, c in enumerate(report.front):
+        nan = float("nan")
+        slope, slope_grid = (nan, nan) if c.slope is None else (c.slope.rmse, c.slope.grid.rmse)
+        mark = "*" if chosen and c.expression == chosen.expression else " "
+        print(f" {mark}[{i}] {c.method:<12} complexity={c.complexity:>3} R^2={c.r2:.4f} "
+              f"grid R^2={c.grid.r2:.4f} slope rmse={slope:.3g}/{slope_grid:.3g}  {c.expression}")
     if chosen:
-        print(f"{plug} chosen (*): R^2={chosen['r2']:.4f}, grid R^2={chosen['grid']['r2']:.4f}, slope rmse "
-              f"{chosen['slope']['rmse']:.3g} visited / {chosen['slope']['grid']['rmse']:.3g} grid")
+        print(f"{plug} chosen (*): R^2={chosen.r2:.4f}, grid R^2={chosen.grid.r2:.4f}, slope rmse "
+              f"{chosen.slope.rmse:.3g} visited / {chosen.slope.grid.rmse:.3g} grid")
     else:
         print(f"{plug}: no candidate satisfies the constraints")
 
@@ -44,9 +41,9 @@ def run(args) -> None:
     run = Run(args.run_dir)
     if "drift" in reports:
         report = reports["drift"]
-        dpo = report["dpo_fit"]
-        print(f"drift: DPO family fit alpha={dpo['alpha']:.4g} beta={dpo['beta']:.4g} R^2={dpo['r2']:.4f} "
-              f"max|err|={dpo['max_abs_error']:.3g} (on {report['data']['n_points']} points, "
+        dpo = report.dpo_fit
+        print(f"drift: DPO family fit alpha={dpo.alpha:.4g} beta={dpo.beta:.4g} R^2={dpo.r2:.4f} "
+              f"max|err|={dpo.max_abs_error:.3g} (on {report.data.n_points} points, "
               f"{args.prior_fraction:.0%} from the prior, the rest visited in training on "
               f"{', '.join(run.config().envs)})")
     for plug, report in reports.items():
