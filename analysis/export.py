@@ -133,15 +133,13 @@ def _clipped_value_loss(name: str, expression_name: str, loss: ClosedFormValueLo
 
 _DISCOGEN_LOSS = '''
 
-def loss_actor_and_critic(params, traj_batch, gae, targets, network, config):
+def loss_actor_and_critic({signature}, traj_batch, gae, targets, network, config):
     """DiscoGen's on-policy loss (PureJaxRL's _loss_fn) with the discovered objectives.
 
-    network.apply(params, obs) -> (pi, value), pi with log_prob(action) and entropy();
-    traj_batch has obs, action, log_prob (of the acting policy) and value fields; gae and targets
-    are [B]. config keys: CLIP_EPS, VF_COEF, ENT_COEF{progress_doc}.
+{network_doc} config keys: CLIP_EPS, VF_COEF, ENT_COEF{progress_doc}.
     Returns (total_loss, (value_loss, actor_loss, entropy)).
     """
-    pi, value = network.apply(params, traj_batch.obs)
+{network_call}
     log_prob = pi.log_prob(traj_batch.action)
 
 {value_loss}
@@ -164,6 +162,45 @@ DISCOGEN_PROGRESS_LINES = (
     'steps_per_update = config["UPDATE_EPOCHS"] * config["NUM_MINIBATCHES"]',
     'config = {**config, "PROGRESS": (train_state.step // steps_per_update) / config["NUM_UPDATES"]}',
 )
+
+# DiscoGen's OnPolicyRL domain has three template backends (task config `template_backend`): default
+# and transformer call loss_actor_and_critic(params, traj_batch, ...) on [B] samples; recurrent (its
+# templates/recurrent/base/loss.py, PureJaxRL ppo_rnn.py's) calls it with init_hstate, the carry its
+# rollout began from, and replays [T, E] sequences with the reset flags traj_batch.done (each
+# observation's `last_done`), as metadisco's recurrent PPO does (metadisco.inner_loops.ppo.replay).
+DISCOGEN_BACKENDS = {
+    False: ("default", "params",
+            "    network.apply(params, obs) -> (pi, value), pi with log_prob(action) and entropy();\n"
+            "    traj_batch has obs, action, log_prob (of the acting policy) and value fields; gae and targets\n"
+            "    are [B].",
+            "    pi, value = network.apply(params, traj_batch.obs)"),
+    True: ("recurrent", "params, init_hstate",
+           "    For DiscoGen's recurrent backend (template_backend: recurrent): init_hstate [1, E, ...] is the\n"
+           "    carry the rollout began from; network.apply(params, carry, (obs, done)) -> (carry, pi, value)\n"
+           "    replays the sequences traj_batch.obs [T, E, ...], resetting the carry where traj_batch.done\n"
+           "    (the observation begins an episode); pi has log_prob(action) and entropy(); gae and targets\n"
+           "    are [T, E], the means below over all T * E samples.",
+           "    carry = jax.tree.map(lambda h: h[0], init_hstate)  # the template's init_hstate[0], for any carry\n"
+           "    _, pi, value = network.apply(params, carry, (traj_batch.obs, traj_batch.done))"),
+}
+
+
+def discogen_backend_notes(network: str, rnn_size: int | None = None) -> list[str]:
+    """What DiscoGen needs to run the exported loss.py of a run whose inner network is `network`
+    (PPOConfig.network; rnn_size: its width, None for the preset's 128), as lines to print."""
+    if network == "mlp":
+        return []
+    size = 128 if rnn_size is None else rnn_size
+    notes = ["this run's inner loop is recurrent: use DiscoGen's recurrent template backend (template_backend: "
+             "recurrent in the task config), whose loss takes init_hstate and replays the rollout's sequences"]
+    if network == "gru":
+        notes.append(f"its network is metadisco's (PureJaxRL ppo_rnn.py's GRU): set HSIZE = {size} in the task's "
+                     "config to train as the objectives were found")
+    else:
+        notes.append(f"the objectives were found with an LSTM of {size} units; DiscoGen's recurrent networks.py is a "
+                     "GRU (HSIZE units): as shipped it trains a GRU, or swap the cell there (change_networks) and "
+                     "keep the carry (c, h) a pytree, which this loss.py accepts")
+    return notes
 
 _PROGRESS_MESSAGE = ("this loss's drift depends on training progress p: pass config['PROGRESS'] (update / NUM_UPDATES). "
                      "In train.py, before grad_fn(...): " + "; ".join(DISCOGEN_PROGRESS_LINES))
@@ -189,12 +226,15 @@ _DISCOVERED_CLIPPED_VALUE_LOSS = '''    # Critic: the discovered value loss with
     value_loss = jnp.mean(discovered_value_loss(value, targets, traj_batch.value))'''
 
 
-def discogen_loss_source(drift: str, value_loss: str | None = None, value_loss_base: dict | None = None) -> str:
+def discogen_loss_source(drift: str, value_loss: str | None = None, value_loss_base: dict | None = None,
+                         recurrent: bool = False) -> str:
     """Text of a DiscoGen `loss.py` (imports only jax.numpy): the drift D(r, A, p) and the value
     loss L(e, t) as functions printed from their expressions, and `loss_actor_and_critic` with
     actor loss -(r A - D) and the discovered value loss (None: PPO's clipped one).
     value_loss_base: as in `export_closed_form`; on the clipped base the loss applies PPO's value
-    clipping (at its own clip_eps) to the expression, as ClosedFormValueLoss does.
+    clipping (at its own clip_eps) to the expression, as ClosedFormValueLoss does. recurrent: for
+    DiscoGen's recurrent template backend (`DISCOGEN_BACKENDS`: the loss takes init_hstate and
+    replays sequences), as a run with a recurrent inner loop (inner.network gru or lstm) needs.
     Raises MetadiscoError for an expression that violates its plug's constraints."""
     _refuse(drift, ClosedFormDrift(drift))
     parsed_drift = parse_expression(drift, DRIFT_VARIABLES)
@@ -221,13 +261,19 @@ def discogen_loss_source(drift: str, value_loss: str | None = None, value_loss_b
         else:
             functions.append(function_source("value_loss", "discovered_value_loss", parsed))
             critic = _DISCOVERED_VALUE_LOSS
+    _, signature, network_doc, network_call = DISCOGEN_BACKENDS[recurrent]
+    if recurrent:
+        header.append("For DiscoGen's recurrent backend: set template_backend: recurrent in the task config (the "
+                      "loss takes init_hstate and replays the rollout's sequences).")
     doc = ("DiscoGen on-policy RL loss, generated by metadisco (metadisco export RUN --format discogen).\n\n"
            + "\n".join(header) + "\n\nDepends only on jax.")
-    body = (_DISCOGEN_LOSS.replace("{value_loss}", critic)
+    body = (_DISCOGEN_LOSS.replace("{signature}", signature).replace("{network_doc}", network_doc)
+            .replace("{network_call}", network_call).replace("{value_loss}", critic)
             .replace("{progress}", _PROGRESS_REQUIRED if uses_progress else _PROGRESS_UNUSED)
             .replace("{progress_doc}", ", PROGRESS (update / NUM_UPDATES)"
                      if uses_progress else ""))
-    return f'"""{doc}\n"""\n\nimport jax.numpy as jnp\n\n\n' + "\n\n".join(functions) + body
+    imports = "import jax\nimport jax.numpy as jnp" if recurrent else "import jax.numpy as jnp"
+    return f'"""{doc}\n"""\n\n{imports}\n\n\n' + "\n\n".join(functions) + body
 
 
 def drift_uses_progress(drift: str) -> bool:
@@ -235,10 +281,11 @@ def drift_uses_progress(drift: str) -> bool:
     return any(str(symbol) == "p" for symbol in parse_expression(drift, DRIFT_VARIABLES).free_symbols)
 
 
-def export_discogen(drift: str, out_dir, value_loss: str | None = None, value_loss_base: dict | None = None) -> str:
+def export_discogen(drift: str, out_dir, value_loss: str | None = None, value_loss_base: dict | None = None,
+                    recurrent: bool = False) -> str:
     """Write `out_dir`/loss.py (`discogen_loss_source`) -> its path; nothing is written for an
     invalid expression."""
-    source = discogen_loss_source(drift, value_loss, value_loss_base)
+    source = discogen_loss_source(drift, value_loss, value_loss_base, recurrent)
     path = Path(out_dir) / "loss.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, source)

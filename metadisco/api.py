@@ -240,13 +240,15 @@ class Exported:
     """What `export` wrote. expressions: {plug: expression} exported; sources: {plug: where each
     came from}; value_loss_base: PPO's value clipping applied to the value loss (None: the
     expression is the whole loss); paths: {kind: path} written ("tex", "json", "py"; "loss.py"
-    for DiscoGen); distilled: the plugs `distil` ran for first, having no distillation yet."""
+    for DiscoGen); distilled: the plugs `distil` ran for first, having no distillation yet; notes:
+    what DiscoGen needs to run the loss.py (a recurrent run: its recurrent template backend)."""
 
     expressions: dict
     sources: dict
     value_loss_base: dict | None
     paths: dict
     distilled: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def export(run_dir: str | Path, which: str = "mean", *, expression: str | None = None, value_loss: str | None = None,
@@ -263,8 +265,9 @@ def export(run_dir: str | Path, which: str = "mean", *, expression: str | None =
     expression that breaks its plug's constraints (export refuses what `metadisco check` refuses).
     """
     from metadisco.analysis.distillation.run import DISTILLABLE, distillable, stored_report
-    from metadisco.analysis.export import export_closed_form, export_discogen
+    from metadisco.analysis.export import discogen_backend_notes, export_closed_form, export_discogen
     from metadisco.analysis.runs import Run
+    from metadisco.core.ppo_config import RECURRENT
     from metadisco.meta_objectives.closed_form import closed_form_base
 
     run = Run(run_dir)
@@ -301,11 +304,15 @@ def export(run_dir: str | Path, which: str = "mean", *, expression: str | None =
             flag = "--expression" if plug == "drift" else "--value-loss"
             raise MetadiscoError(
                 f"distillation found no {plug} candidate that satisfies the constraints; pass one with {flag}")
+    notes = ()
     if format == "discogen":
         if "drift" not in expressions:
             raise MetadiscoError("a DiscoGen loss needs a drift: this run evolved no drift; pass one with --expression")
+        network = cfg.inner.network or "mlp"  # the presets' (inner.network unset)
         paths = {"loss.py": export_discogen(expressions["drift"], run.export_dir / "discogen",
-                                            value_loss=expressions.get("value_loss"), value_loss_base=value_loss_base)}
+                                            value_loss=expressions.get("value_loss"), value_loss_base=value_loss_base,
+                                            recurrent=network in RECURRENT)}
+        notes = tuple(discogen_backend_notes(network, cfg.inner.rnn_size))
     else:
         # plug points not exported as closed forms keep the run's own (fixed) objectives
         paths = export_closed_form(expressions.get("drift"), run.export_dir,
@@ -314,7 +321,8 @@ def export(run_dir: str | Path, which: str = "mean", *, expression: str | None =
                                    metadata={"run_dir": str(run.path), "source": sources, "envs": list(cfg.envs)},
                                    value_loss_base=value_loss_base)
     refresh_report(run.path)
-    return Exported(expressions, sources, value_loss_base, {k: Path(v) for k, v in paths.items()}, tuple(distilled))
+    return Exported(expressions, sources, value_loss_base, {k: Path(v) for k, v in paths.items()}, tuple(distilled),
+                    notes)
 
 
 def _visited(cfg, objectives, params, seed: int = 0):

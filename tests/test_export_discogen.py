@@ -31,7 +31,7 @@ class Categorical:
         self.logp = jax.nn.log_softmax(logits)
 
     def log_prob(self, action):
-        return jnp.take_along_axis(self.logp, action[:, None], axis=-1)[:, 0]
+        return jnp.take_along_axis(self.logp, action[..., None], axis=-1)[..., 0]
 
     def entropy(self):
         return -jnp.sum(jnp.exp(self.logp) * self.logp, axis=-1)
@@ -46,6 +46,19 @@ class StandIn:
     def apply(self, params, obs):
         logits, value = self.network.apply(params, obs)
         return Categorical(logits), value
+
+
+class RecurrentStandIn:
+    """DiscoGen's recurrent backend's contract over metadisco's recurrent actor-critic:
+    apply(params, carry, (obs, done)) -> (carry, pi, value) over [T, E] sequences."""
+
+    def __init__(self, network):
+        self.network = network
+
+    def apply(self, params, carry, inputs):
+        obs, done = inputs
+        carry, logits, value = self.network.apply(params, carry, obs, done)
+        return carry, Categorical(logits), value
 
 
 def _load(path):
@@ -166,3 +179,53 @@ def test_a_drift_without_progress_needs_nothing_from_discogen(tmp_path):
     total, _ = module.loss_actor_and_critic(params, traj, gae, targets, StandIn(ppo.network),
                                             {"CLIP_EPS": 0.2, "VF_COEF": 0.5, "ENT_COEF": 0.01})
     assert np.isfinite(float(total))
+
+
+@pytest.mark.parametrize("network", ["gru", "lstm"])
+def test_a_recurrent_runs_discogen_loss_equals_its_ppo_loss_on_the_same_sequences(tmp_path, network):
+    """For a recurrent inner loop the loss.py is DiscoGen's recurrent backend's (init_hstate, sequences
+    replayed with their reset flags): on the same [T, E] minibatch, from the same carry, it gives
+    metadisco's ppo_loss and its gradients."""
+    drift, value_loss = dpo_expression(1.3, 0.9), ASYMMETRIC
+    path = export_discogen(drift, tmp_path, value_loss=value_loss, recurrent=True)
+    source = (tmp_path / "loss.py").read_text()
+    assert "def loss_actor_and_critic(params, init_hstate, traj_batch" in source
+    assert "template_backend: recurrent" in source
+    module = _load(path)
+    objectives = Objectives(drift=ClosedFormDrift(drift), value_loss=ClosedFormValueLoss(value_loss))
+    ppo = PPO.create(make_env("CartPole-v1"), PPOConfig(network=network, rnn_size=16), objectives)
+    t, e = 16, 4
+    keys = jax.random.split(jax.random.key(2), 8)
+    carry = jax.tree.map(lambda c: jax.random.normal(keys[0], c.shape), ppo.network.initial_carry(e))
+    first = jax.random.bernoulli(keys[1], 0.2, (t, e))
+    params = ppo.network.init(keys[2], carry, jnp.zeros((1, e, 4)), jnp.zeros((1, e), bool))
+    batch = Batch(obs=jax.random.normal(keys[3], (t, e, 4)), action=jax.random.bernoulli(keys[4], 0.5, (t, e)).astype(jnp.int32),
+                  log_prob=jnp.log(0.5) + 0.4 * jax.random.normal(keys[5], (t, e)), value=jax.random.normal(keys[6], (t, e)),
+                  advantage=2.0 * jax.random.normal(keys[7], (t, e)) + 0.3, target=1.5 * jax.random.normal(keys[0], (t, e)),
+                  first=first, hstate=carry)
+    hp = PPOHyperparams(vf_coef=0.5, ent_coef=0.01)
+
+    class RecurrentTransition(NamedTuple):  # DiscoGen's recurrent Transition: done = the observation's reset flag
+        obs: jax.Array
+        action: jax.Array
+        log_prob: jax.Array
+        value: jax.Array
+        done: jax.Array
+
+    traj = RecurrentTransition(batch.obs, batch.action, batch.log_prob, batch.value, batch.first)
+    init_hstate = jax.tree.map(lambda c: c[None], carry)  # DiscoGen keeps a leading axis of 1
+
+    def discogen_loss(params):
+        return module.loss_actor_and_critic(params, init_hstate, traj, batch.advantage, batch.target,
+                                            RecurrentStandIn(ppo.network), {"CLIP_EPS": 0.2, "VF_COEF": 0.5, "ENT_COEF": 0.01})
+
+    def metadisco_loss(params):
+        return ppo_loss(ppo, params, batch, objectives.default_params(), 0.0, hp)
+
+    (t_total, (t_value, t_actor, t_entropy)), (o_total, aux) = discogen_loss(params), metadisco_loss(params)
+    np.testing.assert_allclose([t_total, t_value, t_actor, t_entropy],
+                               [o_total, aux.value_loss, aux.policy_loss, aux.entropy], rtol=1e-5, atol=1e-6)
+    g_discogen = jax.grad(lambda p: discogen_loss(p)[0])(params)
+    g_metadisco = jax.grad(lambda p: metadisco_loss(p)[0])(params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_discogen, g_metadisco)
+    assert float(jnp.abs(g_metadisco["params"]["cell"][next(iter(g_metadisco["params"]["cell"]))]["kernel"]).max()) > 0

@@ -95,6 +95,18 @@ def test_minibatches_are_whole_sequences_of_environments():
     np.testing.assert_array_equal(mb.hstate, np.asarray(hstate)[np.asarray(index[0])])
 
 
+def test_the_network_is_an_inner_setting_of_train_and_evaluate():
+    """`metadisco train ... inner.network=gru` and `metadisco evaluate --inner network=lstm` (over a
+    run's own settings with --inner-from-run) read the field as every inner setting is read."""
+    from metadisco.config import inner_config, resolve
+
+    cfg = resolve("lpo_cartpole_cpu", ["envs=MemoryChain-bsuite", "inner.network=gru", "inner.rnn_size=32"])
+    assert (cfg.inner.network, cfg.inner.rnn_size) == ("gru", 32)
+    assert inner_config({"network": "gru", "rnn_size": 32}, ["network=lstm"]).overrides() == {
+        "network": "lstm", "rnn_size": 32}
+    assert resolve("lpo_cartpole_cpu").inner.network is None  # the preset's: mlp
+
+
 def test_a_recurrent_network_needs_minibatches_that_split_the_environments():
     with pytest.raises(ValueError, match="num_envs = 4 does not split into num_minibatches = 8"):
         TEN.replace(network="gru", num_minibatches=8).validate()
@@ -115,3 +127,69 @@ def test_recurrent_train_runs_with_every_score_and_the_observation_normaliser(ne
     assert result.returns.shape == (TEN.num_updates,) and np.isfinite(result.returns).all()
     assert result.visited.shape == (TEN.num_updates, TEN.update_epochs * TEN.num_minibatches * 8, 4)
     assert np.isfinite(result.visited).all()
+
+
+@pytest.mark.slow  # about 20 s: three learned plugs compiled into one recurrent program
+def test_every_plug_reaches_a_recurrent_run():
+    """Drift, value loss and shaping plug into the recurrent inner loop as into the MLP's: each
+    one's parameters, moved alone from its start, changes what PPO visits (one vmapped program)."""
+    from metadisco.meta_objectives import LPO, LearnedValueLoss, PotentialShaping
+
+    env = make_env("CartPole-v1")
+    objectives = Objectives(drift=LPO(hidden=8), value_loss=LearnedValueLoss(hidden=8),
+                            shaping=PotentialShaping(hidden=8)).for_env(env.obs_shape)
+    ppo = PPO.create(env, TEN.replace(network="gru", rnn_size=16, eval_episodes=0, record_samples=4,
+                                      total_timesteps=TEN.batch_size * 3), objectives)
+    start = objectives.init(jax.random.key(1))
+    members = [start]
+    for plug in ("drift", "value_loss", "shaping"):  # the output layer off zero: each plug now acts
+        moved = {**start, plug: jax.tree.map(lambda x: x + 0.5, start[plug])}
+        members.append(moved)
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *members)
+    result = jax.jit(jax.vmap(lambda p: ppo_train(ppo, jax.random.key(0), p)))(stacked)
+    visited = np.asarray(result.visited)
+    assert np.isfinite(visited).all()
+    for i, plug in enumerate(("drift", "value_loss", "shaping"), start=1):
+        assert not np.array_equal(visited[i], visited[0]), plug
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_workflow_accepts_a_recurrent_run(tmp_path, capsys):
+    """`metadisco train envs=MemoryChain-bsuite inner.network=gru` end to end: stopped and resumed it
+    equals the run made in one go; evaluate (with the run's inner settings), plot, distil and export
+    (DiscoGen's recurrent backend named) all take it."""
+    import json
+
+    from tests.helpers import metadisco_in_process
+
+    def cli(*argv):
+        code, out, err = metadisco_in_process(argv, capsys)
+        assert code == 0, err[-3000:]
+        return out + err
+
+    config = ["envs=MemoryChain-bsuite", "inner.network=gru", "inner.rnn_size=16", "inner.total_timesteps=1024",
+              "inner.num_envs=8", "inner.num_steps=32", "inner.num_minibatches=2", "inner.eval_episodes=8",
+              "generations=2", "eval_every=2", "eval_seeds=2", "baseline_seeds=2", "seeds_per_member=1",
+              "objectives.drift=drift_mix", "objectives.value_loss=value_loss_mix",
+              "objectives.evolve=drift,value_loss", "es.population_size=4", "es.sigma_init=0.1"]
+    stopped, whole = tmp_path / "stopped", tmp_path / "whole"
+    cli("train", "lpo_cartpole_cpu", *config, "--run-dir", str(stopped), "--stop-after", "1", "--no-progress")
+    cli("train", "--resume", str(stopped), "--no-progress")
+    cli("train", "lpo_cartpole_cpu", *config, "--run-dir", str(whole), "--no-progress")
+
+    def rows(run):
+        return [{k: v for k, v in json.loads(line).items() if not any(w in k for w in ("time", "second", "per_s"))}
+                for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+    assert rows(stopped) == rows(whole) and len(rows(whole)) == 2
+    assert json.loads((whole / "config.json").read_text())["inner"]["network"] == "gru"
+    out = cli("evaluate", str(whole), "--envs", "MemoryChain-bsuite", "--inner-from-run", "--seeds", "2",
+              "--timesteps", "512", "--no-progress")
+    assert "MemoryChain-bsuite" in out
+    cli("plot", str(whole), "--formats", "png")
+    cli("distil", str(whole), "--no-symbolic")
+    cli("export", str(whole))
+    out = cli("export", str(whole), "--format", "discogen")
+    assert "template_backend: recurrent" in out and "HSIZE = 16" in out
+    assert "init_hstate" in (whole / "export" / "discogen" / "loss.py").read_text()

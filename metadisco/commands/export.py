@@ -29,6 +29,8 @@ def run(args) -> None:
         if "value_loss" not in exported.expressions:
             print("value loss: PPO's clipped one")
         print(f"  loss.py: {exported.paths['loss.py']}\nuse it: copy it over the loss.py of DiscoGen's on-policy RL task")
+        for note in exported.notes:
+            print(note)
         if drift_uses_progress(exported.expressions["drift"]):
             print("the drift depends on training progress p: DiscoGen's template does not pass it, so the loss "
                   "refuses to run until train.py does; before its grad_fn(...) call add:\n    "
