@@ -21,7 +21,7 @@ def test_the_quickstart_notebook_runs_top_to_bottom(tmp_path, monkeypatch, capsy
         exec(compile("".join(cell["source"]), f"{NOTEBOOK.name}, cell {i}", "exec"), namespace)
     run = namespace["run"]
     assert (run / "figures" / "training_curves.png").exists()
-    assert (Path(namespace["results"]["out_dir"]) / "results.md").exists()
+    assert (namespace["results"].out_dir / "results.md").exists()
     exported = namespace["exported"]  # api.export's record of what it wrote
     assert set(exported.expressions) == {"value_loss"} and exported.paths["json"].exists()
     out = capsys.readouterr().out
