@@ -193,3 +193,34 @@ def test_every_workflow_accepts_a_recurrent_run(tmp_path, capsys):
     out = cli("export", str(whole), "--format", "discogen")
     assert "template_backend: recurrent" in out and "HSIZE = 16" in out
     assert "init_hstate" in (whole / "export" / "discogen" / "loss.py").read_text()
+
+
+# The memory probe (rejax's probe environments, ../shared/STYLE.md 9). MemoryChain-bsuite (gymnax,
+# memory_length 5): the context (+-1) is shown at the first step only; the episode's one reward, +1
+# if the action at step 6 names it and -1 if not, comes after five steps whose observations say
+# nothing of it (time left, and a query that is 0 with one context bit). A feed-forward policy acts
+# on the last observation alone, which is independent of the context, so whatever it learns its
+# expected return is exactly 0 (P(right) - P(wrong) = 0): the bound. A recurrent one can carry the
+# context and reach +1. Settings chosen on the seeds of jax.random.key(100); tested on others.
+MEMORY = PPOConfig(num_envs=8, num_steps=32, total_timesteps=8192, num_minibatches=2, hidden=(16,), rnn_size=16,
+                   eval_episodes=64, eval_greedy=False, hparams=PPOConfig().hparams.replace(lr=3e-3))
+MEMORY_SEEDS = 8  # x 64 evaluation episodes = 512 episodes per network
+
+
+@functools.cache
+def _memory_scores(network: str):
+    ppo = PPO.create(make_env("MemoryChain-bsuite"), MEMORY.replace(network=network))
+    keys = jax.random.split(jax.random.key(2026), MEMORY_SEEDS)  # held out: not the seeds the settings were chosen on
+    return np.asarray(jax.jit(jax.vmap(lambda k: ppo_train(ppo, k, {})))(keys).eval_return)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("network", ["gru", "lstm"])
+def test_recurrent_ppo_remembers_what_a_feed_forward_policy_cannot(network):
+    """Bound 0 for any feed-forward policy; the MLP's measured mean sits within 4 standard errors
+    of it (1/sqrt(512) each), and the recurrent policy's mean is above 0.5 on every held-out seed
+    (measured: GRU 0.992, LSTM 0.996 over the 512 episodes; MLP 0.008, its standard error 0.044)."""
+    mlp, recurrent = _memory_scores("mlp"), _memory_scores(network)
+    standard_error = 1.0 / np.sqrt(MEMORY_SEEDS * MEMORY.eval_episodes)
+    assert abs(mlp.mean()) <= 4 * standard_error, mlp
+    assert recurrent.min() > 0.5 and recurrent.mean() > 0.9, recurrent
