@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 from metadisco.analysis.runs import Run, run_containing
 from metadisco.analysis.suites import EvaluationError
-from metadisco.core import streams
 from metadisco.core.options import split_options
 from metadisco.core.plugins import is_import_path, load
 from metadisco.core.run_config import HeldoutConfig
@@ -43,6 +42,7 @@ class Target(NamedTuple):
     spec: str  # as given
     run_dir: str | None = None  # the run it came from: a run-directory target, or a file inside one
     where: str | None = None  # where its parameters come from, as a refusal names it: a file, or a run's start
+    initial: bool | None = None  # its parameters are where a run started (RUN_DIR:init); None: the checks decide
 
 
 def declared_heldout(targets) -> tuple[str, HeldoutConfig] | None:
@@ -94,7 +94,7 @@ def _envs_from(value) -> tuple[str, ...]:
 def resolve_target(spec: str) -> Target:
     """"ppo" | "dpo" | zoo:NAME | an objectives JSON file | RUN_DIR | RUN_DIR:best | RUN_DIR:mean |
     RUN_DIR:init -> Target. RUN_DIR:init is the run's objectives at their initial parameters, the
-    point evolution started from (init(key(the run's seed))): the control that separates what evolution found from what the
+    point evolution started from (`start_params(the run's seed)`): the control that separates what evolution found from what the
     parameterisation gives before any search (e.g. a learned value loss starts at L2, not at
     PPO's clipped L2).
 
@@ -183,12 +183,12 @@ def _run_target(spec: str, run: Run, which: str) -> Target:
     stored = "mean" if which == "init" else which
     objectives, params, extra = _usable(spec, run.objectives_path(stored), lambda: run.objectives(stored))
     where = str(run.objectives_path(stored))
-    if which == "init":  # the run's own start: init(key(its seed)), as the engine draws it
-        params = objectives.init(streams.root(config.seed))
+    if which == "init":  # the run's own start, as the engine draws it
+        params = objectives.start_params(config.seed)
         where = f"{run.path} at its initial parameters"
     label = run.path.resolve().name + ("" if which == "mean" else f":{which}")
     envs = _envs_from(config.envs) or _envs_from(extra.get("envs"))
-    return Target(label, objectives, params, envs, "run", spec, str(run.path), where)
+    return Target(label, objectives, params, envs, "run", spec, str(run.path), where, True if which == "init" else None)
 
 
 def require_valid_target(target: Target) -> None:
@@ -203,5 +203,6 @@ def require_valid_target(target: Target) -> None:
             continue
         closed = objective.closed_form(target.params.get(plug, {}))
         subject = f"the {plug} of {target.where or target.spec}" + (f" ({closed})" if closed else "")
-        require_valid(subject, objective, target.params.get(plug, {}), refusing=f"evaluate {target.spec!r}",
+        require_valid(subject, objective, target.params.get(plug, {}), initial=target.initial,
+                      refusing=f"evaluate {target.spec!r}",
                       hint="--allow-invalid evaluates it anyway (to study an invalid objective)")

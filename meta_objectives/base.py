@@ -40,8 +40,12 @@ import typing
 from typing import Any, ClassVar
 
 import jax
+import numpy as np
 
-from metadisco.core import jaxlib_guard  # noqa: F401  (refuses a deadlocking jaxlib)
+from metadisco.core import (
+    jaxlib_guard,  # noqa: F401  (refuses a deadlocking jaxlib)
+    streams,
+)
 from metadisco.core.plugins import (
     OBJECTIVES_GROUP,
     PluginError,
@@ -102,9 +106,16 @@ class MetaObjective:
         raise NotImplementedError
 
     def default_params(self) -> Params:
-        """`init(jax.random.key(0))`: the one set of baseline parameters that analysis uses for an
-        objective given without parameters (a run starts evolution from init(its seed))."""
-        return self.init(jax.random.key(0))
+        """`start_params(0)`, where a run with seed 0 starts at this plug point: what PPO's
+        programs, the evaluation targets and the constraint checks use for an objective given
+        without parameters."""
+        return self.start_params(0)
+
+    def start_params(self, seed: int) -> Params:
+        """The parameters a run with `seed` starts from at this plug point: `init` with the plug's
+        share (`plug_key`) of the run's START stream (metadisco.core.streams), as
+        `Objectives.start_params(seed)` draws every plug's."""
+        return self.init(plug_key(streams.key(seed, streams.Stream.START), self.plug))
 
     def spec(self) -> dict:
         """JSON-able description from which `make_objective` rebuilds this object (a plug-in is
@@ -169,6 +180,19 @@ class MetaObjective:
         """Why this objective cannot run on an environment with observations of `obs_shape`
         (None when it can). Drifts and value losses see only ratios, advantages and values."""
         return None
+
+
+def plug_key(key: jax.Array, plug: str) -> jax.Array:
+    """Plug point `plug`'s share of `key`, the key its objective's init gets when every plug point
+    is initialised from one key (`Objectives.init`; a run's START stream, metadisco.core.streams)."""
+    return jax.random.split(key, len(PLUGS))[PLUGS.index(plug)]
+
+
+def same_params(a: Params, b: Params) -> bool:
+    """Whether two parameter pytrees have the same structure and bit-for-bit equal leaves (host values)."""
+    leaves_a, tree_a = jax.tree.flatten(a)
+    leaves_b, tree_b = jax.tree.flatten(b)
+    return tree_a == tree_b and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves_a, leaves_b))
 
 
 def _type_name(tp) -> str:

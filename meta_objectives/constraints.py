@@ -24,7 +24,7 @@ import numpy as np
 
 from metadisco.core.errors import MetadiscoError
 from metadisco.core.records import Violation
-from metadisco.meta_objectives.base import MetaObjective, Params
+from metadisco.meta_objectives.base import MetaObjective, Params, same_params
 from metadisco.meta_objectives.closed_form import ClosedFormDrift
 from metadisco.meta_objectives.expressions import compile_kernel
 
@@ -339,20 +339,24 @@ AT_INITIAL_ONLY = ("no_kink_at_one",)
 AT_CLAIMED_ONLY = ("pulls_toward_target",)
 
 
-def check_objective(objective: MetaObjective, params: Params = None, *, samples: int = 3, seed: int = 0) -> list[Violation]:
+def check_objective(objective: MetaObjective, params: Params = None, *, samples: int = 3, seed: int = 0,
+                    initial: bool | None = None) -> list[Violation]:
     """Every constraint of `objective`'s plug point -> list of `Violation`s ([] = all hold), each
     naming its constraint with a counterexample; a constraint is reported once (its first
     counterexample). Checked at `params` when given, else at the initial parameters and at
     `samples` perturbed ones (`perturbed_params`). AT_INITIAL_ONLY are demanded at the initial
-    parameters only (given ones equal to `default_params()`, as a closed form's empty ones are),
-    AT_CLAIMED_ONLY at the initial or given ones, not at the perturbations.
+    parameters only, AT_CLAIMED_ONLY at the initial or given ones, not at the perturbations.
+    initial: whether `params` are initial parameters, where a run starts (`start_params(seed)`, as
+    train and RUN_DIR:init know); None: when they equal `default_params()` (a seed-0 start, or a
+    closed form's empty parameters).
     Drift: finite, nonnegative, finite_gradient, zero_at_one, flat_at_one, no_kink_at_one.
     Value loss: finite, zero_at_target, finite_gradient, trains_the_critic, pulls_toward_target.
     Shaping: finite, identity_at_init, potential_based."""
     if objective.plug == "shaping":
         # a potential reads observations: size it for the check's states
         objective = objective.for_env(objective.observation_shape() or (3,))
-    initial = params is None or _same_params(params, objective.default_params())
+    if initial is None:
+        initial = params is None or same_params(params, objective.default_params())
     points = [("initial parameters" if initial else "the given parameters",
                objective.default_params() if params is None else params)]
     if params is None:
@@ -382,13 +386,6 @@ def check_evolved(objectives, params: dict, plugs) -> list[Violation]:
     point (those parameters are what was found: no `where`); [] = every evolved objective is valid."""
     return [dataclasses.replace(v, where=None)
             for plug in plugs for v in check_objective(getattr(objectives, plug), params[plug])]
-
-
-def _same_params(a: Params, b: Params) -> bool:
-    """Whether two parameter pytrees have the same structure and equal leaves."""
-    leaves_a, tree_a = jax.tree_util.tree_flatten(a)
-    leaves_b, tree_b = jax.tree_util.tree_flatten(b)
-    return tree_a == tree_b and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves_a, leaves_b))
 
 
 class ConstraintsViolated(MetadiscoError):

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import jax
 
+from metadisco.core import streams
 from metadisco.meta_objectives import drift as _drift
 from metadisco.meta_objectives import shaping as _shaping
 from metadisco.meta_objectives import value_loss as _value_loss
-from metadisco.meta_objectives.base import PLUGS, MetaObjective, from_spec
+from metadisco.meta_objectives.base import PLUGS, MetaObjective, from_spec, plug_key
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,18 @@ class Objectives:
                 raise ValueError(f"Objectives.{plug} got a {getattr(obj, 'plug', type(obj).__name__)} objective")
 
     def init(self, key: jax.Array, plugs=PLUGS) -> dict:
-        """Initial parameters of `plugs`, one independent key per plug point."""
-        keys = dict(zip(PLUGS, jax.random.split(key, len(PLUGS))))
-        return {plug: getattr(self, plug).init(keys[plug]) for plug in plugs}
+        """Initial parameters of `plugs`, each plug point from its own share of `key` (`plug_key`)."""
+        return {plug: getattr(self, plug).init(plug_key(key, plug)) for plug in plugs}
+
+    def start_params(self, seed: int, plugs=PLUGS) -> dict:
+        """The parameters a run with `seed` starts from: `init` of its START stream
+        (metadisco.core.streams), each plug's `MetaObjective.start_params(seed)`."""
+        return self.init(streams.key(seed, streams.Stream.START), plugs)
 
     def default_params(self, plugs=PLUGS) -> dict:
-        """`init(jax.random.key(0), plugs)`: the one set of baseline parameters that analysis uses
-        for objectives given without parameters (a run starts evolution from init(its seed))."""
-        return self.init(jax.random.key(0), plugs)
+        """`start_params(0, plugs)`: where a run with seed 0 starts, and what PPO's programs, the
+        evaluation targets and the constraint checks use for objectives given without parameters."""
+        return self.start_params(0, plugs)
 
     def items(self) -> list[tuple[str, MetaObjective]]:
         """[(plug, objective)] in PLUGS order."""

@@ -33,6 +33,7 @@ from metadisco.measure import health
 from metadisco.measure.stats import gap_closed_ci, mean_ci
 from metadisco.meta_objectives import Objectives
 from metadisco.meta_objectives import names as objective_names
+from metadisco.meta_objectives.base import same_params
 
 
 def build_objectives(cfg: ObjectivesConfig, obs_shape) -> Objectives:
@@ -211,9 +212,9 @@ class MetaTrainer:
         self.paired = mirrored(cfg.es)
         self.objectives = build_objectives(cfg.objectives, self.envs[0].env.obs_shape)
         self.evolve = tuple(cfg.objectives.evolve)
-        init_params = self.objectives.init(streams.root(cfg.seed))
-        self.initial_solution = {plug: init_params[plug] for plug in self.evolve}
-        self.default_params = init_params
+        # where this run starts, every plug point (the one definition: MetaObjective.start_params)
+        self.default_params = self.objectives.start_params(cfg.seed)
+        self.initial_solution = {plug: self.default_params[plug] for plug in self.evolve}
         if not jax.tree.leaves(self.initial_solution):
             learned = " or ".join(
                 f"objectives.{plug}={name}"
@@ -227,7 +228,7 @@ class MetaTrainer:
         # the start point is PPO exactly (drift_mix, learned_clipped at their starts): the comparisons on
         # fresh seeds train it once, as PPO, instead of twice (one training program fewer to compile)
         as_ppo = self.objectives.params_reproducing(Objectives())
-        self.start_is_ppo = trains is None and ppo_trains is None and as_ppo is not None and _same_tree(
+        self.start_is_ppo = trains is None and ppo_trains is None and as_ppo is not None and same_params(
             self.default_params, as_ppo)
         self.problems = self._training_problems(trains, ppo_trains)
         self.es, self.es_params = strategies.make_strategy(cfg.es, self.initial_solution)
@@ -263,9 +264,10 @@ class MetaTrainer:
 
     # ---------------------------------------------------------------- state
     def init(self) -> RunState:
-        key = streams.root(self.cfg.seed)
+        key = streams.key(self.cfg.seed, streams.Stream.ES_INIT)
         if strategies.is_population_based(self.es):
-            z = jax.random.normal(key, (self.cfg.es.population_size, self.num_params))
+            noise = streams.key(self.cfg.seed, streams.Stream.POPULATION)
+            z = jax.random.normal(noise, (self.cfg.es.population_size, self.num_params))
             flat, unravel = jax.flatten_util.ravel_pytree(self.initial_solution)
             pop = jax.vmap(unravel)(flat + self.cfg.es.sigma_init * z)
             es_state = self.es.init(key, pop, jnp.full((self.cfg.es.population_size,), jnp.inf), self.es_params)
@@ -316,7 +318,7 @@ class MetaTrainer:
             train = functools.partial(_at_lr, train, problem.env.ppo_config.hparams)
         else:
             train = functools.partial(_ignoring_lr, train)
-        # every plug's parameters from the one source (init(key(seed)), as the comparisons and the saved
+        # every plug's parameters from the one source (start_params(seed), as the comparisons and the saved
         # objectives): a plug that does not evolve must not fall back to a train's own defaults
         result = jax.vmap(lambda m, f: jax.vmap(lambda k: train(k, self.full_params(m), f))(seeds))(pop, lr_factor)
         f = fitness_from(result, self.cfg.fitness, baseline, p)
@@ -560,13 +562,6 @@ def _at_lr(train, hparams, key, meta_params, lr_factor):
 
 def _ignoring_lr(train, key, meta_params, lr_factor):
     return train(key, meta_params)
-
-
-def _same_tree(a, b) -> bool:
-    """Equal structure and bit-for-bit equal leaves (host values)."""
-    leaves_a, tree_a = jax.tree.flatten(a)
-    leaves_b, tree_b = jax.tree.flatten(b)
-    return tree_a == tree_b and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves_a, leaves_b))
 
 
 def _without_weak_types(tree):

@@ -145,7 +145,7 @@ def refuse_invalid_start(trainer: MetaTrainer) -> None:
     for plug in PLUGS:
         objective = getattr(trainer.objectives, plug)
         require_valid(f"objectives.{plug}={getattr(trainer.cfg.objectives, plug)}", objective,
-                      trainer.default_params[plug], refusing="start this run",
+                      trainer.default_params[plug], initial=True, refusing="start this run",
                       hint="Fix the objective (`metadisco check NAME` runs the same checks), or choose another.")
 
 

@@ -429,7 +429,8 @@ def test_a_start_point_that_is_ppo_exactly_is_trained_once_in_the_comparisons_on
     cfg = tiny_config(generations=1, objectives=ObjectivesConfig(drift="drift_mix"))
     shared, separate = MetaTrainer(cfg), MetaTrainer(cfg)
     separate.start_is_ppo = False
-    assert shared.start_is_ppo and not MetaTrainer(tiny_config()).start_is_ppo  # LPO's start is not PPO's own params
+    assert shared.start_is_ppo and MetaTrainer(tiny_config()).start_is_ppo  # LPO's seed-0 start is its default_params
+    assert not MetaTrainer(tiny_config(seed=1)).start_is_ppo  # another seed's hidden layer: not the params compared
     state, baseline = shared.replicate(fetch(shared.init())), shared.replicate(shared.baseline_template())
     comparisons = [t.compare(state, baseline, 1) for t in (shared, separate)]
     assert comparisons[0].to_row() == comparisons[1].to_row()  # NaN (null) where both are NaN: no gap from the start to PPO

@@ -501,7 +501,7 @@ def test_evaluate_a_run_directory_flags_its_meta_training_env(tiny_run, capsys):
     assert init.label == "run:init" and init.objectives == mean.objectives  # same structure...
     fresh = mean.objectives.default_params()  # ...at the parameters evolution started from (seed 0)
     assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), init.params["drift"], fresh["drift"]))
-    assert not jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), mean.params["drift"], fresh["drift"]))
+    # (not compared with the mean: one generation at this size can tie every member, leaving the mean at the start)
 
     code, stdout, err = cli(["evaluate", str(tiny_run), "--envs", ENVS, *TINY], capsys)
     assert code == 0, err

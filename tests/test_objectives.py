@@ -804,3 +804,58 @@ def test_a_value_loss_that_turns_only_beyond_the_old_grid_is_caught():
 
     assert [v.constraint for v in check_value_loss_constraints(fn)] == ["pulls_toward_target"]
     assert check_value_loss_constraints(fn, e_wide=0) == []  # what the check saw before: |e| <= 10
+
+
+class BiasedShaping(meta_objectives.MetaObjective):
+    """A plug-in shaping r + b whose init draws b at random: not the identity at any start
+    (named tests.test_objectives:BiasedShaping)."""
+
+    plug = "shaping"
+    name = "biased_shaping"
+
+    def init(self, key):
+        return {"b": jax.random.uniform(key, (), minval=0.5, maxval=1.5)}
+
+    def shape_reward(self, params, obs, reward, next_obs, terminated, gamma):
+        return reward + params["b"]
+
+
+@pytest.mark.parametrize("plug, name", [(plug, name) for plug in ("drift", "value_loss", "shaping")
+                                        for name in meta_objectives.names(plug)])
+def test_where_a_run_starts_has_one_definition(plug, name):
+    """A plug's start at seed s is its init with its share of the run's START stream, whichever
+    way it is asked for: the objective alone or the objectives together (the engine: below);
+    default_params is seed 0's start."""
+    from metadisco.core import streams
+    from metadisco.meta_objectives.base import same_params
+
+    objective = make_objective(plug, name).for_env((3,))
+    objectives = Objectives(**{plug: objective})
+    for seed in (0, 3):
+        assert same_params(objective.start_params(seed), objectives.start_params(seed)[plug])
+        assert same_params(objectives.start_params(seed), objectives.init(streams.key(seed, streams.Stream.START)))
+    assert same_params(objective.default_params(), objective.start_params(0))
+    assert same_params(objectives.default_params(), objectives.start_params(0))
+
+
+def test_a_start_is_checked_as_initial_parameters_whatever_the_seed():
+    """The checks demanded at initial parameters (here the identity at init) hold a run's start to
+    them at any seed: train refuses such a start, and only parameters the checks are not told are
+    a start, and that differ from seed 0's, are checked as given ones."""
+    from metadisco.config import ObjectivesConfig, RunConfig, validate
+    from metadisco.engine import MetaTrainer
+    from metadisco.meta_objectives.base import same_params
+    from metadisco.meta_objectives.constraints import ConstraintsViolated
+    from metadisco.train import refuse_invalid_start
+
+    objective = BiasedShaping()
+    start = objective.start_params(3)
+    assert [v.constraint for v in check_objective(objective, start, initial=True)] == ["identity_at_init"]
+    assert check_objective(objective, start) == []  # given parameters need not be the identity
+    assert [v.constraint for v in check_objective(objective)] == ["identity_at_init"]  # seed 0's start
+    cfg = validate(RunConfig(seed=3, objectives=ObjectivesConfig(shaping="tests.test_objectives:BiasedShaping",
+                                                                 evolve=("shaping",))))
+    trainer = MetaTrainer(cfg)
+    assert same_params(trainer.default_params, trainer.objectives.start_params(3))  # where the engine starts
+    with pytest.raises(ConstraintsViolated, match="identity_at_init"):
+        refuse_invalid_start(trainer)

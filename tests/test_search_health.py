@@ -427,15 +427,15 @@ def scale_reporting_train(key, meta_params):
 
 def test_a_plug_that_does_not_evolve_has_one_set_of_parameters_everywhere(tmp_path):
     """A plug-in whose init draws a function-changing value: the generations, the comparisons on
-    fresh seeds and the saved objectives all use init(key(seed))'s, not each their own."""
+    fresh seeds and the saved objectives all use the run's start (start_params(seed)), not each their own."""
     from metadisco.meta_objectives import load_objectives
 
     cfg = tiny(generations=2, eval_every=2, seed=3,
                objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8},
                                            value_loss="tests.test_search_health:RandomScale"))
     trainer = MetaTrainer(cfg, trains=[scale_reporting_train], ppo_trains=[constant_ppo])
-    c = float(trainer.objectives.init(jax.random.key(cfg.seed))["value_loss"]["c"])  # the run's start
-    assert abs(c - float(trainer.objectives.default_params()["value_loss"]["c"])) > 1e-3  # key(0)'s would differ
+    c = float(trainer.objectives.start_params(cfg.seed)["value_loss"]["c"])  # the run's start
+    assert abs(c - float(trainer.objectives.default_params()["value_loss"]["c"])) > 1e-3  # seed 0's would differ
     run(cfg, tmp_path / "r", progress=False, trainer=trainer, log=lambda _: None)
     rows = RunDir(tmp_path / "r").metrics()
     assert rows[0].fitness_mean == pytest.approx(100 * c, rel=1e-5)  # what every member trained with

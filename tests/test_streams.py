@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from metadisco.core import streams
+from metadisco.core.plugs import PLUGS
 from metadisco.core.streams import Stream
+from metadisco.meta_objectives.base import plug_key
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +36,10 @@ def test_every_key_of_neighbouring_runs_is_distinct():
         keys[("distillation", seed)] = data(streams.key(seed, Stream.DISTILLATION))
         for use in (0, 1):
             keys[("evaluation", seed, use)] = data(streams.key(seed, Stream.EVALUATION, use))
+        keys[("es_init", seed)] = data(streams.key(seed, Stream.ES_INIT))
+        keys[("population", seed)] = data(streams.key(seed, Stream.POPULATION))
+        for plug in PLUGS:  # where the run starts: each plug's share of its stream
+            keys[("start", seed, plug)] = data(plug_key(streams.key(seed, Stream.START), plug))
     clashes = [(a, b) for (a, ka), (b, kb) in itertools.combinations(keys.items(), 2) if ka == kb]
     assert not clashes, clashes
 
@@ -62,3 +68,13 @@ def test_no_library_code_makes_a_key_from_a_shifted_seed():
     library = [p for folder in ("metadisco", "analysis", "inner_loops", "meta_objectives") for p in (ROOT / folder).rglob("*.py")]
     bad = {str(p.relative_to(ROOT)): found for p in library if (found := seed_arithmetic_in_keys(p.read_text()))}
     assert not bad, bad
+
+
+def test_no_library_code_draws_from_the_root_itself():
+    """Every key is a stream folded from the root; the root itself feeds nothing (it once fed the
+    plugs' inits, the first population and the strategy's init: a plug's share of it, split(root,
+    3)[i], is fold_in(root, i), generation i's key)."""
+    library = [p for folder in ("metadisco", "analysis", "inner_loops", "meta_objectives") for p in (ROOT / folder).rglob("*.py")]
+    users = sorted(str(p.relative_to(ROOT)) for p in library if "streams.root(" in p.read_text())
+    assert not users, users
+    assert data(plug_key(streams.root(0), "drift")) == data(streams.generation(0, 0))  # why

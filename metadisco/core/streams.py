@@ -4,7 +4,10 @@ A run with `seed` has one root key, `jax.random.key(seed)`. Everything random in
 that root through this table, so no two consumers share a key and no run's keys are another
 seed's: a stream is the root with its tag folded in (`key(seed, stream, *indices)`).
 
-    root itself             the ES's initial population and every plug's init(key) parameters
+    root itself             nothing directly: every key below is folded from it
+    START                   where the run starts: every plug's init parameters, each plug point
+                            from its share (meta_objectives.base.plug_key); the one definition is
+                            MetaObjective.start_params(seed), and default_params() is seed 0's
     GENERATION (index g)    generation g: ask, the training seeds, the draw, tell (tags 0 .. 2**30 - 1
                             are the generations themselves: fold_in(root, g))
     BASELINE                PPO on the meta-training problems (the normaliser; its own seeds)
@@ -13,6 +16,10 @@ seed's: a stream is the root with its tag folded in (`key(seed, stream, *indices
     DISTILLATION            the PPO states a closed form is fitted on (`metadisco distil`)
     EVALUATION              `metadisco evaluate --seed`: the evaluation seeds (index 0) and the
                             learning-rate tuning seeds (index 1), disjoint from each other
+    ES_INIT                 the strategy's own state at the start (es.init: CR-FM-NES's direction,
+                            a Stein population's split; most strategies draw nothing)
+    POPULATION              a population-based strategy's first population: the start plus
+                            sigma_init times normal noise
 
 Inside a generation or a training run, keys are split from these; the tags folded there
 (DRAW below, the inner loop's reward-noise and evaluation streams) are named where they are used.
@@ -35,6 +42,9 @@ class Stream(IntEnum):
     COMPARISON = GENERATIONS + 1
     DISTILLATION = GENERATIONS + 2
     EVALUATION = GENERATIONS + 3
+    START = GENERATIONS + 4
+    ES_INIT = GENERATIONS + 5
+    POPULATION = GENERATIONS + 6
 
 
 DRAW = 0x64726177  # folded into a generation's key: which envs, horizon and learning rates it trains on
