@@ -34,6 +34,7 @@ from metadisco.core.run_config import (
     coerce,
     read_section,
 )
+from metadisco.core.scores import fitness_of
 
 # The schema's classes are part of this module's interface: a config is built here.
 __all__ = [
@@ -351,7 +352,7 @@ def ppo_config(cfg: RunConfig, env_name: str, horizon: float = 1.0):
 
     # greedy evaluation episodes only where the fitness scores them: the sampled score is the same
     # without them, and greedy episodes can run to the time limit (CHANGELOG.md, "greedy evaluation episodes")
-    config = preset_for(env_name).replace(**cfg.inner.overrides(), eval_greedy=cfg.fitness.startswith("greedy"))
+    config = preset_for(env_name).replace(**cfg.inner.overrides(), eval_greedy=fitness_of(cfg.fitness).score.greedy)
     if horizon == 1.0:
         return config
     return config.replace(total_timesteps=max(1, round(horizon * config.total_timesteps)))

@@ -164,7 +164,7 @@ def fitness_from(result, kind: str, baseline: Baseline | None, index):
     (core.scores), normalised for `*_norm` kinds so that the initial policy scores 0 and PPO 1 on the
     training problem `index` (its position in MetaTrainer.problems; may be traced)."""
     raw = scores.value(result, kind)
-    if kind.endswith("_norm"):
+    if scores.fitness_of(kind).normalised:
         ppo, init = baseline.normaliser(kind)
         raw = scores.normalise(raw, ppo[index], init[index])
     return raw
@@ -494,7 +494,7 @@ class MetaTrainer:
         """PPO on the meta-training problems (every env and horizon, the preset's lr; seeds disjoint
         from the generations' seeds), mean over seeds: fields [num_problems]. Raises NormaliserError
         (check_normaliser) where PPO does not beat its initial policy."""
-        if not self.cfg.fitness.endswith("_norm"):
+        if not scores.fitness_of(self.cfg.fitness).normalised:
             return self.baseline_template()
         key = streams.key(self.cfg.seed, streams.Stream.BASELINE)
         per_seed = fetch(self._baseline(self.replicate(jax.random.key_data(key))))

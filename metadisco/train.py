@@ -36,6 +36,7 @@ from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_L
 from metadisco.core.plugs import PLUGS
 from metadisco.core.records import GenerationRecord, Health, Violations, finite
 from metadisco.core.run_config import config_digest
+from metadisco.core.scores import fitness_of
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.measure import health
 from metadisco.measure.run_files import completed
@@ -240,7 +241,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         if is_main:
             run.create(cfg, overwrite=overwrite)
         state = trainer.init()
-        if is_main and cfg.fitness.endswith("_norm"):
+        if is_main and fitness_of(cfg.fitness).normalised:
             b = fetch(baseline)
             run.write_json("baseline.json", b.as_dict([p.name for p in trainer.problems]))
             log(f"PPO baseline for fitness normalisation: {time.perf_counter() - t0:.1f} s")

@@ -70,6 +70,31 @@ def test_every_kind_has_one_name_for_a_run_config_and_one_for_an_evaluation():
     assert resolve_protocol(Protocol("p", "", select="final", score="greedy_eval")).score == "eval_greedy"
     with pytest.raises(KeyError, match="unknown score 'best'"):
         scores.score_of("best")
+    with pytest.raises(KeyError, match="unknown score 'best_norm'"):
+        scores.score_of("best_norm")  # a suffix alone makes no kind
+
+
+def test_a_fitness_is_read_from_the_registry_never_from_its_name():
+    """Every run config's `fitness` is a Fitness: a Score, raw or normalised; what the engine, the
+    checks and PPO's settings ask of it (normalised? greedy?) they ask the registry."""
+    import ast
+    from pathlib import Path
+
+    assert scores.FITNESS_KINDS == tuple(scores.FITNESS)
+    assert {(f.score.name, f.normalised) for f in scores.FITNESS.values()} == {
+        (s, n) for s in scores.SCORES for n in (False, True)}
+    for name, fitness in scores.FITNESS.items():
+        assert scores.fitness_of(name) is fitness and scores.score_of(name) is fitness.score
+    with pytest.raises(KeyError, match="unknown fitness 'eval'"):
+        scores.fitness_of("eval")  # an evaluation's column is not a run's fitness
+    root = Path(__file__).resolve().parents[1]
+    library = [p for folder in ("metadisco", "analysis", "inner_loops", "meta_objectives") for p in (root / folder).rglob("*.py")]
+    by_name = [f"{p.relative_to(root)}: {ast.unparse(node)}" for p in library for node in ast.walk(ast.parse(p.read_text()))
+               if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("startswith", "endswith", "removesuffix")
+               and "fitness" in ast.unparse(node.func.value) + "".join(map(ast.unparse, node.args))
+               or isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("startswith", "endswith", "removesuffix")
+               and any(isinstance(a, ast.Constant) and a.value in ("_norm", "greedy") for a in node.args)]
+    assert not by_name, by_name
 
 
 def test_the_final_score_is_the_inner_loops_final_return_bit_for_bit_under_jit_and_vmap():

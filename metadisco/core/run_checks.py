@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 
 from metadisco.core.errors import ConfigError
-from metadisco.core.scores import FITNESS_KINDS, score_of
+from metadisco.core.scores import FITNESS_KINDS, fitness_of
 from metadisco.core.strategies import (
     ANTITHETIC_STRATEGIES,
     ES_OPTIMIZERS,
@@ -90,14 +90,15 @@ def _check_es(es) -> None:
 def _check_fitness(cfg) -> None:
     if cfg.fitness not in FITNESS_KINDS:
         raise ConfigError(f"fitness must be one of {', '.join(FITNESS_KINDS)}, got {cfg.fitness!r}")
-    if len(cfg.envs) > 1 and not cfg.fitness.endswith("_norm"):
+    fitness = fitness_of(cfg.fitness)
+    if len(cfg.envs) > 1 and not fitness.normalised:
         raise ConfigError(
             f"{len(cfg.envs)} meta-training environments need a normalised fitness so that their returns "
             f"can be averaged: use fitness={cfg.fitness}_norm"
         )
-    if cfg.inner.eval_episodes == 0 and score_of(cfg.fitness).needs == "evaluation":
+    if cfg.inner.eval_episodes == 0 and fitness.score.needs == "evaluation":
         raise ConfigError(f"fitness={cfg.fitness} scores evaluation episodes: inner.eval_episodes must be >= 1")
-    if cfg.fitness.endswith("_norm") and cfg.baseline_seeds < 2:
+    if fitness.normalised and cfg.baseline_seeds < 2:
         raise ConfigError(
             f"fitness={cfg.fitness} checks that PPO beats its initial policy beyond noise, which takes "
             f"baseline_seeds >= 2 (got {cfg.baseline_seeds})"

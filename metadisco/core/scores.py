@@ -1,7 +1,9 @@
 """What a training run scores: the one registry of scores over a TrainResult's arrays (jax-free).
 
     SCORES                        {kind: Score}: what each score means, what it needs, how it is computed
-    FITNESS_KINDS                 the values of a run config's `fitness`: every kind, and its `_norm` twin
+    FITNESS                       {fitness: Fitness}: the values of a run config's `fitness`, each a Score,
+                                  raw or normalised (every kind, and its `_norm` twin); FITNESS_KINDS their names
+    fitness_of(name)              the Fitness of a run config's `fitness` (what the engine asks of it)
     score_of(kind)                the Score of a fitness kind or of its evaluation name
     value(run, kind, tail)        a run's values of one score, per run (any leading axes)
     zero(run, kind)               the initial policy's values of it: the 0 of a normalised score
@@ -30,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Score", "SCORES", "FITNESS_KINDS", "EVALUATION_NAMES", "FINAL_TAIL", "GUARD_SE", "score_of", "value",
-           "zero", "normalise", "normaliser_gain", "at_worst"]
+__all__ = ["Score", "SCORES", "Fitness", "FITNESS", "FITNESS_KINDS", "EVALUATION_NAMES", "FINAL_TAIL", "GUARD_SE",
+           "fitness_of", "score_of", "value", "zero", "normalise", "normaliser_gain", "at_worst"]
 
 FINAL_TAIL = 0.1  # the share of the learning curve whose mean is the "final" score (a run config's)
 GUARD_SE = 2.0  # PPO's gain over its initial policy must exceed this many standard errors to normalise
@@ -86,17 +88,40 @@ SCORES: dict[str, Score] = {s.name: s for s in (
           "curve", False, lambda run, tail: field(run, "returns").mean(-1)),
 )}
 EVALUATION_NAMES = {s.label: s.name for s in SCORES.values()}  # evaluation column -> fitness kind
-FITNESS_KINDS = tuple(kind + norm for kind in SCORES for norm in ("", "_norm"))
+
+
+@dataclass(frozen=True)
+class Fitness:
+    """A value of a run config's `fitness`: `score`, raw, or `normalised` on each training problem
+    so that the initial policy scores 0 and PPO 1 (its name is the score's with `_norm`; it needs
+    PPO's baseline on the meta-training problems)."""
+
+    name: str
+    score: Score
+    normalised: bool
+
+
+FITNESS: dict[str, Fitness] = {f.name: f for s in SCORES.values()
+                               for f in (Fitness(s.name, s, False), Fitness(f"{s.name}_norm", s, True))}
+FITNESS_KINDS = tuple(FITNESS)
+
+
+def fitness_of(name: str) -> Fitness:
+    """The Fitness a run config's `fitness` names. KeyError names the kinds there are."""
+    if name not in FITNESS:
+        raise KeyError(f"unknown fitness {name!r}; choose one of {', '.join(FITNESS)}")
+    return FITNESS[name]
 
 
 def score_of(kind: str) -> Score:
-    """The Score of `kind`: a fitness kind (final_eval, ...; a `_norm` suffix is dropped) or an
-    evaluation column (eval, ...). KeyError names the kinds there are."""
-    name = EVALUATION_NAMES.get(kind, kind.removesuffix("_norm"))
-    if name not in SCORES:
-        raise KeyError(f"unknown score {kind!r}; choose one of {', '.join(SCORES)} "
-                       f"(in an evaluation: {', '.join(EVALUATION_NAMES)})")
-    return SCORES[name]
+    """The Score of `kind`: a fitness kind (final_eval, final_eval_norm, ...) or an evaluation
+    column (eval, ...). KeyError names the kinds there are."""
+    if kind in FITNESS:
+        return FITNESS[kind].score
+    if kind in EVALUATION_NAMES:
+        return SCORES[EVALUATION_NAMES[kind]]
+    raise KeyError(f"unknown score {kind!r}; choose one of {', '.join(FITNESS)} "
+                   f"(in an evaluation: {', '.join(EVALUATION_NAMES)})")
 
 
 def value(run, kind: str, tail: float = FINAL_TAIL):
