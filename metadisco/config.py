@@ -31,6 +31,7 @@ from metadisco.core.run_config import (
     ObjectivesConfig,
     PlugChoice,
     RunConfig,
+    ValidationConfig,
     coerce,
     read_section,
 )
@@ -39,9 +40,9 @@ from metadisco.core.scores import fitness_of
 # The schema's classes are part of this module's interface: a config is built here.
 __all__ = [
     "DEMO_EXPERIMENT", "EXPERIMENTS", "DistributionConfig", "ESConfig", "ExpectConfig", "HeldoutConfig",
-    "InnerConfig", "ObjectivesConfig", "PlugChoice", "RunConfig", "check_static", "diff", "inner_config",
+    "InnerConfig", "ObjectivesConfig", "PlugChoice", "RunConfig", "ValidationConfig", "check_static", "diff", "inner_config",
     "list_experiments", "load_experiment", "nest_overrides", "objectives_of", "override", "parse_overrides",
-    "ppo_config", "resolve", "typed_objectives", "validate",
+    "ppo_config", "resolve", "typed_objectives", "validate", "validation_ppo_config",
 ]
 
 # Overrides: a mapping of typed values ({"es": {"population_size": 4}, "inner.hidden": (64, 64)}),
@@ -239,7 +240,7 @@ def check_static(cfg: RunConfig) -> None:
     check every reader of a run directory makes too)."""
     from metadisco.core.catalog import check_env_name
 
-    for env in (*cfg.envs, *cfg.heldout.envs):
+    for env in (*cfg.envs, *cfg.heldout.envs, *cfg.validation.envs):
         check_env_name(env)
     check_run_config(cfg)
 
@@ -313,10 +314,11 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
         problem = sized.incompatibility(next(iter(shapes)), cfg.envs[0])
         if problem:  # e.g. an option sized for other observations (a potential's obs_scale)
             raise ConfigError(f"objectives: {problem}")
-        for env in cfg.heldout.envs:
-            problem = sized.incompatibility(_obs_shape(env), env)
-            if problem:
-                raise ConfigError(f"heldout.envs: {env} cannot evaluate what this run evolves: {problem}")
+        for section, envs in (("heldout", cfg.heldout.envs), ("validation", cfg.validation.envs)):
+            for env in envs:
+                problem = sized.incompatibility(_obs_shape(env), env)
+                if problem:
+                    raise ConfigError(f"{section}.envs: {env} cannot evaluate what this run evolves: {problem}")
     for env in cfg.envs:  # PPO shapes: fails here, not inside jit
         for h in (1.0, *cfg.distribution.horizons):
             try:
@@ -324,7 +326,12 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
             except ValueError as e:
                 where = "inner settings" if h == 1.0 else f"distribution.horizons: {h:g} of the run's length"
                 raise ConfigError(f"{where} on {env}: {e}") from None
-    _check_plugin_envs((*cfg.envs, *cfg.heldout.envs))
+    for i, env in enumerate(cfg.validation.envs):
+        try:
+            validation_ppo_config(cfg, i).validate()
+        except ValueError as e:
+            raise ConfigError(f"validation on {env}: {e}") from None
+    _check_plugin_envs((*cfg.envs, *cfg.heldout.envs, *cfg.validation.envs))
     return dataclasses.replace(cfg, objectives=o)
 
 
@@ -356,6 +363,18 @@ def ppo_config(cfg: RunConfig, env_name: str, horizon: float = 1.0):
     if horizon == 1.0:
         return config
     return config.replace(total_timesteps=max(1, round(horizon * config.total_timesteps)))
+
+
+def validation_ppo_config(cfg: RunConfig, index: int):
+    """The PPO config of validation problem `index` (cfg.validation.envs[index]): its env's preset with
+    the run's inner overrides, then the validation section's own lr and timesteps where it gives them."""
+    v = cfg.validation
+    config = ppo_config(cfg, v.envs[index])
+    if v.timesteps:
+        config = config.replace(total_timesteps=v.timesteps[index])
+    if v.lr:
+        config = config.replace(lr=v.lr[index])
+    return config
 
 
 def diff(a: dict, b: dict, prefix: str = "") -> list[str]:

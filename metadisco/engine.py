@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from metadisco import strategy as strategies
-from metadisco.config import ObjectivesConfig, RunConfig, objectives_of, ppo_config
+from metadisco.config import ObjectivesConfig, RunConfig, objectives_of, ppo_config, validation_ppo_config
 from metadisco.core import scores, streams
 from metadisco.core.errors import ConfigError, MetadiscoError
 from metadisco.core.records import Comparison, GenerationRecord, Health, Interval, ProblemScores
@@ -66,6 +66,17 @@ class TrainingProblem:
     ppo_config: PPOConfig  # env.ppo_config at that horizon
     train: Callable  # train(key, meta_params[, hparams]) -> TrainResult, with the run's objectives
     ppo_train: Callable  # train(key, {}) -> TrainResult, PPO's own objectives: the reference
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationProblem:
+    """One meta-validation problem (RunConfig.validation): scored with each comparison on fresh seeds,
+    never trained on. Its row in a Baseline is len(MetaTrainer.problems) + its index."""
+
+    name: str  # the env's name, as cfg.validation.envs names it
+    ppo_config: PPOConfig  # its preset with the run's inner overrides and the section's lr and timesteps
+    train: Callable  # train(key, meta_params) -> TrainResult, with the run's objectives
+    ppo_train: Callable  # train(key, {}) -> TrainResult, PPO's own objectives: the reference and normaliser
 
 
 @struct.dataclass
@@ -198,12 +209,14 @@ def check_normaliser(per_seed: Baseline, kind: str, envs) -> None:
 class MetaTrainer:
     """Builds every static piece of a run from its config; computes nothing until called."""
 
-    def __init__(self, cfg: RunConfig, devices=None, trains=None, ppo_trains=None):
+    def __init__(self, cfg: RunConfig, devices=None, trains=None, ppo_trains=None, validation_trains=None,
+                 validation_ppo_trains=None):
         """trains / ppo_trains: optional replacement inner loops (the evolved one and the PPO
         reference), one `train(key, meta_params) -> TrainResult` per training problem (`problems`:
         per env, or per (env, horizon) with distribution.horizons), for meta-problems with a known
         answer in tests or custom inner loops. With distribution.lr_range the evolved one is called
-        as `train(key, meta_params, hparams)`, hparams.lr the drawn rate."""
+        as `train(key, meta_params, hparams)`, hparams.lr the drawn rate. validation_trains /
+        validation_ppo_trains: the same for the validation problems (cfg.validation.envs, in order)."""
         self.cfg = cfg
         dist = cfg.distribution
         self.envs = tuple(TrainingEnv(name, make_env(name), ppo_config(cfg, name)) for name in cfg.envs)
@@ -228,9 +241,10 @@ class MetaTrainer:
         # the start point is PPO exactly (drift_mix, learned_clipped at their starts): the comparisons on
         # fresh seeds train it once, as PPO, instead of twice (one training program fewer to compile)
         as_ppo = self.objectives.params_reproducing(Objectives())
-        self.start_is_ppo = trains is None and ppo_trains is None and as_ppo is not None and same_params(
-            self.default_params, as_ppo)
+        self.start_is_ppo = (trains is None and ppo_trains is None and validation_trains is None
+                             and as_ppo is not None and same_params(self.default_params, as_ppo))
         self.problems = self._training_problems(trains, ppo_trains)
+        self.validation = self._validation_problems(validation_trains, validation_ppo_trains)
         self.es, self.es_params = strategies.make_strategy(cfg.es, self.initial_solution)
         devices = list(devices if devices is not None else jax.devices())
         if cfg.devices:
@@ -261,6 +275,18 @@ class MetaTrainer:
             raise ValueError(f"need one train per training problem {names}")
         return tuple(TrainingProblem(name, e, self.envs[e], h, pc, train, ppo_train)
                      for name, (e, h), pc, train, ppo_train in zip(names, pairs, configs, trains, ppo_trains))
+
+    def _validation_problems(self, trains, ppo_trains) -> tuple[ValidationProblem, ...]:
+        """Each validation env (cfg.validation.envs) with its programs: `trains` / `ppo_trains` where given."""
+        cfg = self.cfg
+        names = cfg.validation.envs
+        configs = [validation_ppo_config(cfg, i) for i in range(len(names))]
+        envs = [make_env(name) for name in names] if names and not (trains and ppo_trains) else [None] * len(names)
+        trains = trains or [make_train(env, pc, self.objectives) for env, pc in zip(envs, configs)]
+        ppo_trains = ppo_trains or [make_train(env, pc, Objectives()) for env, pc in zip(envs, configs)]
+        if len(trains) != len(names) or len(ppo_trains) != len(names):
+            raise ValueError(f"need one train per validation problem {list(names)}")
+        return tuple(ValidationProblem(*args) for args in zip(names, configs, trains, ppo_trains))
 
     # ---------------------------------------------------------------- state
     def init(self) -> RunState:
@@ -463,30 +489,42 @@ class MetaTrainer:
             out["lr_factor"] = jnp.exp(jnp.log(draw.lr_factor).mean())  # geometric mean over members
         return out
 
-    def _compare_impl(self, solution, key_data, baseline: Baseline):
+    def _compare_impl(self, solution, key_data, validation_key_data, baseline: Baseline):
         """Fitness of one solution, of the run's start point (the initial solution) and of PPO on
         the same `eval_seeds` seeds, per training problem (every env and horizon), at the
-        preset's learning rate: [(ours, start, ppo), ...], each [eval_seeds]."""
-        seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.eval_seeds)
+        preset's learning rate; and the same on each validation problem, on `validation.seeds`
+        seeds of their own (one program for both, so each problem compiles once):
+        ([(ours, start, ppo), ...] per training problem, each [eval_seeds], [...] per validation problem)."""
         params, start = self.full_params(solution), self.full_params(self.initial_solution)
-        out = []
-        for i, problem in enumerate(self.problems):
-            def score(run, p):
-                return fitness_from(jax.vmap(lambda k: run(k, p))(seeds), self.cfg.fitness, baseline, i)
 
-            ppo = score(problem.ppo_train, {})
-            out.append((score(problem.train, params), ppo if self.start_is_ppo else score(problem.train, start), ppo))
-        return out
+        def scored(problems, key, n, offset):
+            seeds = jax.random.split(jax.random.wrap_key_data(key), n)
+            out = []
+            for i, problem in enumerate(problems):
+                def score(run, p, row=offset + i):
+                    return fitness_from(jax.vmap(lambda k: run(k, p))(seeds), self.cfg.fitness, baseline, row)
 
-    def _baseline_impl(self, key_data):
-        """Baseline with fields [num_problems, baseline_seeds] (PPO at the preset's lr)."""
-        seeds = jax.random.split(jax.random.wrap_key_data(key_data), self.cfg.baseline_seeds)
-        results = [Baseline.of(jax.vmap(lambda k: p.ppo_train(k, {}))(seeds)) for p in self.problems]
+                ppo = score(problem.ppo_train, {})
+                out.append((score(problem.train, params), ppo if self.start_is_ppo else score(problem.train, start), ppo))
+            return out
+
+        return (scored(self.problems, key_data, self.cfg.eval_seeds, 0),
+                scored(self.validation, validation_key_data, self.cfg.validation.seeds, len(self.problems)))
+
+    def _baseline_impl(self, key_data, validation_key_data):
+        """Baseline with fields [num_problems + num_validation, baseline_seeds] (PPO at each problem's lr):
+        the training problems on seeds of the BASELINE stream, the validation problems on the VALIDATION
+        stream's."""
+        def of(problems, key):
+            seeds = jax.random.split(jax.random.wrap_key_data(key), self.cfg.baseline_seeds)
+            return [Baseline.of(jax.vmap(lambda k: p.ppo_train(k, {}))(seeds)) for p in problems]
+
+        results = of(self.problems, key_data) + of(self.validation, validation_key_data)
         return jax.tree.map(lambda *x: jnp.stack(x), *results)
 
     def baseline_template(self) -> Baseline:
         """A Baseline of the right structure (0 for the initial policy, 1 for PPO)."""
-        n = len(self.problems)
+        n = len(self.problems) + len(self.validation)
         return Baseline(*(jnp.zeros(n) if f.startswith("init") else jnp.ones(n) for f in Baseline.__dataclass_fields__))
 
     # ---------------------------------------------------------------- public calls
@@ -497,9 +535,15 @@ class MetaTrainer:
         if not scores.fitness_of(self.cfg.fitness).normalised:
             return self.baseline_template()
         key = streams.key(self.cfg.seed, streams.Stream.BASELINE)
-        per_seed = fetch(self._baseline(self.replicate(jax.random.key_data(key))))
-        check_normaliser(per_seed, self.cfg.fitness, [p.name for p in self.problems])
+        validation_key = streams.key(self.cfg.seed, streams.Stream.VALIDATION)
+        per_seed = fetch(self._baseline(*self.replicate((jax.random.key_data(key), jax.random.key_data(validation_key)))))
+        check_normaliser(per_seed, self.cfg.fitness, self.problem_names)
         return per_seed.mean()
+
+    @property
+    def problem_names(self) -> list[str]:
+        """The names of a Baseline's rows: the training problems, then the validation problems."""
+        return [p.name for p in self.problems] + [p.name for p in self.validation]
 
     def generation(self, state: RunState, baseline: Baseline, index: int) -> tuple[RunState, GenerationMetrics]:
         """Run generation `index` (= state.generation, known to the host loop, so no device read)
@@ -530,12 +574,25 @@ class MetaTrainer:
         differences with 95% t-intervals, and the share of the gap from the start to PPO that the
         ES mean closed (paired bootstrap over seeds).
         `completed`: generations done (= state.generation); it picks the seeds."""
-        key = streams.key(self.cfg.seed, streams.Stream.COMPARISON, completed)
+        return self.check(state, baseline, completed)[0]
+
+    def check(self, state: RunState, baseline: Baseline, completed: int) -> tuple[Comparison, Comparison | None]:
+        """(`compare`'s Comparison on the training problems, the same on the validation problems on
+        fresh seeds of their own, or None for a run without [validation]), from one program."""
+        keys = (streams.key(self.cfg.seed, streams.Stream.COMPARISON, completed),
+                streams.key(self.cfg.seed, streams.Stream.VALIDATION, completed))
         mean = self.replicate(fetch(self.mean_params(fetch(state))))  # host-side: same in every process
-        out = [tuple(np.asarray(x, np.float64) for x in scores)
-               for scores in fetch(self._compare(mean, self.replicate(jax.random.key_data(key)), baseline))]
+        training, validation = fetch(self._compare(mean, *self.replicate(tuple(jax.random.key_data(k) for k in keys)),
+                                                   baseline))
+        return (self._comparison(self.problems, training),
+                self._comparison(self.validation, validation) if self.validation else None)
+
+    @staticmethod
+    def _comparison(problems, scored) -> Comparison:
+        """A Comparison from `_compare_impl`'s [(ours, start, ppo), ...] on `problems`."""
+        out = [tuple(np.asarray(x, np.float64) for x in scores) for scores in scored]
         problems = tuple(ProblemScores(problem.name, *(float(np.mean(x)) for x in scores))
-                         for problem, scores in zip(self.problems, out))
+                         for problem, scores in zip(problems, out))
         mean_scores, start, ppo = (np.mean([scores[j] for scores in out], axis=0) for j in range(3))  # [eval_seeds]
 
         def paired(other) -> Interval:  # paired by seed (all trained on the same seeds); a diverged seed has no score

@@ -74,6 +74,29 @@ def save_state(run: RunDir, trainer: MetaTrainer, state: RunState, baseline: Bas
     run.save_checkpoint(gen, _checkpoint_tree(host_state, host_baseline))
 
 
+def save_selected(run: RunDir, trainer: MetaTrainer, state: RunState, record: GenerationRecord) -> None:
+    """objectives/selected.json: the ES mean of `state`, the generation `record` validated, with its
+    validation scores (process 0 only). Written when a generation's validation score beats every
+    earlier one; a resumed run recomputes the same (its rows are the same), so it needs no checkpoint."""
+    if jax.process_index() != 0:
+        return
+    v = record.validation
+    extra = {"generation": completed(record), "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve),
+             "validation": {"envs": list(trainer.cfg.validation.envs), "score": v.mean, "start": v.start, "ppo": v.ppo,
+                            "problems": {p.name: p.mean for p in v.problems}, "seeds": trainer.cfg.validation.seeds},
+             "fitness": trainer.cfg.fitness,
+             "note": "the ES mean of the generation with the best validation score (RunConfig.validation, fresh seeds, "
+                     "never used by the ES update): what evaluate, distil, export and plot take from this run"}
+    run.write_file(run.objectives_path("selected"), save_objectives, trainer.objectives,
+                   trainer.full_params(fetch(trainer.mean_params(fetch(state)))), extra)
+
+
+def best_validation(records) -> float:
+    """The best validation score (the ES mean's, on the validation problems) of `records`; -inf where none."""
+    return max((r.validation.mean for r in records if r.validation is not None and finite(r.validation.mean)),
+               default=-np.inf)
+
+
 def load_state(run: RunDir, trainer: MetaTrainer) -> tuple[RunState, Baseline, list[str]]:
     template = fetch(_checkpoint_tree(trainer.init(), trainer.baseline_template()))
     tree, path, warnings = run.load_checkpoint(template)
@@ -243,7 +266,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         state = trainer.init()
         if is_main and fitness_of(cfg.fitness).normalised:
             b = fetch(baseline)
-            run.write_json("baseline.json", b.as_dict([p.name for p in trainer.problems]))
+            run.write_json("baseline.json", b.as_dict(trainer.problem_names))
             log(f"PPO baseline for fitness normalisation: {time.perf_counter() - t0:.1f} s")
         save_state(run, trainer, state, baseline)
     state = trainer.replicate(fetch(state))
@@ -255,6 +278,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
     logged = state  # the newest state whose metrics row is written
     history = run.metrics()[:start] if resume and is_main else []  # for the search-health window
     saved = start  # the generation of the newest checkpoint
+    selected = best_validation(history)  # the validation score objectives/selected.json holds
     try:
         for gen in range(start, end):
             evaluates = _evaluates_after(cfg, gen)
@@ -271,12 +295,16 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
                 time_limit.record_generation(wall)
             if evaluates:
                 t = time.perf_counter()
-                record = dataclasses.replace(record, comparison=trainer.compare(state, baseline_dev, gen + 1),
+                comparison, validation = trainer.check(state, baseline_dev, gen + 1)
+                record = dataclasses.replace(record, comparison=comparison, validation=validation,
                                              violations=found_violations(trainer, state))
                 if time_limit is not None:
                     time_limit.record_evaluation(time.perf_counter() - t)
             if is_main:
                 run.append_metrics(record)
+                if record.validation is not None and finite(record.validation.mean) and record.validation.mean > selected:
+                    selected = record.validation.mean
+                    save_selected(run, trainer, state, record)
             logged = state
             if is_main:
                 mirrors.log(record)
@@ -330,6 +358,9 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
              "per-env ranks" if d.env_fitness == "rank" else ""]
     if any(drawn):
         log(f"  each generation draws: {'; '.join(x for x in drawn if x)}")
+    if cfg.validation.envs:
+        log(f"  validation (scored every {cfg.eval_every} generations on {cfg.validation.seeds} fresh seeds, never "
+            f"trained on; chooses objectives/selected.json): {', '.join(cfg.validation.envs)}")
     if cfg.heldout.envs:
         log(f"  held out (fixed now; `metadisco evaluate {run.path}` uses it): {', '.join(cfg.heldout.envs)}")
     if cfg.seeds_per_member < 2:
@@ -436,12 +467,18 @@ def _summary(run: RunDir, cfg, log, violations: Violations) -> None:
         + ("" if np.isfinite([first, last]).all() else
            " (nan: no member had a finite score there; with fitness=final no training episode may have ended)"))
     evals = [r for r in records if r.comparison is not None]
+    validated = [r for r in records if r.validation is not None and finite(r.validation.mean)]
     state = health_line(records)
     if state:
         log(state)
     log(f"run directory: {run.path}")
     log(f"  objectives: {run.objectives_dir}/mean.json (the ES mean), best.json (the highest single-generation "
         "score: selected on noise)")
+    if validated:
+        chosen = max(validated, key=lambda r: r.validation.mean)  # the first of equals, as the run kept it
+        log(f"  selected.json: the ES mean of generation {completed(chosen)}, validation score "
+            f"{chosen.validation.mean:.4g} on {', '.join(cfg.validation.envs)} (the last generation's: "
+            f"{validated[-1].validation.mean:.4g}); evaluate, distil, export and plot take it")
     log(f"next: metadisco plot {run.path}   |   metadisco evaluate {run.path} --quick")
     if cfg.expect.not_applied:
         log(f"no verdict: {cfg.expect.not_applied}")

@@ -27,8 +27,9 @@ from metadisco.core.fileio import to_jsonable
 
 __all__ = ["Comparison", "GenerationRecord", "Health", "Interval", "ProblemScores", "Violation", "Violations", "finite"]
 
-# the comparison's per-problem keys: eval/<problem name>/<part>
-_PROBLEM_PREFIX = "eval/"
+# the comparisons' keys: eval/<problem name>/<part>, eval_mean_fitness... (the training problems);
+# val/<problem name>/<part>, val_mean_fitness... (the validation problems, RunConfig.validation)
+EVAL, VAL = "eval", "val"
 _PROBLEM_PARTS = ("mean", "start", "ppo")
 _DRAW_PREFIX = "draw/"
 _HEALTH_PREFIX = "health/"
@@ -108,36 +109,38 @@ class Comparison:
         """Whether the ES mean has a score: NaN where a seed diverged (a mean over seeds)."""
         return finite(self.mean)
 
-    def to_row(self) -> dict:
-        """The comparison's keys of a metrics row, in their stored order."""
+    def to_row(self, prefix: str = EVAL) -> dict:
+        """The comparison's keys of a metrics row, in their stored order: eval/<problem>/<part>,
+        eval_mean_fitness, ... for the comparison on the training problems, val/... and
+        val_mean_fitness, ... (prefix VAL) for the validation problems."""
         row: dict[str, Any] = {}
         for p in self.problems:
             for part, value in zip(_PROBLEM_PARTS, (p.mean, p.start, p.ppo)):
-                _put(row, f"{_PROBLEM_PREFIX}{p.name}/{part}", value)
-        _put(row, "eval_mean_fitness", self.mean)
-        _put(row, "eval_start_fitness", self.start)
-        _put(row, "eval_ppo_fitness", self.ppo)
-        for interval, key in ((self.diff, "eval_diff"), (self.vs_start, "eval_vs_start"),
-                              (self.gap_closed, "eval_gap_closed")):
+                _put(row, f"{prefix}/{p.name}/{part}", value)
+        _put(row, f"{prefix}_mean_fitness", self.mean)
+        _put(row, f"{prefix}_start_fitness", self.start)
+        _put(row, f"{prefix}_ppo_fitness", self.ppo)
+        for interval, key in ((self.diff, "diff"), (self.vs_start, "vs_start"), (self.gap_closed, "gap_closed")):
             if interval is not None:
-                interval._put(row, key)
+                interval._put(row, f"{prefix}_{key}")
         return to_jsonable(row)
 
     @classmethod
-    def from_row(cls, row: Mapping) -> Comparison | None:
-        """The comparison a metrics row carries, or None where it carries none (a generation
-        without the check on fresh seeds)."""
+    def from_row(cls, row: Mapping, prefix: str = EVAL) -> Comparison | None:
+        """The comparison a metrics row carries (prefix EVAL: on the training problems; VAL: on the
+        validation problems), or None where it carries none (a generation without the check on
+        fresh seeds)."""
         parts: dict[str, dict] = {}
         for key in row:
             head, _, part = key.rpartition("/")
-            name = head.removeprefix(_PROBLEM_PREFIX)
-            if head.startswith(_PROBLEM_PREFIX) and name and part in _PROBLEM_PARTS:
+            name = head.removeprefix(f"{prefix}/")
+            if head.startswith(f"{prefix}/") and name and part in _PROBLEM_PARTS:
                 parts.setdefault(name, {})[part] = _number(row, key)
         found = cls(problems=tuple(ProblemScores(name, **scores) for name, scores in parts.items()),
-                    mean=_number(row, "eval_mean_fitness"), start=_number(row, "eval_start_fitness"),
-                    ppo=_number(row, "eval_ppo_fitness"), diff=Interval._from_row(row, "eval_diff"),
-                    vs_start=Interval._from_row(row, "eval_vs_start"),
-                    gap_closed=Interval._from_row(row, "eval_gap_closed"))
+                    mean=_number(row, f"{prefix}_mean_fitness"), start=_number(row, f"{prefix}_start_fitness"),
+                    ppo=_number(row, f"{prefix}_ppo_fitness"), diff=Interval._from_row(row, f"{prefix}_diff"),
+                    vs_start=Interval._from_row(row, f"{prefix}_vs_start"),
+                    gap_closed=Interval._from_row(row, f"{prefix}_gap_closed"))
         return found if found != cls() else None
 
 
@@ -228,6 +231,7 @@ class GenerationRecord:
     wall_time_s: float | None = None  # the generation's wall time
     env_steps_per_s: float | None = None  # environment steps (expected over the draw) per second
     comparison: Comparison | None = None  # the check on fresh seeds, every eval_every generations and at the last
+    validation: Comparison | None = None  # with each comparison where the run has [validation]: on its problems
     violations: Violations | None = None  # with each comparison
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys this version does not know, as stored
 
@@ -250,6 +254,8 @@ class GenerationRecord:
         _put(row, "env_steps_per_s", self.env_steps_per_s)
         if self.comparison is not None:
             row |= self.comparison.to_row()
+        if self.validation is not None:
+            row |= self.validation.to_row(VAL)
         if self.violations is not None:
             row |= self.violations.to_row()
         row |= {key: value for key, value in self.extra.items() if key not in row}
@@ -274,7 +280,7 @@ class GenerationRecord:
             draw={key.removeprefix(_DRAW_PREFIX): _number(row, key) for key in row if key.startswith(_DRAW_PREFIX)},
             health=Health(**health) if any(v is not None for v in health.values()) else None,
             wall_time_s=_number(row, "wall_time_s"), env_steps_per_s=_number(row, "env_steps_per_s"),
-            comparison=Comparison.from_row(row),
+            comparison=Comparison.from_row(row), validation=Comparison.from_row(row, VAL),
             violations=Violations(mean, best) if mean is not None or best is not None else None,
         )
         known = record.to_row()

@@ -46,6 +46,7 @@ def check_run_config(cfg) -> None:
         )
     if cfg.heldout.seeds < 1 or (cfg.heldout.timesteps is not None and cfg.heldout.timesteps < 1):
         raise ConfigError("heldout.seeds and heldout.timesteps must be >= 1")
+    _check_validation(cfg)
     _check_es(cfg.es)
     _check_fitness(cfg)
     _check_distribution(cfg)
@@ -55,6 +56,40 @@ def check_run_config(cfg) -> None:
             raise ConfigError(f"{name} must be >= 1, got {getattr(cfg, name)}")
     if cfg.eval_every < 0 or cfg.devices < 0 or cfg.member_batch < 0:
         raise ConfigError("eval_every, devices and member_batch must be >= 0")
+
+
+def _check_validation(cfg) -> None:
+    v = cfg.validation
+    if not v.envs:
+        if v.lr or v.timesteps:
+            raise ConfigError("validation.lr and validation.timesteps set without validation.envs: name the "
+                              "validation environments, e.g. validation.envs=Seaquest-MinAtar")
+        return
+    for where, others in (("envs, which the run meta-trains on", cfg.envs),
+                          ("heldout.envs, the run's held-out set", cfg.heldout.envs)):
+        overlap = [e for e in v.envs if e in others]
+        if overlap:
+            raise ConfigError(
+                f"validation.envs lists {', '.join(overlap)}, also in {where}: validation chooses what the run "
+                "returns, so it must be scored on problems that neither train it nor judge it afterwards; drop "
+                f"{'it' if len(overlap) == 1 else 'them'} from one of the two")
+    if len(set(v.envs)) != len(v.envs):
+        raise ConfigError(f"validation.envs lists an environment twice: {list(v.envs)}")
+    for name in ("lr", "timesteps"):
+        given = getattr(v, name)
+        if given and len(given) != len(v.envs):
+            raise ConfigError(f"validation.{name} gives {len(given)} value(s) for {len(v.envs)} validation env(s): "
+                              "give one per env, in the order of validation.envs (or none)")
+        if any(x <= 0 for x in given):
+            raise ConfigError(f"validation.{name} must be > 0, got {list(given)}")
+    if v.seeds < 2:
+        raise ConfigError(f"validation.seeds must be >= 2 (a mean over fresh seeds), got {v.seeds}")
+    if not cfg.eval_every:
+        raise ConfigError("validation scores the ES mean every eval_every generations, which eval_every=0 turns "
+                          "off: set eval_every >= 1, or drop [validation]")
+    if len(v.envs) > 1 and not fitness_of(cfg.fitness).normalised:
+        raise ConfigError(f"{len(v.envs)} validation environments need a normalised fitness so that their scores "
+                          f"can be averaged: use fitness={cfg.fitness}_norm")
 
 
 def _check_es(es) -> None:

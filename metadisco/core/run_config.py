@@ -159,6 +159,29 @@ class HeldoutConfig:
 
 
 @dataclass(frozen=True)
+class ValidationConfig:
+    """Meta-validation: problems a run never meta-trains on, which choose what it returns.
+
+    Every `eval_every` generations the ES mean (and its start, and PPO) is scored on them on fresh
+    seeds (their own stream), normalised by PPO on each as the training fitness is; the score never
+    enters the ES update. The run keeps objectives/selected.json, the ES mean of the generation
+    with the best validation score, and `evaluate`, `distil`, `export` and `plot` take it. The
+    environments must be disjoint from `envs` and from `heldout.envs`.
+
+        [validation]
+        envs = ["Seaquest-MinAtar"]
+        lr = [0.005]              # optional: one per env (empty: each env's preset rate, with inner's)
+        timesteps = [262144]      # optional: one per env (empty: the run's inner.total_timesteps)
+        seeds = 8
+    """
+
+    envs: tuple[str, ...] = ()  # validation environment names; (): no validation
+    lr: tuple[float, ...] = ()  # one learning rate per env, or () for the run's (inner.lr, else the preset's)
+    timesteps: tuple[int, ...] = ()  # one training length per env, or () for the run's
+    seeds: int = 8  # fresh training seeds per method and problem at each validation
+
+
+@dataclass(frozen=True)
 class DistributionConfig:
     """The training distribution each generation draws its problems from: so that what
     evolution finds is not tied to one environment, one learning rate or one training length.
@@ -217,6 +240,7 @@ class RunConfig:
     objectives: ObjectivesConfig = field(default_factory=ObjectivesConfig)
     es: ESConfig = field(default_factory=ESConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     distribution: DistributionConfig = field(default_factory=DistributionConfig)
     expect: ExpectConfig = field(default_factory=ExpectConfig)
     fitness: str = "final_eval"  # what the ES maximises: final_eval, greedy_eval, auc or final, each also *_norm

@@ -13,6 +13,9 @@ seed's: a stream is the root with its tag folded in (`key(seed, stream, *indices
     BASELINE                PPO on the meta-training problems (the normaliser; its own seeds)
     COMPARISON (index g)    the comparison after g generations: fresh seeds for the ES mean,
                             its start and PPO
+    VALIDATION (index g)    the validation after g generations (RunConfig.validation): fresh seeds,
+                            disjoint from the comparison's, for the ES mean, its start and PPO on
+                            the validation problems; VALIDATION itself (no index): PPO's normaliser there
     DISTILLATION            the PPO states a closed form is fitted on (`metadisco distil`)
     EVALUATION              `metadisco evaluate --seed`: the evaluation seeds (index 0) and the
                             learning-rate tuning seeds (index 1), disjoint from each other
@@ -45,6 +48,7 @@ class Stream(IntEnum):
     START = GENERATIONS + 4
     ES_INIT = GENERATIONS + 5
     POPULATION = GENERATIONS + 6
+    VALIDATION = GENERATIONS + 7
 
 
 DRAW = 0x64726177  # folded into a generation's key: which envs, horizon and learning rates it trains on

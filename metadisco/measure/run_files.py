@@ -53,7 +53,7 @@ def completed(record: GenerationRecord) -> int:
     return record.generation + 1
 
 
-WHICH = ("mean", "best")
+WHICH = ("mean", "best", "selected")  # objectives/<which>.json: the ES mean, the best member, the validated choice
 
 
 class RunDirError(MetadiscoError):
@@ -133,6 +133,24 @@ class RunFiles:
         if which not in WHICH:
             raise RunDirError(f"which must be one of {', '.join(WHICH)}, got {which!r}")
         return self.objectives_dir / f"{which}.json"
+
+    def default_which(self) -> str:
+        """The objectives a reader takes from this run when not told which: "selected" (the ES mean of the
+        generation with the best validation score, RunConfig.validation) where the run has kept one,
+        else "mean" (the last ES mean)."""
+        return "selected" if self.objectives_path("selected").is_file() else "mean"
+
+    def which_text(self, which: str) -> str:
+        """In words, what objectives/<which>.json of this run is (for the readers' output)."""
+        if which == "selected":
+            try:
+                extra = json.loads(self.objectives_path("selected").read_text()).get("extra", {})
+                v = extra.get("validation", {})
+                return (f"the selected objective: the ES mean of generation {extra.get('generation')}, the best "
+                        f"validation score ({v.get('score', float('nan')):.4g} on {', '.join(v.get('envs', []))})")
+            except (OSError, ValueError, AttributeError, TypeError):
+                return "the selected objective (by validation score)"
+        return {"mean": "the ES mean of the last generation", "best": "the best single member seen"}[which]
 
     def is_run(self) -> bool:
         """A directory with a config.json: written by `metadisco train` (possibly still running)."""

@@ -1,0 +1,104 @@
+"""Meta-validation (RunConfig.validation): refused overlaps, the selected objective, exact resume, and
+a problem with a known answer where training fitness keeps rising past what generalises."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from metadisco.config import ESConfig, HeldoutConfig, RunConfig, ValidationConfig, validate
+from metadisco.core.errors import ConfigError
+from metadisco.engine import MetaTrainer
+from metadisco.meta_objectives import load_objectives
+from metadisco.rundir import RunDir
+from metadisco.train import run
+from tests.helpers import TARGET, constant_train, metric_rows, quadratic_train, stand_in_result, tiny_config
+
+pytestmark = pytest.mark.timeout(120)
+
+VALIDATION_TARGET = 0.02  # what the validation problem prefers: on the way from the start (0) to TARGET
+
+
+def validation_train(noise: float):
+    """A stand-in inner loop whose optimum is VALIDATION_TARGET, not training's TARGET:
+    return = -100 |w2 - 0.02|^2 (+ noise * N(0, 1))."""
+
+    def train(key, meta_params):
+        ret = -100.0 * jnp.mean(jnp.square(meta_params["drift"]["w2"] - VALIDATION_TARGET)) + noise * jax.random.normal(key)
+        return stand_in_result(jnp.full((8,), ret), ret, jnp.float32(-1.0))
+
+    return train
+
+
+def validated(**changes) -> RunConfig:
+    return tiny_config(validation=ValidationConfig(envs=("Acrobot-v1",), seeds=2), **changes)
+
+
+def trainer_for(cfg, noise=0.01) -> MetaTrainer:
+    return MetaTrainer(cfg, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)],
+                       validation_trains=[validation_train(noise)], validation_ppo_trains=[constant_train(-1.0, 0.0)])
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"validation": ValidationConfig(envs=("CartPole-v1",))}, "also in envs"),
+    ({"validation": ValidationConfig(envs=("Acrobot-v1",)), "heldout": HeldoutConfig(envs=("Acrobot-v1",))},
+     "also in heldout.envs"),
+    ({"validation": ValidationConfig(envs=("Acrobot-v1",), lr=(0.1, 0.2))}, "one per env"),
+    ({"validation": ValidationConfig(envs=("Acrobot-v1",)), "eval_every": 0}, "eval_every"),
+    ({"validation": ValidationConfig(envs=("Acrobot-v1", "Catch-bsuite"))}, "normalised fitness"),
+])
+def test_overlapping_or_unusable_validation_sets_are_refused_before_any_compute(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(RunConfig(**changes))
+
+
+def test_validation_keeps_the_mean_of_its_best_generation_and_never_moves_the_es(tmp_path):
+    cfg = validated()
+    run(cfg, tmp_path / "run", progress=False, trainer=trainer_for(cfg), log=lambda *a: None)
+    plain = tiny_config()
+    run(plain, tmp_path / "plain", progress=False, trainer=MetaTrainer(plain, trains=[quadratic_train]),
+        log=lambda *a: None)
+    rows = RunDir(tmp_path / "run").metrics()
+    validations = {r.generation + 1: r.validation.mean for r in rows if r.validation is not None}
+    assert sorted(validations) == [2, 4] and rows[1].validation.problems[0].name == "Acrobot-v1"
+    selected = json.loads((tmp_path / "run" / "objectives" / "selected.json").read_text())
+    assert selected["extra"]["generation"] == max(validations, key=validations.get)
+    assert selected["extra"]["validation"]["score"] == pytest.approx(max(validations.values()))
+    # the ES never reads validation: its trajectory equals the same run without it
+    assert [r.fitness_mean for r in rows] == [r.fitness_mean for r in RunDir(tmp_path / "plain").metrics()]
+
+
+def test_stop_and_resume_with_validation_equals_uninterrupted(tmp_path):
+    cfg = validated(generations=6)
+    trainer = trainer_for(cfg)
+    run(cfg, tmp_path / "full", progress=False, trainer=trainer, log=lambda *a: None)
+    run(cfg, tmp_path / "part", progress=False, trainer=trainer, stop_after=3, log=lambda *a: None)
+    run(None, tmp_path / "part", resume=True, progress=False, trainer=trainer, log=lambda *a: None)
+    assert metric_rows(tmp_path / "part") == metric_rows(tmp_path / "full")
+    for name in ("selected", "mean"):
+        a, b = (json.loads((tmp_path / d / "objectives" / f"{name}.json").read_text()) for d in ("part", "full"))
+        assert a == b, name
+
+
+def test_selection_picks_the_generation_the_validation_problem_prefers(tmp_path):
+    """The known answer: training's optimum is w2 = 0.05 and validation's 0.02. The ES mean walks from 0
+    towards 0.05, passing 0.02; training fitness keeps rising past that point, so the last generation
+    is worse on validation, and the selected one is the evaluated mean nearest 0.02."""
+    cfg = validated(generations=16, eval_every=1, checkpoint_every=16,
+                    es=ESConfig(population_size=16, sigma_init=0.02, lr=0.004))
+    run(cfg, tmp_path / "run", progress=False, trainer=trainer_for(cfg, noise=0.0), log=lambda *a: None)
+    rows = RunDir(tmp_path / "run").metrics()
+    selected = json.loads((tmp_path / "run" / "objectives" / "selected.json").read_text())
+    chosen = selected["extra"]["generation"]
+    w_selected, w_last = (np.asarray(load_objectives(tmp_path / "run" / "objectives" / f"{name}.json")[1]["drift"]["w2"])
+                          for name in ("selected", "mean"))
+    train_fitness = [r.comparison.mean for r in rows]  # the ES mean on training, fresh seeds, every generation
+    assert chosen < cfg.generations  # selection stopped before the end ...
+    assert train_fitness[-1] > train_fitness[chosen - 1] + 0.005  # ... while training fitness kept rising
+    # the selected mean is the evaluated one nearest validation's optimum: its score is exactly -100 msd
+    msd = lambda w, t: float(np.mean(np.square(w - t)))  # noqa: E731
+    assert -100 * msd(w_selected, VALIDATION_TARGET) == pytest.approx(max(r.validation.mean for r in rows), abs=1e-6)
+    assert msd(w_selected, VALIDATION_TARGET) < msd(w_last, VALIDATION_TARGET)
+    assert msd(w_last, TARGET) < msd(w_selected, TARGET)  # training prefers the last
