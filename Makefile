@@ -19,13 +19,16 @@ PYTEST_DIST := $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile --no-loadscop
 # The suite compiles with XLA's optimisations off (tests/conftest.py); the tests marked `optimised`
 # (resume bit for bit, PPO solves CartPole) run a second time in the optimised build that users run
 # (61 s more on 2 idle cores, 2 min on busy ones; most of it compiles the engine's two programs optimised).
+# The second pass collects only the files that hold such tests (collecting every file costs each worker
+# seconds of imports), unless PYTEST_ARGS names files.
+OPTIMISED_FILES := $(shell grep -l 'pytest.mark.optimised' tests/test_*.py)
 # Exit status 5 is pytest's "no tests collected": PYTEST_ARGS chose files without such tests.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(MKDOCS) build --strict --site-dir site
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) $(PYTEST_ARGS)
 	JAX_DISABLE_MOST_OPTIMIZATIONS=0 $(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m optimised \
-	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	  $(or $(filter tests/%,$(PYTEST_ARGS)),$(OPTIMISED_FILES)) $(filter-out tests/%,$(PYTEST_ARGS)) || [ $$? -eq 5 ]
 
 # The documentation site (mkdocs.yml) into site/ (ignored by git); `make test` builds it too, --strict,
 # so that a broken link or API reference fails the suite.

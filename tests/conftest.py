@@ -205,3 +205,29 @@ if os.environ.get("METADISCO_COMPILE_LOG"):
         workers = terminalreporter.config.getoption("numprocesses", None)  # pytest-xdist's -n
         summary = compile_log_summary(rows, durations, workers if isinstance(workers, int) else 1)
         terminalreporter.write_line(compile_log_text(summary))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def _tiny_run_built(tmp_path_factory):
+    """One finished meta-training run at tests.helpers.tiny_config(generations=2) (LPO drift on
+    CartPole-v1, the second generation compared with PPO on fresh seeds), trained once per worker."""
+    from metadisco.train import run
+    from tests.helpers import tiny_config
+
+    path = tmp_path_factory.mktemp("tiny_run") / "run"
+    run(tiny_config(generations=2), path, progress=False, log=lambda *a, **k: None)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_run(_tiny_run_built, tmp_path_factory):
+    """A module's own copy of the session's finished tiny run (so what a module writes into it,
+    figures or evaluations, is its own): for the tests that read or extend a finished run."""
+    import shutil
+
+    path = tmp_path_factory.mktemp("tiny_run_copy") / "run"
+    shutil.copytree(_tiny_run_built, path)
+    return path

@@ -1,9 +1,31 @@
-"""Running the `metadisco` command as a user does, for the tests that need a real process."""
+"""What the tests share: the one tiny meta-training config and its stand-in inner loops, and running
+the `metadisco` command as a user does (in this process, or in a real one where the process is tested).
 
+A test that builds the same program as another shares it through the suite's compile cache, so a
+new end-to-end test is cheapest at these settings (docs/developing.md)."""
+
+import dataclasses
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.core.ppo_config import PPOConfig
+from metadisco.inner_loops.ppo import TrainResult
+from metadisco.rundir import RunDir
+
+# The tiny PPO run of the objective tests (tests/test_objectives.py, tests/test_search_spaces.py).
+# lr 2.5e-3: at the preset 2.5e-4 the policy moves so little in 32 updates that sampled actions
+# (same keys) rarely change, and different critics give identical returns. No evaluation episodes:
+# these tests read the learning curve only (the evaluation loop is ~1-2 s of compile per program).
+TINY_PPO = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), num_minibatches=2,
+                     eval_episodes=0).replace(lr=2.5e-3)
+
+TARGET = 0.05  # the known answer of quadratic_train's meta-problem
 
 # The engine's defaults, RunConfig(), as a named experiment: overrides without an experiment apply
 # to the demo (`metadisco train eval_every=0` is the demo), so a test that means LPO on CartPole names it.
@@ -50,3 +72,53 @@ def wait_for_rows(run_dir, rows: int, proc: subprocess.Popen | None = None, time
             raise AssertionError(f"metadisco exited ({proc.returncode}) before {rows} rows: {proc.stderr.read()[-2000:]}")
         time.sleep(0.2)
     raise AssertionError(f"no {rows} rows in {metrics} after {timeout} s")
+
+
+def tiny_config(**changes) -> RunConfig:
+    base = dict(generations=4, inner=InnerConfig(total_timesteps=2048, num_envs=4, num_steps=64, hidden=(16, 16)),
+                objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}), es=ESConfig(population_size=4),
+                eval_every=2, eval_seeds=2, baseline_seeds=2, checkpoint_every=1, member_batch=2)
+    base.update(changes)
+    return validate(RunConfig(**base))
+
+
+def stand_in_result(returns, eval_return, init_eval_return) -> TrainResult:
+    """A TrainResult of a stand-in inner loop: a learning curve [U] and the two evaluations (the
+    same value for sampled and greedy actions)."""
+    return TrainResult(returns=returns, final_return=returns[-1], diverged=jnp.bool_(False),
+                       visited=jnp.zeros(returns.shape + (0, 4)), eval_return=eval_return,
+                       eval_return_greedy=eval_return, init_eval_return=init_eval_return,
+                       init_eval_return_greedy=init_eval_return)
+
+
+def quadratic_train(key, meta_params):
+    """A stand-in inner loop with a known optimum: return = -|w2 - TARGET|^2 (+ seed noise).
+
+    Members whose first output weight is above 0.02 'diverge' (NaN) when DIVERGE is set.
+    """
+    w = meta_params["drift"]["w2"]
+    noise = 0.01 * jax.random.normal(key)
+    ret = -100.0 * jnp.mean(jnp.square(w - TARGET)) + noise
+    return stand_in_result(jnp.full((8,), ret), ret, jnp.float32(-1.0))
+
+
+def constant_train(init_return, final_return, noise=0.0):
+    """A stand-in PPO whose learning curve rises linearly from init_return to final_return (its
+    evaluations: init_return before, final_return + noise * N(0, 1) after training)."""
+
+    def train(key, meta_params):
+        returns = jnp.linspace(init_return, final_return, 8)
+        final = final_return + noise * jax.random.normal(key)
+        return stand_in_result(returns, final, jnp.float32(init_return))
+
+    return train
+
+
+def untimed(run_dir):
+    """A run's records with their timing cleared: what two runs that compute the same write alike."""
+    return [dataclasses.replace(r, wall_time_s=None, env_steps_per_s=None) for r in RunDir(run_dir).metrics()]
+
+
+def metric_rows(run_dir):
+    """A run's metrics rows as stored, timing aside (NaN as null, so that equal runs compare equal)."""
+    return [r.to_row() for r in untimed(run_dir)]

@@ -122,7 +122,7 @@ def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
     from metadisco.config import ESConfig, RunConfig, validate
     from metadisco.engine import MetaTrainer
     from metadisco.train import run
-    from tests.test_engine import quadratic_train
+    from tests.helpers import quadratic_train
 
     cfg = validate(RunConfig(generations=3, es=ESConfig(population_size=4), eval_every=0,
                              tensorboard=True, mlflow=True))
@@ -144,9 +144,9 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
     from metadisco.config import ObjectivesConfig
     from metadisco.meta_objectives import ClosedFormDrift, ClosedFormValueLoss, load_objectives
     from metadisco.train import run
-    from tests.test_engine import tiny_config
+    from tests.helpers import tiny_config
 
-    # tests/test_engine.py's settings: its PPO baseline program is this run's too
+    # tests.helpers.tiny_config: its PPO baseline program is this run's too
     cfg = tiny_config(generations=1, eval_every=0,
                       objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}, value_loss="learned",
                                                   evolve=("drift", "value_loss")))

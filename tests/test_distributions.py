@@ -16,7 +16,7 @@ from metadisco.inner_loops import preset_for
 from metadisco.rundir import RunDir
 from metadisco.strategy import is_population_based, make_strategy
 from metadisco.train import run
-from tests.test_engine import constant_train, metric_rows, stand_in_result, tiny_config
+from tests.helpers import constant_train, metric_rows, stand_in_result, tiny_config
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -20,36 +20,24 @@ from metadisco.core.run_config import config_digest
 from metadisco.core.scores import FITNESS_KINDS
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES, WEIGHTED_STRATEGIES
 from metadisco.engine import Baseline, MetaTrainer, NormaliserError, devices_for, fetch, fitness_from
-from metadisco.inner_loops.ppo import TrainResult
 from metadisco.rundir import RunDir, RunDirError
 from metadisco.strategy import make_strategy
 from metadisco.time_limit import TimeLimit
 from metadisco.train import run
-from tests.helpers import metadisco_in_process
+from tests.helpers import (
+    constant_train,
+    metadisco_in_process,
+    metric_rows,
+    quadratic_train,
+    stand_in_result,
+    tiny_config,
+    untimed,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
-TARGET = 0.05  # the known answer of the quadratic meta-problem below
 
 
-def stand_in_result(returns, eval_return, init_eval_return) -> TrainResult:
-    """A TrainResult of a stand-in inner loop: a learning curve [U] and the two evaluations (the
-    same value for sampled and greedy actions)."""
-    return TrainResult(returns=returns, final_return=returns[-1], diverged=jnp.bool_(False),
-                       visited=jnp.zeros(returns.shape + (0, 4)), eval_return=eval_return,
-                       eval_return_greedy=eval_return, init_eval_return=init_eval_return,
-                       init_eval_return_greedy=init_eval_return)
-
-
-def quadratic_train(key, meta_params):
-    """A stand-in inner loop with a known optimum: return = -|w2 - TARGET|^2 (+ seed noise).
-
-    Members whose first output weight is above 0.02 'diverge' (NaN) when DIVERGE is set.
-    """
-    w = meta_params["drift"]["w2"]
-    noise = 0.01 * jax.random.normal(key)
-    ret = -100.0 * jnp.mean(jnp.square(w - TARGET)) + noise
-    return stand_in_result(jnp.full((8,), ret), ret, jnp.float32(-1.0))
 
 
 def diverging_train(key, meta_params):
@@ -60,22 +48,7 @@ def diverging_train(key, meta_params):
                           eval_return=jnp.where(bad, jnp.nan, result.eval_return))
 
 
-def tiny_config(**changes) -> RunConfig:
-    base = dict(generations=4, inner=InnerConfig(total_timesteps=2048, num_envs=4, num_steps=64, hidden=(16, 16)),
-                objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}), es=ESConfig(population_size=4),
-                eval_every=2, eval_seeds=2, baseline_seeds=2, checkpoint_every=1, member_batch=2)
-    base.update(changes)
-    return validate(RunConfig(**base))
 
-
-def untimed(run_dir):
-    """A run's records with their timing cleared: what two runs that compute the same write alike."""
-    return [dataclasses.replace(r, wall_time_s=None, env_steps_per_s=None) for r in RunDir(run_dir).metrics()]
-
-
-def metric_rows(run_dir):
-    """A run's metrics rows as stored, timing aside (NaN as null, so that equal runs compare equal)."""
-    return [r.to_row() for r in untimed(run_dir)]
 
 
 def test_fitness_improves_on_a_meta_problem_with_a_known_answer(tmp_path):
@@ -327,17 +300,6 @@ def test_weighted_strategies_keep_their_own_fitness_shaping():
 
     assert es.fitness_shaping_fn is weights_fitness_shaping_fn
 
-
-def constant_train(init_return, final_return, noise=0.0):
-    """A stand-in PPO whose learning curve rises linearly from init_return to final_return (its
-    evaluations: init_return before, final_return + noise * N(0, 1) after training)."""
-
-    def train(key, meta_params):
-        returns = jnp.linspace(init_return, final_return, 8)
-        final = final_return + noise * jax.random.normal(key)
-        return stand_in_result(returns, final, jnp.float32(init_return))
-
-    return train
 
 
 @pytest.mark.parametrize("kind", FITNESS_KINDS)

@@ -49,18 +49,6 @@ def programs():
     return Programs()
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A finished one-generation meta-training run (LPO drift, meta-trained on CartPole-v1); its
-    programs are tests/test_engine.py's tiny_config()'s, compiled once in the suite."""
-    from metadisco.train import run
-    from tests.test_engine import tiny_config
-
-    path = tmp_path_factory.mktemp("evaluate") / "run"
-    run(tiny_config(generations=1, eval_every=0), path, progress=False, log=lambda *a: None)
-    return path
-
-
 # --------------------------------------------------------------------------------------------
 # A baseline against itself
 # --------------------------------------------------------------------------------------------

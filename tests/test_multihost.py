@@ -34,7 +34,7 @@ def _metrics(path):
 @pytest.mark.slow
 def test_two_processes_equal_one(tmp_path, capsys):
     # One process with two devices: this process (conftest sets two CPU devices), the same command
-    # in-process; its program is tests/test_engine.py's tiny_config(), compiled once in the suite.
+    # in-process; its program is tests.helpers.tiny_config()'s, compiled once in the suite.
     from metadisco.cli import main
 
     main(["train", *OVERRIDES, "--no-progress", "--run-dir", str(tmp_path / "single")])  # returns: exit code 0

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from metadisco import meta_objectives
-from metadisco.inner_loops import PPOConfig, make_env, make_train
+from metadisco.inner_loops import make_env, make_train
 from metadisco.meta_objectives import (
     DPO,
     L2,
@@ -39,6 +39,7 @@ from metadisco.meta_objectives import (
 )
 from metadisco.meta_objectives.constraints import check_objective, check_value_loss_constraints, perturbed_params
 from metadisco.meta_objectives.shaping import monotone_transform
+from tests.helpers import TINY_PPO as TINY
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -143,11 +144,6 @@ def test_potential_shaping_at_init_leaves_rewards_unchanged(transform):
     np.testing.assert_array_equal(shaped, NoShaping().shape_reward({}, obs, reward, next_obs, terminated, 0.99))
 
 
-# lr 2.5e-3: at the preset 2.5e-4 the policy moves so little in 32 updates that sampled actions
-# (same keys) rarely change, and different critics give identical returns. No evaluation episodes:
-# these tests read the learning curve only (the evaluation loop is ~1-2 s of compile per program).
-TINY = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), num_minibatches=2,
-                 eval_episodes=0).replace(lr=2.5e-3)
 
 
 @pytest.fixture(scope="module")

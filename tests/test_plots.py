@@ -423,36 +423,23 @@ def embedded_images(html_text):
     return re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html_text)
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """A real (tiny) run directory written by metadisco.train: two generations, the second
-    evaluated. Its programs (generation, evaluation, baseline) are tests/test_engine.py's
-    tiny_config()'s: compiled once in the suite."""
-    from metadisco.train import run
-    from tests.test_engine import tiny_config
-
-    path = tmp_path_factory.mktemp("plots") / "run"
-    run(tiny_config(generations=2), path, progress=False, log=lambda *a, **k: None)
-    return path
-
-
 @pytest.mark.slow
-def test_plot_run_on_a_trained_run(trained_run):
-    written = plots.plot_run(trained_run)
+def test_plot_run_on_a_trained_run(tiny_run):
+    written = plots.plot_run(tiny_run)
     assert list(written) == ["training_curves", "drift_surface", "drift_slices", "report"]
-    figures = trained_run / "figures"
+    figures = tiny_run / "figures"
     for name in ("training_curves", "drift_surface", "drift_slices"):
         assert written[name] == [figures / f"{name}.png", figures / f"{name}.pdf"]
         png, pdf = written[name]
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and pdf.read_bytes()[:5] == b"%PDF-"
-    report = trained_run / "report.html"
+    report = tiny_run / "report.html"
     assert written["report"] == [report]
     text = report.read_text()
     images = embedded_images(text)
     assert len(images) == 3
     assert all(base64.b64decode(img)[:4] == b"\x89PNG" for img in images)
-    config = json.loads((trained_run / "config.json").read_text())
-    last = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()][-1]
+    config = json.loads((tiny_run / "config.json").read_text())
+    last = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()][-1]
     assert config["name"] in text and "CartPole-v1" in text and "Open_ES" in text
     assert "lpo (hidden=8) / " in text and "&#x27;name&#x27;" not in text  # objectives by name, not as raw sections
     assert f"Last generation ({last['generation'] + 1})" in text and "fitness_mean" in text and "eval_mean_fitness" in text
@@ -460,9 +447,9 @@ def test_plot_run_on_a_trained_run(trained_run):
     assert len(plt.get_fignums()) == 0  # every figure closed
 
 
-def test_plot_run_which_best_out_dir_and_formats(trained_run, tmp_path):
+def test_plot_run_which_best_out_dir_and_formats(tiny_run, tmp_path):
     notes = []
-    written = plots.plot_run(trained_run, out_dir=tmp_path / "figs", formats=("svg",), which="best", notes=notes)
+    written = plots.plot_run(tiny_run, out_dir=tmp_path / "figs", formats=("svg",), which="best", notes=notes)
     assert written["drift_surface"] == [tmp_path / "figs" / "drift_surface.svg"]
     assert written["report"] == [tmp_path / "figs" / "report.html"]
     assert "learned (LPO) [best]" in (tmp_path / "figs" / "drift_surface.svg").read_text()
@@ -470,9 +457,9 @@ def test_plot_run_which_best_out_dir_and_formats(trained_run, tmp_path):
     assert not list((tmp_path / "figs").glob("*.png"))  # ... but not left beside the SVGs asked for
     assert notes == []
     with pytest.raises(plots.PlotError, match="format"):
-        plots.plot_run(trained_run, formats=("gif",))
+        plots.plot_run(tiny_run, formats=("gif",))
     with pytest.raises(plots.PlotError, match="which"):
-        plots.plot_run(trained_run, which="last")
+        plots.plot_run(tiny_run, which="last")
 
 
 @pytest.fixture(scope="module")

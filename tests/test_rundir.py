@@ -24,8 +24,7 @@ from metadisco.engine import MetaTrainer
 from metadisco.measure.run_files import parse_metrics
 from metadisco.rundir import RunDir, RunLockedError, RunWriteError
 from metadisco.train import run
-from tests.helpers import LPO, TINY, start_metadisco, wait_for_rows
-from tests.test_engine import metric_rows, quadratic_train, tiny_config
+from tests.helpers import LPO, TINY, metric_rows, quadratic_train, start_metadisco, tiny_config, wait_for_rows
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,7 +38,7 @@ def cfg():
 
 @pytest.fixture(scope="module")
 def trainer(cfg):
-    """The stand-in inner loop of tests/test_engine.py: a run of 4 generations takes a second."""
+    """The stand-in inner loop of tests.helpers: a run of 4 generations takes a second."""
     return MetaTrainer(cfg, trains=[quadratic_train])
 
 
@@ -157,7 +156,7 @@ def test_every_file_written_follows_the_umask(tmp_path, cfg, trainer):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sigterm_writes_a_checkpoint_and_the_resumed_run_equals_an_uninterrupted_one(tmp_path):
-    # tests/test_engine.py's tiny_config() program (TINY with LPO of 8 hidden units, 2 seeds per
+    # tests.helpers.tiny_config()'s program (TINY with LPO of 8 hidden units, 2 seeds per
     # member; 10 generations of it take as long as the 20 of one seed this test ran before), compiled
     # once in the suite. Only the stopped run needs a real process (the signal); the resume and the
     # reference run are in-process, through one trainer (`metadisco train --resume` is tests/test_cli.py's).

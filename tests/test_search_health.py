@@ -15,9 +15,10 @@ from metadisco.measure import health as search_health
 from metadisco.meta_objectives import MetaObjective
 from metadisco.rundir import RunDir
 from metadisco.train import health_line, run, verdict
-from tests.test_engine import stand_in_result
+from tests.helpers import stand_in_result
 
 pytestmark = pytest.mark.timeout(300)
+CENTRED = search_health.centred_rank_weights  # OpenES's shaping, as published
 
 
 def test_rank_correlation_matches_the_known_reliability():
@@ -31,7 +32,7 @@ def test_rank_correlation_matches_the_known_reliability():
         for _ in range(200):
             true = rng.normal(size=64)
             a, b = (true + np.sqrt(v) * rng.normal(size=64) for _ in range(2))
-            got.append(float(search_health.split_half(jnp.eye(64), a, b).rank_corr))
+            got.append(float(search_health.split_half(jnp.eye(64), a, b, weights=CENTRED).rank_corr))
         assert np.mean(got) == pytest.approx(expected, abs=0.03), v
 
 
@@ -58,13 +59,13 @@ def test_gradient_cosine_matches_the_known_signal_share():
             # noise after centring: covariance sigma^2 (I - 11^T/P); z is centred, so z^T 1 = 0
             want.append(s @ s / (s @ s + noise**2 * np.sum(z * z)))
         assert np.mean(got) == pytest.approx(np.mean(want), abs=0.05), noise
-    assert float(search_health.split_half(jnp.asarray(z), mu, mu).grad_cos) == pytest.approx(1.0, abs=1e-6)
+    assert float(search_health.split_half(jnp.asarray(z), mu, mu, weights=centred).grad_cos) == pytest.approx(1.0, abs=1e-6)
 
 
 def test_pure_noise_reads_as_noise_and_a_warning_says_what_to_do():
     rng = np.random.default_rng(2)
     z = jnp.asarray(rng.normal(size=(16, 100)))
-    cos = [float(search_health.split_half(z, rng.normal(size=16), rng.normal(size=16)).grad_cos)
+    cos = [float(search_health.split_half(z, rng.normal(size=16), rng.normal(size=16), weights=CENTRED).grad_cos)
            for _ in range(300)]
     assert abs(np.mean(cos)) < 0.05
     assert float(search_health.signal_share(0.0)) == 0.0 and float(search_health.signal_share(1.0)) == 1.0
@@ -84,13 +85,13 @@ def test_tied_scores_give_nan_with_the_reason():
     order = jnp.arange(16.0)
     ulps = 100.0 + 2 * 7.6e-6 * order  # 100 plus 0, 2, 4, ... float32 steps of 100: a few ulps apart
     for tie in (jnp.full(16, 5.0), jnp.float32(ulps)):
-        out = search_health.split_half(z, tie, tie, scores=tie)
+        out = search_health.split_half(z, tie, tie, weights=CENTRED, scores=tie)
         assert np.isnan(out.grad_cos) and np.isnan(out.rank_corr)
         assert int(out.undefined) == search_health.COLLAPSED
         assert search_health.why_undefined(Health(undefined=int(out.undefined))) == (
             "every member scored the same (collapsed population)")
     resolved = jnp.float32(100.0 + 1e-3 * order)
-    out = search_health.split_half(z, resolved, resolved, scores=resolved)
+    out = search_health.split_half(z, resolved, resolved, weights=CENTRED, scores=resolved)
     assert float(out.grad_cos) == pytest.approx(1.0, abs=1e-6) and int(out.undefined) == search_health.DEFINED
 
 
@@ -98,10 +99,10 @@ def test_a_half_with_a_zero_gradient_gives_nan():
     rng = np.random.default_rng(4)
     z = jnp.asarray(rng.normal(size=(16, 8)))
     a = jnp.asarray(rng.normal(size=16))
-    out = search_health.split_half(z, a, jnp.full(16, 2.0), scores=a)
+    out = search_health.split_half(z, a, jnp.full(16, 2.0), weights=CENTRED, scores=a)
     assert np.isnan(out.grad_cos) and int(out.undefined) == search_health.FLAT_HALF
     # a gradient that is zero with varied scores: every perturbation 0
-    out = search_health.split_half(jnp.zeros((16, 8)), a, a[::-1], scores=a)
+    out = search_health.split_half(jnp.zeros((16, 8)), a, a[::-1], weights=CENTRED, scores=a)
     assert np.isnan(out.grad_cos) and int(out.undefined) == search_health.FLAT_HALF
 
 
@@ -111,10 +112,10 @@ def test_one_meta_parameter_keeps_the_rank_correlation_only():
     rng = np.random.default_rng(5)
     z = jnp.asarray(rng.normal(size=(16, 1)))
     a, b = (jnp.asarray(rng.normal(size=16)) for _ in range(2))
-    one = search_health.split_half(z, a, b, scores=a + b)
+    one = search_health.split_half(z, a, b, weights=CENTRED, scores=a + b)
     assert np.isnan(one.grad_cos) and int(one.undefined) == search_health.ONE_PARAMETER
     assert "±1 by construction" in search_health.why_undefined(Health(undefined=int(one.undefined)))
-    two = search_health.split_half(jnp.asarray(rng.normal(size=(16, 2))), a, b, scores=a + b)
+    two = search_health.split_half(jnp.asarray(rng.normal(size=(16, 2))), a, b, weights=CENTRED, scores=a + b)
     assert np.isfinite(two.grad_cos) and float(one.rank_corr) == pytest.approx(float(two.rank_corr))
 
 
@@ -442,3 +443,54 @@ def test_a_plug_that_does_not_evolve_has_one_set_of_parameters_everywhere(tmp_pa
     assert rows[-1].comparison.mean == pytest.approx(100 * c, rel=1e-5)  # what the comparison trained
     _, params, _ = load_objectives(tmp_path / "r" / "objectives" / "mean.json")
     assert float(params["value_loss"]["c"]) == pytest.approx(c)  # what was saved
+
+
+@pytest.mark.parametrize("shaping", ["centered_rank", "z_score"])
+def test_health_measures_the_gradient_the_strategy_takes(shaping):
+    """The gradient health estimates is the step the ES takes: Open_ES (SGD, so its step is its
+    gradient) with centred ranks or with z-scores moves its mean along sum_i w_i z_i, w the
+    strategy's own shaping (metadisco.strategy.update_weights); centred ranks are not what a
+    z-scored ES follows."""
+    from metadisco.strategy import make_strategy, to_es_loss, update_weights
+
+    es, params = make_strategy(ESConfig(population_size=16, fitness_shaping=shaping, optimizer="sgd"), {"w": jnp.zeros(6)})
+    state = es.init(jax.random.key(0), {"w": jnp.zeros(6)}, params)
+    pop, state = es.ask(jax.random.key(1), state, params)
+    flat = search_health.flat_members(pop)
+    fitness = jnp.asarray(np.random.default_rng(0).normal(size=16) ** 3, jnp.float32)  # skewed: ranks and z-scores differ
+    told, _ = es.tell(jax.random.key(2), pop, to_es_loss(fitness), state, params)
+    step = es.get_mean(told)["w"] - es.get_mean(state)["w"]
+    z = flat - flat.mean(0)
+
+    def cosine(a, b):
+        return abs(float(jnp.dot(a, b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b))))
+
+    assert cosine(step, z.T @ update_weights(es, params, flat, state)(fitness)) == pytest.approx(1.0, abs=1e-5)
+    centred = cosine(step, z.T @ CENTRED(fitness))
+    assert centred == pytest.approx(1.0, abs=1e-5) if shaping == "centered_rank" else centred < 0.999
+
+
+def test_a_population_based_strategy_has_no_gradient_to_measure_and_its_mean_is_its_best_member(tmp_path):
+    """A genetic algorithm takes no gradient step: health's cosine is n/a with that reason (its
+    halves' rank correlation stays), and what the run saves and compares as its mean is the best
+    member seen, which its output calls so."""
+    from metadisco.core.strategies import POPULATION_STRATEGIES, searched_point
+    from metadisco.strategy import is_population_based, make_strategy
+
+    for name in POPULATION_STRATEGIES:  # the jax-free table is evosax's
+        assert is_population_based(make_strategy(ESConfig(strategy=name, population_size=8), {"w": jnp.zeros(3)})[0])
+    assert not is_population_based(make_strategy(ESConfig(population_size=8), {"w": jnp.zeros(3)})[0])
+    assert searched_point("SimpleGA") == "best member" and searched_point("Open_ES") == "ES mean"
+    out = search_health.split_half(jnp.eye(8), jnp.arange(8.0), jnp.arange(8.0), weights=None, scores=jnp.arange(8.0))
+    assert np.isnan(out.grad_cos) and float(out.rank_corr) == pytest.approx(1.0)
+    assert int(out.undefined) == search_health.NO_GRADIENT
+
+    cfg = tiny(generations=3, eval_every=3, es=ESConfig(strategy="SimpleGA", population_size=16))
+    logged = []
+    trainer = MetaTrainer(cfg, trains=[linear_train(1.0)], ppo_trains=[constant_ppo])
+    run(cfg, tmp_path / "ga", progress=False, trainer=trainer, log=logged.append)
+    rows = RunDir(tmp_path / "ga").metrics()
+    assert all(r.health.undefined == search_health.NO_GRADIENT and np.isnan(r.health.grad_cos) for r in rows)
+    assert all(np.isfinite(r.health.rank_corr) for r in rows)
+    assert any("best member" in line and "vs PPO" in line for line in logged), logged
+    assert not any("ES mean" in line for line in logged), logged

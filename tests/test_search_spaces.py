@@ -33,7 +33,7 @@ from metadisco.meta_objectives import (
     ValueLossMix,
 )
 from metadisco.meta_objectives.constraints import check_drift_constraints, check_objective
-from tests.test_objectives import TINY
+from tests.helpers import TINY_PPO as TINY
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -365,7 +365,7 @@ def test_the_reward_transform_is_labelled_for_what_it_is():
 # A full PPO run: the families start at PPO bit for bit
 # --------------------------------------------------------------------------------------------
 
-# TINY is tests/test_objectives.py's: its PPO program (key 3 too) is this test's reference as well,
+# TINY is tests/test_objectives.py's too: its PPO program (key 3 too) is this test's reference as well,
 # compiled once in the suite (the workers share one compile cache).
 
 
