@@ -42,6 +42,7 @@ from metadisco.analysis.runs import Run
 from metadisco.core.errors import EXIT_FAILED, MetadiscoError
 from metadisco.core.fileio import save_figure
 from metadisco.core.plugs import PLUGS
+from metadisco.core.strategies import searched_point
 from metadisco.measure.run_files import WHICH
 
 FORMATS = ("png", "pdf", "svg")
@@ -150,7 +151,8 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
             images[name] = files["png"]
 
     if rows:
-        emit("training_curves", lambda: training_curves_figure(rows, f"fitness ({config.fitness})"))
+        emit("training_curves", lambda: training_curves_figure(rows, f"fitness ({config.fitness})",
+                                                               searched_point(config.es.strategy)))
     evolve = set(config.objectives.evolve)
     if loaded is not None:
         objectives, params, _extra = loaded

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from metadisco.core.fileio import atomic_write_text
 from metadisco.core.records import GenerationRecord, Violation
+from metadisco.core.strategies import searched_point
 from metadisco.measure import health as search_health
 from metadisco.measure.run_files import completed
 from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
@@ -153,8 +154,10 @@ def _verdict_section(config, last_eval: GenerationRecord | None, run_dir: Path) 
         text = ("No comparison on fresh seeds yet: the run makes one every eval_every generations and at its last; "
                 f"`metadisco train --resume {run_dir}` continues it.")
     else:
-        text = verdict(last_eval, config.expect) or (
-            f"after generation {completed(last_eval)}: {es_mean_vs_ppo(last_eval.comparison)}. No verdict: the config states "
+        subject = searched_point(config.es.strategy)
+        text = verdict(last_eval, config.expect, subject) or (
+            f"after generation {completed(last_eval)}: {es_mean_vs_ppo(last_eval.comparison, subject)}. "
+            "No verdict: the config states "
             "no expectation (expect.beats).")
     return ["<h2>Verdict</h2>", f"<p>{html.escape(text)}</p>"]
 

@@ -309,9 +309,12 @@ class MetaTrainer:
         return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
 
     def mean_params(self, state: RunState):
+        """What the run follows (objectives/mean.json, the comparisons on fresh seeds): the ES mean, or
+        for a population-based strategy, which has none, the best member seen
+        (metadisco.core.strategies.searched_point names it)."""
         if hasattr(self.es, "get_mean"):
             return self.es.get_mean(state.es_state)
-        return state.best_params  # population-based strategies have no mean
+        return state.best_params
 
     def full_params(self, solution) -> dict:
         """An ES solution (evolved plugs only) -> the full meta-params dict of every plug."""
@@ -418,6 +421,7 @@ class MetaTrainer:
         diverged = diverged | ~jnp.isfinite(fitness)
         fitness_or_worst = at_worst(fitness, diverged)
         es_fitness = self._es_fitness(fitness_or_worst, per_env, diverged)
+        asked = es_state  # what tell is given, and so what its fitness shaping reads (search health)
         es_state, _ = self.es.tell(k_tell, pop, strategies.to_es_loss(es_fitness), es_state, self.es_params)
         best_idx = jnp.argmax(fitness_or_worst)
         improved = fitness_or_worst[best_idx] > state.best_fitness
@@ -435,7 +439,7 @@ class MetaTrainer:
             sigma=strategies.sigma_of(es_state),
             num_diverged=diverged.sum(),
             draw=self._draw_metrics(draw),
-            health=self._health_metrics(pop, per_seed, diverged, fitness_or_worst if self._by_mean else es_fitness),
+            health=self._health_metrics(pop, asked, per_seed, diverged, fitness_or_worst if self._by_mean else es_fitness),
         )
         return new_state, metrics
 
@@ -457,9 +461,11 @@ class MetaTrainer:
     def _by_mean(self) -> bool:
         return self.cfg.distribution.env_fitness == "mean"
 
-    def _health_metrics(self, pop, per_seed, diverged, scores) -> Health | None:
+    def _health_metrics(self, pop, es_state, per_seed, diverged, scores) -> Health | None:
         """Search health (metadisco.measure.health): the agreement of the ES gradients and rankings from
-        two disjoint halves of the generation's seeds; None with a single seed per member. scores [P]:
+        two disjoint halves of the generation's seeds, each gradient weighted as the strategy's own
+        update weights its members (its fitness shaping, given es_state: what tell is given; no
+        gradient for a population-based strategy); None with a single seed per member. scores [P]:
         the generation's scores (before the pair control variate), to tell a collapsed population."""
         seeds = per_seed.shape[-1]
         if seeds < 2:
@@ -475,7 +481,9 @@ class MetaTrainer:
         # The pair control variate leaves residuals near 0: their ties are judged against the
         # scores' own magnitude. Ranks (env_fitness=rank) are judged as they are.
         scale = jnp.maximum(jnp.abs(fitness_a).max(), jnp.abs(fitness_b).max()) if self._by_mean else None
-        return health.split_half(health.flat_perturbations(pop), es_fitness_a, es_fitness_b, scores=scores,
+        flat = health.flat_members(pop)
+        weights = strategies.update_weights(self.es, self.es_params, flat, es_state)
+        return health.split_half(flat - flat.mean(0), es_fitness_a, es_fitness_b, weights=weights, scores=scores,
                                  scale=scale)
 
     def _draw_metrics(self, draw: Draw) -> dict:

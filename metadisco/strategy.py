@@ -71,7 +71,21 @@ def make_strategy(cfg, solution):
 
 
 def is_population_based(es) -> bool:
+    """Whether `es` evolves a population (no search distribution: no mean, no ES gradient);
+    metadisco.core.strategies.POPULATION_STRATEGIES names them without jax."""
     return "population" in inspect.signature(es.init).parameters
+
+
+def update_weights(es, params, population, state):
+    """The weights the strategy's update gives its members, as a function of their fitness [P]
+    (metadisco's, higher is better): evosax's own fitness shaping of the loss it is told
+    (es.fitness_shaping_fn, as `tell` applies it: centred ranks, z-scores, recombination weights,
+    ...), so that sum_i w_i z_i is the ES's step up to a sign and scale of its own. population
+    [P, D] (raveled) and state: what `tell` will be given. None for a population-based strategy,
+    which takes no gradient step."""
+    if is_population_based(es):
+        return None
+    return lambda fitness: es.fitness_shaping_fn(population, to_es_loss(fitness), state, params)
 
 
 def sigma_of(state):

@@ -37,6 +37,7 @@ from metadisco.core.plugs import PLUGS
 from metadisco.core.records import GenerationRecord, Health, Violations, finite
 from metadisco.core.run_config import config_digest
 from metadisco.core.scores import fitness_of
+from metadisco.core.strategies import POPULATION_STRATEGIES, searched_point
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.measure import health
 from metadisco.measure.run_files import completed
@@ -317,8 +318,8 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
                 collapse = health.collapse_warning(history)
                 notes = [f"warning: {collapse}"] if collapse else []
                 if evaluates and gen + 1 < cfg.generations:
-                    notes += [health_line(history), degenerate_warning(record)]
-                _update_bar(bar, record, log, cfg.generations, [n for n in notes if n])
+                    notes += [health_line(history), degenerate_warning(record, searched_point(cfg.es.strategy))]
+                _update_bar(bar, record, log, cfg.generations, [n for n in notes if n], searched_point(cfg.es.strategy))
     except KeyboardInterrupt:
         save_state(run, trainer, logged, baseline_dev)
         if is_main:  # a row written after `logged` (a signal inside the append) is dropped, as resume would
@@ -370,7 +371,10 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
     if cfg.expect.answer:
         log(f"  expected answer (stated before the run): {cfg.expect.answer}")
     if cfg.expect.beats:
-        log(f"  pass criterion: {pass_criterion(cfg.expect)}")
+        log(f"  pass criterion: {pass_criterion(cfg.expect, searched_point(cfg.es.strategy))}")
+    if cfg.es.strategy in POPULATION_STRATEGIES:
+        log(f"  {cfg.es.strategy} evolves a population without a mean: mean.json and the comparisons on fresh seeds "
+            "are the best member seen, and search health has no gradient to measure (its rank correlation stays)")
 
 
 def _progress_bar(enabled: bool, start: int, total: int):
@@ -381,7 +385,7 @@ def _progress_bar(enabled: bool, start: int, total: int):
     return tqdm(total=total, initial=start, unit="gen", dynamic_ncols=True, file=sys.stderr)
 
 
-def _update_bar(bar, record: GenerationRecord, log, total: int | None = None, notes=()) -> None:
+def _update_bar(bar, record: GenerationRecord, log, total: int | None = None, notes=(), subject: str = "ES mean") -> None:
     measured = record.health is not None and record.health.grad_cos is not None
     if bar is None:  # --no-progress (logs, batch jobs): one line per generation instead
         gen = completed(record)
@@ -390,7 +394,7 @@ def _update_bar(bar, record: GenerationRecord, log, total: int | None = None, no
             + (f"health {_health_figure(record, long=True)}, " if measured else "")
             + f"{record.num_diverged} diverged, {record.wall_time_s:.1f} s ({record.env_steps_per_s:.3g} env steps/s)")
         if record.comparison is not None and gen != total:  # the last one: the run's summary says it
-            log(f"gen {gen}: {es_mean_vs_ppo(record.comparison)}")
+            log(f"gen {gen}: {es_mean_vs_ppo(record.comparison, subject)}")
         for note in notes:
             log(note)
         return
@@ -398,7 +402,7 @@ def _update_bar(bar, record: GenerationRecord, log, total: int | None = None, no
     bar.set_postfix(mean=f"{record.fitness_mean:.3g}", **health_figure, sps=f"{record.env_steps_per_s:.3g}")
     bar.update(1)
     if record.comparison is not None and completed(record) != total:  # the last one: the summary says it
-        bar.write(f"gen {completed(record)}: {es_mean_vs_ppo(record.comparison)}")
+        bar.write(f"gen {completed(record)}: {es_mean_vs_ppo(record.comparison, subject)}")
     for note in notes:
         bar.write(note)
 
@@ -442,12 +446,13 @@ def found_violations(trainer: MetaTrainer, state: RunState) -> Violations:
                          for which, params in found.items()})
 
 
-def degenerate_warning(record: GenerationRecord) -> str | None:
-    """A warning line when the ES mean of a generation with a comparison is not a valid objective."""
+def degenerate_warning(record: GenerationRecord, subject: str = "ES mean") -> str | None:
+    """A warning line when the ES mean (subject: what the run follows, core.strategies.searched_point)
+    of a generation with a comparison is not a valid objective."""
     reason = degenerate(record.violations.mean if record.violations is not None else None)
     if reason is None:
         return None
-    return (f"warning: generation {completed(record)}: the ES mean is DEGENERATE, whatever it scores: {reason}. "
+    return (f"warning: generation {completed(record)}: the {subject} is DEGENERATE, whatever it scores: {reason}. "
             "Its search space holds invalid objectives: pick a family that is valid for every member "
             "(`metadisco objectives`), or a smaller sigma")
 
@@ -472,7 +477,8 @@ def _summary(run: RunDir, cfg, log, violations: Violations) -> None:
     if state:
         log(state)
     log(f"run directory: {run.path}")
-    log(f"  objectives: {run.objectives_dir}/mean.json (the ES mean), best.json (the highest single-generation "
+    subject = searched_point(cfg.es.strategy)
+    log(f"  objectives: {run.objectives_dir}/mean.json (the {subject}), best.json (the highest single-generation "
         "score: selected on noise)")
     if validated:
         chosen = max(validated, key=lambda r: r.validation.mean)  # the first of equals, as the run kept it
@@ -487,10 +493,10 @@ def _summary(run: RunDir, cfg, log, violations: Violations) -> None:
             f"{degenerate(violations.best)}")
     if evals:
         e = evals[-1]
-        log(f"after generation {completed(e)}: {es_mean_vs_ppo(e.comparison)}")
-        line = verdict(e, cfg.expect)
+        log(f"after generation {completed(e)}: {es_mean_vs_ppo(e.comparison, subject)}")
+        line = verdict(e, cfg.expect, subject)
         if line:
             log(line)
     elif violations.mean:  # no comparison on fresh seeds (eval_every = 0): the checks still speak
-        log(f"verdict: DEGENERATE after generation {completed(records[-1])}: the ES mean is not a valid objective: "
+        log(f"verdict: DEGENERATE after generation {completed(records[-1])}: the {subject} is not a valid objective: "
             f"{degenerate(violations.mean)}")

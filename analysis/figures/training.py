@@ -22,7 +22,7 @@ def _column(values):
     return np.asarray([np.nan if v is None else float(v) for v in values], np.float64)
 
 
-def training_curves_figure(records: list[GenerationRecord], fitness_label: str = "fitness"):
+def training_curves_figure(records: list[GenerationRecord], fitness_label: str = "fitness", subject: str = "ES mean"):
     """Fitness over generations (top), search health (middle, where the run measured it) and the
     ES step size sigma (bottom).
 
@@ -31,7 +31,8 @@ def training_curves_figure(records: list[GenerationRecord], fitness_label: str =
     its start point and PPO on the same fresh seeds (markers). Middle: the split-half cosine of
     the ES gradient per generation and its 5-generation running mean (metadisco.measure.health);
     below the dotted line the gradient is mostly seed noise. Bottom: sigma (log scale when
-    positive). Returns the Figure.
+    positive). subject: what the run follows (metadisco.core.strategies.searched_point: the best
+    member for a population-based strategy). Returns the Figure.
     """
     rows = list(records)
     if not rows:
@@ -57,7 +58,7 @@ def training_curves_figure(records: list[GenerationRecord], fitness_label: str =
         if evals:
             eg = np.array([completed(r) for r in evals], float)
             ax_f.plot(eg, _column(r.comparison.mean for r in evals), color=colors[2], marker="o", markersize=4,
-                      linestyle=":", linewidth=1.0, label="ES mean (fresh seeds)")
+                      linestyle=":", linewidth=1.0, label=f"{subject} (fresh seeds)")
             ax_f.plot(eg, _column(r.comparison.ppo for r in evals), color=colors[3], marker="s", markersize=4,
                       linestyle=":", linewidth=1.0, label="PPO (same seeds)")
             if any(finite(r.comparison.start) for r in evals):

@@ -19,6 +19,12 @@ ANTITHETIC_STRATEGIES = ("EvoTF_ES", "Open_ES", "SV_Open_ES")
 # their fitness shaping is part of the algorithm and cannot be replaced.
 WEIGHTED_STRATEGIES = ("CMA_ES", "CR_FM_NES", "DES", "LM_MA_ES", "MA_ES", "Rm_ES", "SNES", "SV_CMA_ES",
                        "Sep_CMA_ES", "SimpleES", "xNES")
+# The population-based strategies (genetic algorithms, differential evolution, swarms): no search
+# distribution, so no mean and no ES gradient. What a run saves as objectives/mean.json and compares
+# on fresh seeds is then the best member seen (metadisco.engine.MetaTrainer.mean_params), and search
+# health's gradient cosine is n/a (metadisco.measure.health.NO_GRADIENT).
+POPULATION_STRATEGIES = ("DifferentialEvolution", "DiffusionEvolution", "GESMR_GA", "LGA", "MR15_GA", "PSO",
+                         "SAMR_GA", "SimpleGA")
 # Strategies that need more than a population size and a solution to be built.
 UNSUPPORTED_STRATEGIES = {
     "RandomSearch": "it needs a sampling function, which a config cannot name",
@@ -34,3 +40,9 @@ ES_OPTIMIZERS = ("adam", "sgd")
 # The strategies whose ask mirrors members i and i + P/2 (+z, -z) always, beside those that do it
 # with es.antithetic (ANTITHETIC_STRATEGIES); tests/test_distributions.py checks the layout against evosax.
 MIRRORED_STRATEGIES = ("ARS", "ASEBO", "CR_FM_NES", "GuidedES", "NoiseReuseES", "PGPE", "PersistentES")
+
+
+def searched_point(strategy: str) -> str:
+    """What a run of `strategy` follows, saves as objectives/mean.json and compares on fresh seeds,
+    in words: "ES mean", or "best member" for a population-based strategy, which has no mean."""
+    return "best member" if strategy in POPULATION_STRATEGIES else "ES mean"

@@ -4,8 +4,10 @@ much is seed noise.
 Every member of a generation trains on the same S seeds (common random numbers). Split them into
 two halves, score each member on each half alone, and estimate the ES gradient twice, once from
 each half: g_a = sum_i w(f_a)_i z_i and g_b likewise, z_i = x_i - mean(x) the member's
-perturbation and w the centred-rank weights (the shaping of OpenES in LPO, OPEN and EvIL). The
-two estimates share the population and differ only in the seeds. Writing g_h = s + n_h, with s
+perturbation and w the weights the strategy's own update gives its members (its fitness shaping:
+centred ranks for OpenES as in LPO, OPEN and EvIL, z-scores where a run asks for them, CMA-ES's
+recombination weights; metadisco.strategy.update_weights), so that the gradient measured is the one
+the ES takes. The two estimates share the population and differ only in the seeds. Writing g_h = s + n_h, with s
 the seed-independent part and n_h the seeds' noise (independent between halves):
 
     E[g_a . g_b] = |s|^2,    E|g_h|^2 = |s|^2 + |n_h|^2,
@@ -23,9 +25,10 @@ the population is large enough. Cost: nothing (the scores exist already); it nee
 the seeds, not for one generation's c. Where the cosine cannot tell, health is NaN and the
 generation's `Health.undefined` (metadisco.core.records) says why (`UNDEFINED`, read with
 `why_undefined`): every member scored the same (a collapsed population: no ranking, so no
-gradient and nothing to agree on), a half whose gradient is zero, or a search over one
-meta-parameter, where the cosine of two 1-D vectors is +-1 by construction (the halves' rank
-correlation, `rank_corr`, still means something there and is kept).
+gradient and nothing to agree on), a half whose gradient is zero, a search over one
+meta-parameter, where the cosine of two 1-D vectors is +-1 by construction, or a population-based
+strategy (a genetic algorithm, a swarm), which takes no gradient step at all (in the last two the
+halves' rank correlation, `rank_corr`, still means something and is kept).
 
 Zhang, Clune & Stanley 2017 (arXiv 1712.06564) compare ES gradients with true gradients as the
 population grows; the split-half agreement is the seed-noise counterpart that a run can measure
@@ -47,11 +50,12 @@ NOISY_COSINE = 0.2
 
 # Why a generation's health is undefined: the code in its `Health.undefined` (0: defined) -> (a
 # short label for the progress bar, the reason in words).
-DEFINED, COLLAPSED, ONE_PARAMETER, FLAT_HALF = 0, 1, 2, 3
+DEFINED, COLLAPSED, ONE_PARAMETER, FLAT_HALF, NO_GRADIENT = 0, 1, 2, 3, 4
 UNDEFINED = {
     COLLAPSED: ("collapsed", "every member scored the same (collapsed population)"),
     ONE_PARAMETER: ("one parameter", "one meta-parameter: the cosine is ±1 by construction"),
     FLAT_HALF: ("flat half", "one half of the seeds scored every member the same (its ES gradient is zero)"),
+    NO_GRADIENT: ("no gradient", "a population-based strategy takes no gradient step (a genetic algorithm, a swarm)"),
 }
 
 # Scores whose spread is within this many float32 rounding steps (ulps, relative to their
@@ -94,30 +98,37 @@ def _cosine(a, b):
     return jnp.where(denom > 0, jnp.dot(a, b) / jnp.where(denom > 0, denom, 1.0), jnp.nan)
 
 
-def split_half(perturbations, scores_a, scores_b, weights=centred_rank_weights, scores=None, scale=None) -> Health:
+def split_half(perturbations, scores_a, scores_b, *, weights, scores=None, scale=None) -> Health:
     """Agreement of two independent halves of a generation's seeds.
 
     perturbations: [P, D] members minus their mean (any scale); scores_a, scores_b: [P] each
-    member's score on either half of the seeds (higher is better). `weights` maps [P] scores to
-    the ES's fitness weights (centred ranks by default). scores: [P] what the ES ranks (all
-    seeds), to tell a collapsed population; scale: the magnitude against which the halves' ties
-    are judged (`tied`; default each half's own).
+    member's score on either half of the seeds (higher is better). `weights` maps [P] scores to the
+    weights the ES's update gives its members (metadisco.strategy.update_weights; centred ranks,
+    `centred_rank_weights`, for OpenES as published), or is None for a strategy that takes no
+    gradient step (grad_cos n/a, NO_GRADIENT). scores: [P] what the ES ranks (all seeds), to tell a
+    collapsed population; scale: the magnitude against which the halves' ties are judged (`tied`;
+    default each half's own).
     Returns a Health of arrays: grad_cos [] the cosine of the two ES gradient estimates, rank_corr []
     the Spearman correlation of the two halves' scores, undefined [] int32, a key of UNDEFINED or
-    DEFINED. Both are NaN for a collapsed population or a tied half; grad_cos alone for D = 1,
-    where the halves' rank correlation still says how far the seeds agree on the ranking.
+    DEFINED. Both are NaN for a collapsed population or a tied half; grad_cos alone for D = 1 and
+    without a gradient, where the halves' rank correlation still says how far the seeds agree on
+    the ranking.
     """
     import jax.numpy as jnp
 
     flat_a, flat_b = tied(scores_a, scale), tied(scores_b, scale)
-    g_a = perturbations.T @ jnp.where(flat_a, 0.0, weights(scores_a))
-    g_b = perturbations.T @ jnp.where(flat_b, 0.0, weights(scores_b))
     ranks_a, ranks_b = centred_rank_weights(scores_a), centred_rank_weights(scores_b)
     rank_corr = _cosine(ranks_a - ranks_a.mean(), ranks_b - ranks_b.mean())
-    zero = (jnp.linalg.norm(g_a) == 0) | (jnp.linalg.norm(g_b) == 0)
-    code = jnp.where(zero, FLAT_HALF, DEFINED)
-    if perturbations.shape[1] == 1:
-        code = jnp.where(zero, code, ONE_PARAMETER)
+    if weights is None:
+        g_a = g_b = jnp.zeros(perturbations.shape[1])
+        code = jnp.int32(NO_GRADIENT)
+    else:
+        g_a = perturbations.T @ jnp.where(flat_a, 0.0, weights(scores_a))
+        g_b = perturbations.T @ jnp.where(flat_b, 0.0, weights(scores_b))
+        zero = (jnp.linalg.norm(g_a) == 0) | (jnp.linalg.norm(g_b) == 0)
+        code = jnp.where(zero, FLAT_HALF, DEFINED)
+        if perturbations.shape[1] == 1:
+            code = jnp.where(zero, code, ONE_PARAMETER)
     rank_corr = jnp.where(flat_a | flat_b, jnp.nan, rank_corr)
     if scores is not None:
         collapsed = tied(scores)
@@ -137,13 +148,12 @@ def signal_share(grad_cos):
     return 2.0 * c / (1.0 + c)
 
 
-def flat_perturbations(pop):
-    """A population pytree (leaves [P, ...]) -> [P, D] members minus the population mean."""
+def flat_members(pop):
+    """A population pytree (leaves [P, ...]) -> [P, D], each member raveled (as evosax ravels them)."""
     import jax
     import jax.flatten_util
 
-    flat = jax.vmap(lambda m: jax.flatten_util.ravel_pytree(m)[0])(pop)
-    return flat - flat.mean(0)
+    return jax.vmap(lambda m: jax.flatten_util.ravel_pytree(m)[0])(pop)
 
 
 def why_undefined(health: Health | None) -> str | None:

@@ -31,11 +31,12 @@ def _reading(interval: Interval, other: str) -> str:
             else "no difference shown")
 
 
-def es_mean_vs_ppo(comparison: Comparison) -> str:
+def es_mean_vs_ppo(comparison: Comparison, subject: str = "ES mean") -> str:
     """The ES mean against PPO (and its start point, where the comparison has it) on the same
-    fresh seeds, with the paired differences' 95% intervals."""
+    fresh seeds, with the paired differences' 95% intervals. subject: what the run follows, in
+    words (metadisco.core.strategies.searched_point: the best member for a population-based strategy)."""
     c = comparison
-    text = f"ES mean {c.mean:.4g} vs PPO {c.ppo:.4g} on the same fresh seeds"
+    text = f"{subject} {c.mean:.4g} vs PPO {c.ppo:.4g} on the same fresh seeds"
     if not _bounded(c.diff):
         return text
     text += f": difference {_interval(c.diff)} (95% t-interval; {_reading(c.diff, 'PPO')})"
@@ -52,35 +53,36 @@ def degenerate(violations: Sequence[Violation] | None) -> str | None:
     return "; ".join(f"its {v.plug.replace('_', ' ')} fails {v.constraint}: {v.message}" for v in violations)
 
 
-def pass_criterion(expect) -> str:
-    """The pass criterion of an ExpectConfig, in words."""
+def pass_criterion(expect, subject: str = "ES mean") -> str:
+    """The pass criterion of an ExpectConfig, in words (subject: as `es_mean_vs_ppo`'s)."""
     other = "its start point" if expect.beats == "start" else "PPO"
-    text = f"the ES mean beats {other} on fresh seeds (paired 95% interval above 0)"
+    text = f"the {subject} beats {other} on fresh seeds (paired 95% interval above 0)"
     if expect.gap_closed:
         text += f" and closes at least {expect.gap_closed:.0%} of the gap from its start to PPO"
     return text
 
 
-def verdict(record: GenerationRecord, expect) -> str | None:
+def verdict(record: GenerationRecord, expect, subject: str = "ES mean") -> str | None:
     """The verdict line of a run from its last check on fresh seeds (a generation with a
     comparison): DEGENERATE when the ES mean fails its plug's constraint checks (whether or not
     the run states an expectation); otherwise, with an expectation (ExpectConfig.beats), found or
     not (found but UNCHECKED where the row holds no record of those checks), the comparison that is
-    the point of the run with its interval, and the pass criterion; else None."""
+    the point of the run with its interval, and the pass criterion; else None. subject: as
+    `es_mean_vs_ppo`'s."""
     c = record.comparison
     if c is None:
         return None
     after = f"after generation {completed(record)}"
     reason = degenerate(record.violations.mean if record.violations is not None else None)
     if reason:
-        return (f"verdict: DEGENERATE {after}: the ES mean is not a valid objective, whatever it scores: {reason} "
-                f"({es_mean_vs_ppo(c)})")
+        return (f"verdict: DEGENERATE {after}: the {subject} is not a valid objective, whatever it scores: {reason} "
+                f"({es_mean_vs_ppo(c, subject)})")
     if not expect.beats:
         return None
     point = c.vs_start if expect.beats == "start" else c.diff
     other = "its start point" if expect.beats == "start" else "PPO"
     found = _bounded(point) and point.low > 0
-    text = f"the point of this run is the ES mean against {other} on fresh seeds: {_interval(point)}"
+    text = f"the point of this run is the {subject} against {other} on fresh seeds: {_interval(point)}"
     has_gap = c.gap_closed is not None and finite(c.gap_closed.value)
     if has_gap:
         text += f", closing {_interval(c.gap_closed, '.0%')} of the gap from its start to PPO"
@@ -90,6 +92,6 @@ def verdict(record: GenerationRecord, expect) -> str | None:
         found = found and has_gap and c.gap_closed.value >= expect.gap_closed
     if found and record.violations is None:  # a score alone never makes a discovery
         return (f"verdict: UNCHECKED {after}: {text}, but no constraint check of what was found was recorded "
-                f"with this comparison, so it is not called found (pass: {pass_criterion(expect)}); "
+                f"with this comparison, so it is not called found (pass: {pass_criterion(expect, subject)}); "
                 "`metadisco evaluate RUN` checks it before it trains")
-    return f"verdict: {'FOUND' if found else 'NOT FOUND'} {after}: {text} (pass: {pass_criterion(expect)})"
+    return f"verdict: {'FOUND' if found else 'NOT FOUND'} {after}: {text} (pass: {pass_criterion(expect, subject)})"
