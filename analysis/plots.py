@@ -87,12 +87,14 @@ def _found(loaded, evolve) -> dict:
     return {plug: getattr(objectives, plug).found(params.get(plug)) for plug in PLUGS if plug in evolve}
 
 
-def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean", report: bool = True,
+def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str | None = None, report: bool = True,
              notes: list | None = None, error_span: float | None = None) -> dict:
     """Draw every figure that applies to a run directory; save them and report.html.
 
     Reads the run through `metadisco.analysis.runs.Run`: config.json, the complete metrics.jsonl rows and
-    objectives/<which>.json (which = "mean", the ES mean, or "best", the best member seen).
+    objectives/<which>.json (which = "selected", the ES mean of the generation with the best validation
+    score, "mean", the last ES mean, or "best", the best member seen; None: selected where the run kept
+    one, else mean).
     Figures go to `out_dir` (default RUN_DIR/figures) in each of `formats`; the report (PNG
     figures embedded as data URIs, the config summary, the verdict, the newest held-out
     evaluation and the distillation where they exist, and the last metrics row) to
@@ -108,8 +110,9 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str = "mean",
     figure and the report are written, FigureError names the failed ones.
     """
     run = Run(run_dir)
+    which = which or run.default_which()
     if which not in WHICH:
-        raise PlotError(f"--which must be 'mean' or 'best', got {which!r}")
+        raise PlotError(f"--which must be one of {', '.join(WHICH)}, got {which!r}")
     formats = tuple(f.strip().lower().lstrip(".") for f in formats if f.strip())
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:

@@ -120,6 +120,7 @@ def write_report(path, run_dir, config, records: list[GenerationRecord], images:
         "<h2>Configuration</h2>", _table(_config_summary(config)),
     ]
     parts += _verdict_section(config, last_eval, run_dir)
+    parts += _validation_section(config, records)
     parts += _found_section(what_was_found or {}, which, run_dir)
     parts += _evaluation_section(evaluation, run_dir, path.parent)
     parts += _distillation_section(distillation or {}, run_dir, exported or [], path.parent)
@@ -160,6 +161,29 @@ def _verdict_section(config, last_eval: GenerationRecord | None, run_dir: Path) 
             "No verdict: the config states "
             "no expectation (expect.beats).")
     return ["<h2>Verdict</h2>", f"<p>{html.escape(text)}</p>"]
+
+
+def _validation_section(config, records: list[GenerationRecord]) -> list[str]:
+    """Validation beside training (RunConfig.validation): per generation that scored it, the ES mean on
+    the training problems and on the validation problems (fresh seeds each), the start's, and which
+    generation objectives/selected.json holds; [] for a run without validation."""
+    rows = [r for r in records if r.validation is not None]
+    if not rows:
+        return []
+    scored = [r for r in rows if r.validation.scored]
+    chosen = max(scored, key=lambda r: r.validation.mean) if scored else None
+    head = ("<tr><th>generation</th><th>training: ES mean</th><th>training: PPO</th><th>validation: ES mean</th>"
+            "<th>validation: its start</th><th>validation: PPO</th><th></th></tr>")
+    body = "".join(
+        f"<tr><td>{completed(r)}</td><td>{_fmt(r.comparison.mean if r.comparison else None)}</td>"
+        f"<td>{_fmt(r.comparison.ppo if r.comparison else None)}</td><td>{_fmt(r.validation.mean)}</td>"
+        f"<td>{_fmt(r.validation.start)}</td><td>{_fmt(r.validation.ppo)}</td>"
+        f"<td>{'selected' if r is chosen else ''}</td></tr>" for r in rows)
+    text = (f"Validation on {', '.join(config.validation.envs)} ({config.validation.seeds} fresh seeds each time, "
+            f"never used by the ES update), scored as the fitness ({config.fitness}). ")
+    text += (f"objectives/selected.json holds the ES mean of generation {completed(chosen)}: what evaluate, distil, "
+             "export and plot take from this run." if chosen else "No generation has a finite validation score yet.")
+    return ["<h2>Validation</h2>", f"<p>{html.escape(text)}</p>", f"<table>{head}{body}</table>"]
 
 
 def _found_section(found: dict, which: str, run_dir: Path) -> list[str]:

@@ -62,8 +62,10 @@ TARGET is one of:
   ppo[clip_eps=0.3]     a baseline with other options of its drift (dpo[alpha=1.5]): a control
                         that tunes PPO's clip range beside every method's learning rate
   FILE.json             an objectives file (an exported closed form, RUN_DIR/objectives/best.json)
-  RUN_DIR[:best|:mean]  a run directory: objectives/mean.json (default) or best.json;
-                        its meta-training environments are flagged and aggregated apart
+  RUN_DIR[:selected|:mean|:best]  a run directory: objectives/selected.json (the default where the
+                        run validated: the ES mean of its best validation generation), else
+                        mean.json (the last ES mean), or best.json; its meta-training
+                        environments are flagged and aggregated apart
   RUN_DIR:init          the run's objectives at their initial parameters (where evolution
                         started): the control for what evolution itself found
   zoo:NAME              a discovered objective shipped with metadisco (`metadisco zoo` lists them)

@@ -4,7 +4,8 @@ A TARGET is "ppo" or "dpo" (built-in baselines; "ppo[clip_eps=0.3]", "dpo[alpha=
 other options of their drift), zoo:NAME (a discovered objective shipped with
 metadisco, metadisco.meta_objectives.discovered), an objectives JSON file (an exported closed
 form, a run's objectives/best.json), `module:attr` (an objective class of the user's own, at its
-initial parameters, the other plug points PPO's), or a run directory (its objectives/mean.json; RUN_DIR:best
+initial parameters, the other plug points PPO's), or a run directory (its objectives/selected.json where it
+validated, else mean.json; RUN_DIR:mean and RUN_DIR:selected pick one; RUN_DIR:best
 picks best.json, RUN_DIR:init the objectives at their initial parameters). Only files are read
 here, nothing is compiled; run directories are read through `metadisco.analysis.runs`. `require_valid_target`
 refuses a target whose objectives break their plug's constraints, as `metadisco check` and
@@ -93,8 +94,9 @@ def _envs_from(value) -> tuple[str, ...]:
 
 def resolve_target(spec: str) -> Target:
     """"ppo" | "dpo" | zoo:NAME | an objectives JSON file | RUN_DIR | RUN_DIR:best | RUN_DIR:mean |
-    RUN_DIR:init -> Target. RUN_DIR:init is the run's objectives at their initial parameters, the
-    point evolution started from (`start_params(the run's seed)`): the control that separates what evolution found from what the
+    RUN_DIR:selected | RUN_DIR:init -> Target. RUN_DIR alone is RUN_DIR:selected where the run kept a
+    selected objective (RunConfig.validation), else RUN_DIR:mean; its label says which (RUN:selected).
+    RUN_DIR:init is the run's objectives at their initial parameters, the point evolution started from (`start_params(the run's seed)`): the control that separates what evolution found from what the
     parameterisation gives before any search (e.g. a learned value loss starts at L2, not at
     PPO's clipped L2).
 
@@ -119,10 +121,11 @@ def resolve_target(spec: str) -> Target:
     path, which = Path(spec), None
     if not path.exists() and ":" in spec:
         base, _, suffix = spec.rpartition(":")
-        if suffix in ("best", "mean", "init"):
+        if suffix in ("best", "mean", "selected", "init"):
             path, which = Path(base), suffix
     if path.is_dir():
-        return _run_target(spec, Run(path), which or "mean")
+        run = Run(path)
+        return _run_target(spec, run, which or (run.default_which() if run.is_run() else "mean"))
     if path.is_file():
         if which:
             raise EvaluationError(f"target {spec!r}: ':{which}' picks a file of a run directory, but {path} is a file")
@@ -133,8 +136,9 @@ def resolve_target(spec: str) -> Target:
         f"target {spec!r}: no run directory or objectives file at {path}. A TARGET is ppo, dpo (or with other options "
         "of their drift: ppo[clip_eps=0.3]), zoo:NAME, an objectives "
         "JSON file (an exported closed form or RUN_DIR/objectives/best.json), or a run directory "
-        "(RUN_DIR evaluates objectives/mean.json, RUN_DIR:best objectives/best.json, RUN_DIR:init the "
-        "objectives at their initial parameters)."
+        "(RUN_DIR evaluates objectives/selected.json where the run validated, else mean.json; RUN_DIR:mean and "
+        "RUN_DIR:selected pick one, RUN_DIR:best objectives/best.json, RUN_DIR:init the objectives at their initial "
+        "parameters)."
     )
 
 
@@ -186,7 +190,8 @@ def _run_target(spec: str, run: Run, which: str) -> Target:
     if which == "init":  # the run's own start, as the engine draws it
         params = objectives.start_params(config.seed)
         where = f"{run.path} at its initial parameters"
-    label = run.path.resolve().name + ("" if which == "mean" else f":{which}")
+    plain = which == "mean" and run.default_which() == "mean"
+    label = run.path.resolve().name + ("" if plain else f":{which}")
     envs = _envs_from(config.envs) or _envs_from(extra.get("envs"))
     return Target(label, objectives, params, envs, "run", spec, str(run.path), where, True if which == "init" else None)
 

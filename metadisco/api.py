@@ -155,6 +155,16 @@ def _inner_settings(inner: dict | Sequence[str] | None, targets) -> dict:
         raise ConfigError(f"--inner (inner): {e}; fields: see the documentation site's configuration reference") from None
 
 
+def chosen_objective(run_dir: str | Path, which: str | None = None) -> tuple[str, str]:
+    """(which, in words) of the objectives a reader takes from a run: `which` where given, else the
+    selected objective where the run kept one (RunConfig.validation), else the last ES mean."""
+    from metadisco.analysis.runs import Run
+
+    run = Run(run_dir)
+    which = which or run.default_which()
+    return which, run.which_text(which)
+
+
 def plot(run_dir: str | Path, **options) -> dict:
     """Draw a run's figures and write its report (`metadisco.analysis.plots.plot_run` options: out_dir,
     formats, which); returns {figure: [paths]}, "report": [path], and "notes": what was skipped.
@@ -164,10 +174,11 @@ def plot(run_dir: str | Path, **options) -> dict:
 
     run = Run(run_dir)
     config = run.config()  # RunDirError before anything heavy
+    options["which"] = options.get("which") or run.default_which()
     notes: list[str] = []
     span = None
-    if "value_loss" in config.objectives.evolve and run.objectives_path(options.get("which", "mean")).is_file():
-        span = visited_error_span(run, options.get("which", "mean"))
+    if "value_loss" in config.objectives.evolve and run.objectives_path(options["which"]).is_file():
+        span = visited_error_span(run, options["which"])
         notes.append(f"the value loss is drawn over the errors its critic makes: |v - target| <= {span:.3g} "
                      "(3 standard deviations of those PPO visits with it)")
     written = plot_run(run_dir, notes=notes, error_span=span, **options)
@@ -210,13 +221,14 @@ def refresh_report(run_dir: str | Path) -> Path | None:
     return run.path / "report.html"
 
 
-def distil(run_dir: str | Path, which: str = "mean", plugs: Sequence[str] | None = None,
+def distil(run_dir: str | Path, which: str | None = None, plugs: Sequence[str] | None = None,
            **options) -> dict[str, DistillationReport]:
     """Fit closed forms to what a run evolved, as `metadisco distil` (which calls this; so does
     `metadisco export` for a plug point not distilled yet): writes RUN_DIR/distil/ and returns
     {plug: its DistillationReport} (metadisco.analysis.distillation.report). plugs: the plug points
     to distil (default: every evolved one with closed forms, the drift and/or the value loss).
-    options: symbolic, progress, seed, prior_fraction, fit.
+    options: symbolic, progress, seed, prior_fraction, fit. which: the run's objectives file (None: the
+    selected objective where the run kept one, else the last ES mean: `chosen_objective`).
 
     The fit runs on the points PPO visits when it trains with the run's objectives on each of its
     meta-training environments, equally many per environment, plus points from a prior.
@@ -226,6 +238,7 @@ def distil(run_dir: str | Path, which: str = "mean", plugs: Sequence[str] | None
 
     run = Run(run_dir)
     cfg = run.config()
+    which = which or run.default_which()
     plugs = distillable(cfg) if plugs is None else tuple(plugs)
     objectives, params, _ = run.objectives(which)
     check_distil_options(options.get("progress"), options.get("prior_fraction", 0.5), options.get("fit", "value"))
@@ -251,7 +264,7 @@ class Exported:
     notes: tuple[str, ...] = ()
 
 
-def export(run_dir: str | Path, which: str = "mean", *, expression: str | None = None, value_loss: str | None = None,
+def export(run_dir: str | Path, which: str | None = None, *, expression: str | None = None, value_loss: str | None = None,
            candidate: int | None = None, format: str = "metadisco", name: str | None = None) -> Exported:
     """Write a run's closed forms, as `metadisco export` (which calls this): LaTeX, a loadable
     objectives JSON (the run's other plug points kept) and a standalone JAX module into
@@ -272,6 +285,7 @@ def export(run_dir: str | Path, which: str = "mean", *, expression: str | None =
 
     run = Run(run_dir)
     cfg = run.config()
+    which = which or run.default_which()  # the selected objective where the run kept one
     given = {"drift": expression, "value_loss": value_loss}
     plugs = tuple(p for p in DISTILLABLE if given[p] is not None) or distillable(cfg)
     objectives, params, _ = run.objectives(which)

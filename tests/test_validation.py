@@ -8,6 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from metadisco import api
+from metadisco.analysis.targets import resolve_target
 from metadisco.config import ESConfig, HeldoutConfig, RunConfig, ValidationConfig, validate
 from metadisco.core.errors import ConfigError
 from metadisco.engine import MetaTrainer
@@ -68,6 +70,15 @@ def test_validation_keeps_the_mean_of_its_best_generation_and_never_moves_the_es
     assert selected["extra"]["validation"]["score"] == pytest.approx(max(validations.values()))
     # the ES never reads validation: its trajectory equals the same run without it
     assert [r.fitness_mean for r in rows] == [r.fitness_mean for r in RunDir(tmp_path / "plain").metrics()]
+    # every reader takes the selected objective when not told which, and says so; RUN:mean picks the last mean
+    assert resolve_target(str(tmp_path / "run")).label == "run:selected"
+    assert resolve_target(f"{tmp_path / 'run'}:mean").label == "run:mean"
+    assert resolve_target(str(tmp_path / "plain")).label == "plain"
+    which, what = api.chosen_objective(tmp_path / "run")
+    assert which == "selected" and f"generation {selected['extra']['generation']}" in what
+    api.plot(tmp_path / "run", formats=("png",))
+    report = (tmp_path / "run" / "report.html").read_text()
+    assert "<h2>Validation</h2>" in report and "objectives: <b>selected</b>" in report
 
 
 def test_stop_and_resume_with_validation_equals_uninterrupted(tmp_path):

@@ -64,6 +64,15 @@ def training_curves_figure(records: list[GenerationRecord], fitness_label: str =
             if any(finite(r.comparison.start) for r in evals):
                 ax_f.plot(eg, _column(r.comparison.start for r in evals), color=colors[7], marker="^", markersize=4,
                           linestyle=":", linewidth=1.0, label="its start (same seeds)")
+        validated = [r for r in rows if r.validation is not None and r.validation.scored]
+        if validated:  # RunConfig.validation: the same mean on problems it never trains on; the best is kept
+            vg = np.array([completed(r) for r in validated], float)
+            scores = _column(r.validation.mean for r in validated)
+            ax_f.plot(vg, scores, color=colors[5], marker="D", markersize=4, linestyle="-", linewidth=1.0,
+                      label="mean on validation (fresh seeds)")
+            chosen = int(np.nanargmax(scores))
+            ax_f.plot(vg[chosen], scores[chosen], color=colors[5], marker="*", markersize=12, linestyle="none",
+                      label="selected (best validation)")
         ax_f.set_ylabel(fitness_label)
         ax_f.set_title("Meta-training progress")
         ax_f.legend(frameon=False, fontsize="small", ncols=2)

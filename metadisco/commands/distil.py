@@ -8,6 +8,8 @@ prints the Pareto fronts.
 
 from __future__ import annotations
 
+import sys
+
 
 def print_report(plug: str, report) -> None:
     """The Pareto front of a DistillationReport as a numbered table (the numbers `export
@@ -36,7 +38,9 @@ def run(args) -> None:
     from metadisco.analysis.distillation.run import REPORT_FILES
     from metadisco.analysis.runs import Run
 
-    reports = api.distil(args.run_dir, args.which, symbolic=not args.no_symbolic, progress=args.progress,
+    which, what = api.chosen_objective(args.run_dir, args.which)
+    print(f"metadisco distil: {args.run_dir}: {what} (objectives/{which}.json)", file=sys.stderr)
+    reports = api.distil(args.run_dir, which, symbolic=not args.no_symbolic, progress=args.progress,
                          seed=args.seed, prior_fraction=args.prior_fraction, fit=args.fit)
     run = Run(args.run_dir)
     if "drift" in reports:
@@ -57,8 +61,10 @@ def add(subparsers) -> None:
     d = subparsers.add_parser("distil", help="fit closed forms (DPO family, sparse regression, a symbolic search "
                                              "valid by construction) to a run's learned drift and value loss")
     d.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `metadisco train`")
-    d.add_argument("--which", choices=("mean", "best"), default="mean",
-                   help="the objectives to distil: the ES mean (default) or the best member")
+    d.add_argument("--which", choices=("selected", "mean", "best"), default=None,
+                   help="the run's objectives: selected (the ES mean of the generation with the best validation "
+                        "score), mean (the last ES mean) or best (the best member seen); default: selected where "
+                        "the run kept one, else mean")
     d.add_argument("--progress", type=float, default=None,
                    help="distil a TA-LPO drift at this one training progress; by default it is distilled at "
                         "the start and the end of training and interpolated, (1 - p) D_0 + p D_1")

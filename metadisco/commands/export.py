@@ -18,7 +18,9 @@ def run(args) -> None:
     from metadisco import api
     from metadisco.analysis.export import DISCOGEN_PROGRESS_LINES, drift_uses_progress
 
-    exported = api.export(args.run_dir, args.which, expression=args.expression, value_loss=args.value_loss,
+    which, what = api.chosen_objective(args.run_dir, args.which)
+    print(f"metadisco export: {args.run_dir}: {what} (objectives/{which}.json)", file=sys.stderr)
+    exported = api.export(args.run_dir, which, expression=args.expression, value_loss=args.value_loss,
                           candidate=args.candidate, format=args.format, name=args.name)
     for plug in exported.distilled:
         print(f"no {plug} distillation yet: ran `metadisco distil` first", file=sys.stderr)
@@ -64,7 +66,9 @@ def add(subparsers) -> None:
     e.add_argument("--format", choices=("metadisco", "discogen"), default="metadisco",
                    help="metadisco: LaTeX, an objectives JSON and a JAX module (default); discogen: a loss.py "
                         "for DiscoGen's on-policy RL domain (depends only on jax)")
-    e.add_argument("--which", choices=("mean", "best"), default="mean",
-                   help="the objectives to export: the ES mean (default) or the best member")
+    e.add_argument("--which", choices=("selected", "mean", "best"), default=None,
+                   help="the run's objectives: selected (the ES mean of the generation with the best validation "
+                        "score), mean (the last ES mean) or best (the best member seen); default: selected where "
+                        "the run kept one, else mean")
     e.add_argument("--name", default=None, help="file and module name (default discovered_<what was exported>)")
     e.set_defaults(func=run)

@@ -15,8 +15,10 @@ def run(args) -> None:
     from metadisco import api
     from metadisco.analysis.plots import FigureError
 
+    which, what = api.chosen_objective(args.run_dir, args.which)
+    print(f"metadisco plot: {args.run_dir}: {what} (objectives/{which}.json)", file=sys.stderr)
     try:
-        written = api.plot(args.run_dir, out_dir=args.out, formats=formats, which=args.which)
+        written = api.plot(args.run_dir, out_dir=args.out, formats=formats, which=which)
     except FigureError as e:  # the other figures were written: say where, then fail (EXIT_FAILED)
         _print([], e.written)
         raise
@@ -44,8 +46,10 @@ def add(subparsers) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `metadisco train`")
-    p.add_argument("--which", choices=("mean", "best"), default="mean",
-                   help="objectives to plot: the ES mean or the best member seen")
+    p.add_argument("--which", choices=("selected", "mean", "best"), default=None,
+                   help="the run's objectives: selected (the ES mean of the generation with the best validation "
+                        "score), mean (the last ES mean) or best (the best member seen); default: selected where "
+                        "the run kept one, else mean")
     p.add_argument("--out", metavar="DIR", help="figure folder (default RUN_DIR/figures; the report goes "
                                                  "there too when given, else to RUN_DIR/report.html)")
     p.add_argument("--formats", default="png,pdf", help="comma-separated figure formats (png, pdf, svg)")
