@@ -96,8 +96,9 @@ def resolve_target(spec: str) -> Target:
     """"ppo" | "dpo" | zoo:NAME | an objectives JSON file | RUN_DIR | RUN_DIR:best | RUN_DIR:mean |
     RUN_DIR:selected | RUN_DIR:init -> Target. RUN_DIR alone is RUN_DIR:selected where the run kept a
     selected objective (RunConfig.validation), else RUN_DIR:mean; its label says which (RUN:selected).
-    RUN_DIR:init is the run's objectives at their initial parameters, the point evolution started from (`start_params(the run's seed)`): the control that separates what evolution found from what the
-    parameterisation gives before any search (e.g. a learned value loss starts at L2, not at
+    RUN_DIR:init is the run's objectives at their initial parameters, the point evolution started
+    from (`start_params(the run's seed)`): the control that separates what evolution found from what
+    the parameterisation gives before any search (e.g. a learned value loss starts at L2, not at
     PPO's clipped L2).
 
     Raises EvaluationError (reading files only, no compute) for a missing path, a directory that
