@@ -30,7 +30,8 @@ PROVENANCE = ("summary", "plugs", "experiment", "config", "commit", "budget", "h
 
 def test_the_zoo_holds_the_best_objective_each_reported_experiment_found():
     assert {"value_loss_cartpole", "drift_and_value_loss", "talpo_transfer_lr_mixture", "lpo_minatar_walls",
-            "value_loss_long", "lpo_distribution", "drift_mix_distribution", "value_loss_distribution"} <= set(NAMES)
+            "value_loss_long", "lpo_distribution", "drift_mix_distribution", "value_loss_distribution",
+            "drift_mix_minatar_gpu_seed0", "drift_mix_minatar_gpu_seed1", "drift_mix_minatar_gpu_seed2"} <= set(NAMES)
     assert NAMES == sorted(p.stem for p in (ROOT / "zoo").glob("*.json"))
 
 
