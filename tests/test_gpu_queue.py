@@ -28,8 +28,10 @@ def test_the_queue_holds_every_gpu_experiment_and_each_entry_resolves():
         assert cfg.generations >= 1 and entry.device and entry.measured
         assert cfg.eval_every and cfg.expect.beats, entry.name  # each reaches a verdict on fresh seeds
     resolve(QUEUE.entries[0].experiment, [*QUEUE.entries[0].overrides, *QUEUE.smoke])  # what --smoke runs
+    assert QUEUE.entries[0].experiment == "discobench_loss_gpu"  # issue 54: DiscoBench's split first
+    assert resolve(QUEUE.entries[0].experiment).validation.envs  # ... with its validation set
     replications = [e for e in QUEUE.entries if e.experiment == "drift_mix_minatar_gpu"]
-    assert [e.name for e in QUEUE.entries[:2]] == [e.name for e in replications]  # the replication first
+    assert [e.name for e in QUEUE.entries[1:3]] == [e.name for e in replications]  # then the replication
     assert sorted(resolve(e.experiment, list(e.overrides)).seed for e in replications) == [1, 2]  # seed 0 ran
 
 
