@@ -37,7 +37,7 @@ def as_run(result: TrainResult, lr: float = 1e-3) -> dict:
         "diverged": np.asarray(result.diverged), "lr": lr}
 
 
-def env_stats(runs: dict, kind: str) -> dict:
+def env_stats(runs: dict, kind: str):
     job = EnvJob("CartPole-v1", None, preset_for("CartPole-v1"), 4096, ())
     protocol = resolve_protocol(Protocol("test", "", score=kind))
     return summary.env_stats(job, list(runs), {"runs": runs, "tuning": None, "time_s": 0.0}, protocol, reps=50)
@@ -51,14 +51,14 @@ def test_meta_training_and_evaluation_score_a_run_alike(kind):
     ppo, method = train_result(rng, 100.0), train_result(rng, 60.0)
     baseline = Baseline.of(jax.tree.map(lambda x: x[None], ppo)).mean()  # one training problem
     env = env_stats({"ppo": as_run(ppo), "m": as_run(method)}, scores.SCORES[kind].label)
-    assert env["excluded_from_aggregate"] is None
-    entry = env["methods"]["m"]
-    np.testing.assert_allclose(entry["scores"], fitness_from(method, kind, None, 0), rtol=1e-12)
-    np.testing.assert_allclose(entry["normalized"], fitness_from(method, kind + "_norm", baseline, 0), rtol=1e-12)
-    assert entry["columns"][scores.SCORES[kind].label] == pytest.approx(float(np.mean(fitness_from(method, kind, None, 0))))
+    assert env.excluded_from_aggregate is None
+    entry = env.methods["m"]
+    np.testing.assert_allclose(entry.scores, fitness_from(method, kind, None, 0), rtol=1e-12)
+    np.testing.assert_allclose(entry.normalized, fitness_from(method, kind + "_norm", baseline, 0), rtol=1e-12)
+    assert entry.columns[scores.SCORES[kind].label] == pytest.approx(float(np.mean(fitness_from(method, kind, None, 0))))
     # PPO is 1 in both, the initial policy 0
     np.testing.assert_allclose(np.mean(fitness_from(ppo, kind + "_norm", baseline, 0)), 1.0, rtol=1e-12)
-    np.testing.assert_allclose(np.mean(env["methods"]["ppo"]["normalized"]), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(np.mean(env.methods["ppo"].normalized), 1.0, rtol=1e-12)
 
 
 def test_every_kind_has_one_name_for_a_run_config_and_one_for_an_evaluation():
@@ -126,8 +126,8 @@ def test_a_barely_learning_ppo_cannot_normalise_an_evaluation():
     gain = ppo.eval_return - ppo.init_eval_return
     assert 0 < gain.mean() < 2 * gain.std(ddof=1) / np.sqrt(SEEDS)
     env = env_stats({"ppo": as_run(ppo), "m": as_run(method)}, "eval")
-    assert "ppo-flat" in env["flags"] and env["methods"]["m"]["normalized"] is None
-    assert "standard errors" in env["excluded_from_aggregate"]
+    assert "ppo-flat" in env.flags and env.methods["m"].normalized is None
+    assert "standard errors" in env.excluded_from_aggregate
 
 
 @pytest.mark.parametrize("xp", [np, jnp])
@@ -154,9 +154,9 @@ def test_meta_training_and_evaluation_place_a_diverged_run_alike():
     method.eval_return[0], method.diverged[1] = np.nan, True
     env = env_stats({"ppo": as_run(ppo), "m": as_run(method)}, "eval")
     worst = min(np.min(ppo.eval_return), np.min(method.eval_return[2:]))
-    entry = env["methods"]["m"]
-    assert entry["scores"][0] == entry["scores"][1] == worst and entry["nonfinite"] == 2 and entry["diverged"] == 1
-    assert entry["scores"][0] != pytest.approx(env["init_return"])  # not the initial policy's score
+    entry = env.methods["m"]
+    assert entry.scores[0] == entry.scores[1] == worst and entry.nonfinite == 2 and entry.diverged == 1
+    assert entry.scores[0] != pytest.approx(env.init_return)  # not the initial policy's score
 
 
 def test_the_score_registry_is_jax_free():
