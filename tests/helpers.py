@@ -30,8 +30,10 @@ TARGET = 0.05  # the known answer of quadratic_train's meta-problem
 # The engine's defaults, RunConfig(), as a named experiment: overrides without an experiment apply
 # to the demo (`metadisco train eval_every=0` is the demo), so a test that means LPO on CartPole names it.
 LPO = ["lpo_cartpole_cpu", "fitness=final_eval"]
+# CPU-sized, seconds per run: with LPO and objectives.drift.hidden=8, tiny_config()'s programs (so a
+# command-line test shares them through the compile cache)
 TINY = ["inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64", "inner.hidden=16,16",
-        "es.population_size=4", "eval_every=0"]  # CPU-sized: seconds per run
+        "es.population_size=4", "eval_every=0", "member_batch=2", "eval_seeds=2", "baseline_seeds=2"]
 
 
 def metadisco(*args, timeout=300) -> subprocess.CompletedProcess:

@@ -9,13 +9,12 @@ import time
 import pytest
 
 from metadisco.config import list_experiments, resolve
+from tests import helpers
 from tests.helpers import LPO, metadisco_in_process
 
 pytestmark = pytest.mark.timeout(400)
 
-TINY = ["generations=3", "inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64",
-        "inner.hidden=16,16", "objectives.drift.hidden=8", "es.population_size=4", "eval_every=0",
-        "checkpoint_every=1"]
+TINY = [*helpers.TINY, "generations=3", "objectives.drift.hidden=8", "checkpoint_every=1"]  # tiny_config()'s programs
 
 
 def cli(*argv, capsys) -> tuple[int, str, str]:

@@ -10,14 +10,11 @@ import sys
 import numpy as np
 import pytest
 
+from tests.helpers import LPO, TINY
+
 pytestmark = pytest.mark.timeout(400)
 
-OVERRIDES = [
-    "lpo_cartpole_cpu", "fitness=final_eval",  # tests.helpers.LPO
-    "generations=2", "inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64",
-    "inner.hidden=16,16", "objectives.drift.hidden=8", "es.population_size=4", "eval_every=0",
-    "member_batch=2", "baseline_seeds=2", "checkpoint_every=1",
-]
+OVERRIDES = [*LPO, *TINY, "generations=2", "objectives.drift.hidden=8", "checkpoint_every=1"]  # tiny_config()'s programs
 
 
 def _free_port() -> int:

@@ -16,14 +16,14 @@ def run(args) -> None:
     from metadisco.analysis.plots import FigureError
 
     which, what = api.chosen_objective(args.run_dir, args.which)
-    print(f"metadisco plot: {args.run_dir}: {what} (objectives/{which}.json)", file=sys.stderr)
+    drawn = f"drawn: {what} (objectives/{which}.json)"  # said once it loaded: a load error is the one line
     try:
         written = api.plot(args.run_dir, out_dir=args.out, formats=formats, which=which)
     except FigureError as e:  # the other figures were written: say where, then fail (EXIT_FAILED)
-        _print([], e.written)
+        _print([drawn], e.written)
         raise
     notes = written.pop("notes")
-    _print(notes, written)
+    _print([drawn, *notes], written)
 
 
 def _print(notes: list[str], written: dict) -> None:
