@@ -101,7 +101,7 @@ def test_smoke_runs_the_first_entry_through_training_and_evaluation_and_writes_o
     assert "point" in first["heldout"]["iqm"] if first["heldout"]["iqm"] else first["heldout"]["not_aggregated"]
     assert all(e["stage"] == "new" for e in summary["entries"][1:])
     assert summary["stopped"] == "--max-runs 1" and summary["smoke"]
-    assert "| drift_mix_minatar_gpu_seed1 | done | 2/2 |" in (out / "summary.md").read_text()
+    assert f"| {first['name']} | done | 2/2 |" in (out / "summary.md").read_text()
     log = (out / "queue.log").read_text()
     assert "--time-limit" in log and "results written to" in log
     with tarfile.open(out / "state.tar.gz") as tar:  # what a later call (or this repo) unpacks to resume
