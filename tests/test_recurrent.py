@@ -196,7 +196,7 @@ def test_every_workflow_accepts_a_recurrent_run(tmp_path, capsys):
     assert "init_hstate" in (whole / "export" / "discogen" / "loss.py").read_text()
 
 
-# The memory probe (rejax's probe environments, ../shared/STYLE.md 9). MemoryChain-bsuite (gymnax,
+# The memory probe (in the manner of rejax's probe environments, rejax tests/environments.py). MemoryChain-bsuite (gymnax,
 # memory_length 5): the context (+-1) is shown at the first step only; the episode's one reward, +1
 # if the action at step 6 names it and -1 if not, comes after five steps whose observations say
 # nothing of it (time left, and a query that is 0 with one context bit). A feed-forward policy acts
