@@ -93,8 +93,8 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str | None = 
 
     Reads the run through `metadisco.analysis.runs.Run`: config.json, the complete metrics.jsonl rows and
     objectives/<which>.json (which = "selected", the ES mean of the generation with the best validation
-    score, "mean", the last ES mean, or "best", the best member seen; None: selected where the run kept
-    one, else mean).
+    score or the start where none scored higher, "mean", the last ES mean, or "best", the best member
+    seen; None: selected where the run kept one, else mean).
     Figures go to `out_dir` (default RUN_DIR/figures) in each of `formats`; the report (PNG
     figures embedded as data URIs, the config summary, the verdict, the newest held-out
     evaluation and the distillation where they exist, and the last metrics row) to

@@ -15,7 +15,7 @@ from metadisco.core.fileio import atomic_write_text
 from metadisco.core.records import GenerationRecord, Violation
 from metadisco.core.strategies import searched_point
 from metadisco.measure import health as search_health
-from metadisco.measure.run_files import completed
+from metadisco.measure.run_files import completed, selection
 from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
 
 __all__ = ["CAPTIONS", "write_report"]
@@ -166,23 +166,24 @@ def _verdict_section(config, last_eval: GenerationRecord | None, run_dir: Path) 
 def _validation_section(config, records: list[GenerationRecord]) -> list[str]:
     """Validation beside training (RunConfig.validation): per generation that scored it, the ES mean on
     the training problems and on the validation problems (fresh seeds each), the start's, and which
-    generation objectives/selected.json holds; [] for a run without validation."""
+    objectives/selected.json holds (a generation's ES mean, or the start); [] for a run without validation."""
     rows = [r for r in records if r.validation is not None]
     if not rows:
         return []
-    scored = [r for r in rows if r.validation.scored]
-    chosen = max(scored, key=lambda r: r.validation.mean) if scored else None
+    chosen = selection(rows)
+    mark = "selected: its start" if chosen.start else "selected"
     head = ("<tr><th>generation</th><th>training: ES mean</th><th>training: PPO</th><th>validation: ES mean</th>"
             "<th>validation: its start</th><th>validation: PPO</th><th></th></tr>")
     body = "".join(
         f"<tr><td>{completed(r)}</td><td>{_fmt(r.comparison.mean if r.comparison else None)}</td>"
         f"<td>{_fmt(r.comparison.ppo if r.comparison else None)}</td><td>{_fmt(r.validation.mean)}</td>"
         f"<td>{_fmt(r.validation.start)}</td><td>{_fmt(r.validation.ppo)}</td>"
-        f"<td>{'selected' if r is chosen else ''}</td></tr>" for r in rows)
+        f"<td>{mark if r is chosen.record else ''}</td></tr>" for r in rows)
     text = (f"Validation on {', '.join(config.validation.envs)} ({config.validation.seeds} fresh seeds each time, "
             f"never used by the ES update), scored as the fitness ({config.fitness}). ")
-    text += (f"objectives/selected.json holds the ES mean of generation {completed(chosen)}: what evaluate, distil, "
-             "export and plot take from this run." if chosen else "No generation has a finite validation score yet.")
+    text += (f"objectives/selected.json holds {chosen.describe()}, validation score {chosen.score:.4g}: what "
+             "evaluate, distil, export and plot take from this run." if chosen.record is not None else
+             "No generation has a finite validation score yet.")
     return ["<h2>Validation</h2>", f"<p>{html.escape(text)}</p>", f"<table>{head}{body}</table>"]
 
 

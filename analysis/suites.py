@@ -63,8 +63,9 @@ TARGET is one of:
                         that tunes PPO's clip range beside every method's learning rate
   FILE.json             an objectives file (an exported closed form, RUN_DIR/objectives/best.json)
   RUN_DIR[:selected|:mean|:best]  a run directory: objectives/selected.json (the default where the
-                        run validated: the ES mean of its best validation generation), else
-                        mean.json (the last ES mean), or best.json; its meta-training
+                        run validated: the ES mean of its best validation generation, or its
+                        start where none scored higher), else mean.json (the last ES mean),
+                        or best.json; its meta-training
                         environments are flagged and aggregated apart
   RUN_DIR:init          the run's objectives at their initial parameters (where evolution
                         started): the control for what evolution itself found

@@ -40,7 +40,7 @@ from metadisco.core.scores import fitness_of
 from metadisco.core.strategies import POPULATION_STRATEGIES, searched_point
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.measure import health
-from metadisco.measure.run_files import completed
+from metadisco.measure.run_files import Selection, completed, select, selection
 from metadisco.measure.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
 from metadisco.meta_objectives import save_objectives
 from metadisco.meta_objectives.constraints import check_evolved, require_valid
@@ -75,27 +75,27 @@ def save_state(run: RunDir, trainer: MetaTrainer, state: RunState, baseline: Bas
     run.save_checkpoint(gen, _checkpoint_tree(host_state, host_baseline))
 
 
-def save_selected(run: RunDir, trainer: MetaTrainer, state: RunState, record: GenerationRecord) -> None:
-    """objectives/selected.json: the ES mean of `state`, the generation `record` validated, with its
-    validation scores (process 0 only). Written when a generation's validation score beats every
-    earlier one; a resumed run recomputes the same (its rows are the same), so it needs no checkpoint."""
+def save_selected(run: RunDir, trainer: MetaTrainer, state: RunState, chosen: Selection) -> None:
+    """objectives/selected.json: the candidate `chosen` (metadisco.measure.run_files.select), the ES mean of
+    `state` or the run's start, with the scores of the check that chose it (process 0 only). Written when a
+    candidate's validation score beats every earlier one; a resumed run recomputes the same (its rows are
+    the same), so it needs no checkpoint."""
     if jax.process_index() != 0:
         return
-    v = record.validation
-    extra = {"generation": completed(record), "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve),
-             "validation": {"envs": list(trainer.cfg.validation.envs), "score": v.mean, "start": v.start, "ppo": v.ppo,
-                            "problems": {p.name: p.mean for p in v.problems}, "seeds": trainer.cfg.validation.seeds},
+    v, part = chosen.record.validation, "start" if chosen.start else "mean"
+    extra = {"generation": chosen.generation, "candidate": part, "scored_at": completed(chosen.record),
+             "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve),
+             "validation": {"envs": list(trainer.cfg.validation.envs), "score": chosen.score, "start": v.start,
+                            "mean": v.mean, "ppo": v.ppo, "problems": {p.name: getattr(p, part) for p in v.problems},
+                            "seeds": trainer.cfg.validation.seeds},
              "fitness": trainer.cfg.fitness,
-             "note": "the ES mean of the generation with the best validation score (RunConfig.validation, fresh seeds, "
-                     "never used by the ES update): what evaluate, distil, export and plot take from this run"}
+             "note": ("the run's start: no ES mean scored higher on the validation problems" if chosen.start else
+                      "the ES mean of the generation with the best validation score")
+                     + f" (RunConfig.validation, fresh seeds, never used by the ES update; scored at generation "
+                       f"{completed(chosen.record)}): what evaluate, distil, export and plot take from this run"}
+    solution = trainer.initial_solution if chosen.start else fetch(trainer.mean_params(fetch(state)))
     run.write_file(run.objectives_path("selected"), save_objectives, trainer.objectives,
-                   trainer.full_params(fetch(trainer.mean_params(fetch(state)))), extra)
-
-
-def best_validation(records) -> float:
-    """The best validation score (the ES mean's, on the validation problems) of `records`; -inf where none."""
-    return max((r.validation.mean for r in records if r.validation is not None and finite(r.validation.mean)),
-               default=-np.inf)
+                   trainer.full_params(solution), extra)
 
 
 def load_state(run: RunDir, trainer: MetaTrainer) -> tuple[RunState, Baseline, list[str]]:
@@ -279,7 +279,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
     logged = state  # the newest state whose metrics row is written
     history = run.metrics()[:start] if resume and is_main else []  # for the search-health window
     saved = start  # the generation of the newest checkpoint
-    selected = best_validation(history)  # the validation score objectives/selected.json holds
+    selected = selection(history)  # what objectives/selected.json holds: a resume folds the same rows
     try:
         for gen in range(start, end):
             evaluates = _evaluates_after(cfg, gen)
@@ -303,9 +303,10 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
                     time_limit.record_evaluation(time.perf_counter() - t)
             if is_main:
                 run.append_metrics(record)
-                if record.validation is not None and finite(record.validation.mean) and record.validation.mean > selected:
-                    selected = record.validation.mean
-                    save_selected(run, trainer, state, record)
+                chosen = select(selected, record)
+                if chosen is not selected:
+                    selected = chosen
+                    save_selected(run, trainer, state, selected)
             logged = state
             if is_main:
                 mirrors.log(record)
@@ -480,11 +481,13 @@ def _summary(run: RunDir, cfg, log, violations: Violations) -> None:
     subject = searched_point(cfg.es.strategy)
     log(f"  objectives: {run.objectives_dir}/mean.json (the {subject}), best.json (the highest single-generation "
         "score: selected on noise)")
-    if validated:
-        chosen = max(validated, key=lambda r: r.validation.mean)  # the first of equals, as the run kept it
-        log(f"  selected.json: the ES mean of generation {completed(chosen)}, validation score "
-            f"{chosen.validation.mean:.4g} on {', '.join(cfg.validation.envs)} (the last generation's: "
-            f"{validated[-1].validation.mean:.4g}); evaluate, distil, export and plot take it")
+    chosen = selection(records)  # as the run kept it
+    if chosen.record is not None:
+        at = f" at generation {completed(chosen.record)}" if chosen.start else ""
+        last = f"{validated[-1].validation.mean:.4g}" if validated else "none finite"
+        log(f"  selected.json: {chosen.describe()}, validation score {chosen.score:.4g} on "
+            f"{', '.join(cfg.validation.envs)}{at} (the last generation's ES mean: {last}); evaluate, distil, "
+            "export and plot take it")
     log(f"next: metadisco plot {run.path}   |   metadisco evaluate {run.path} --quick")
     if cfg.expect.not_applied:
         log(f"no verdict: {cfg.expect.not_applied}")

@@ -1,6 +1,7 @@
 """Meta-validation (RunConfig.validation): refused overlaps, the selected objective, exact resume, and
 a problem with a known answer where training fitness keeps rising past what generalises."""
 
+import functools
 import json
 
 import jax
@@ -9,10 +10,14 @@ import numpy as np
 import pytest
 
 from metadisco import api
+from metadisco.analysis.figures.training import training_curves_figure
+from metadisco.analysis.report import write_report
 from metadisco.analysis.targets import resolve_target
 from metadisco.config import ESConfig, HeldoutConfig, RunConfig, ValidationConfig, validate
 from metadisco.core.errors import ConfigError
+from metadisco.core.records import Comparison, GenerationRecord
 from metadisco.engine import MetaTrainer
+from metadisco.measure.run_files import completed, select, selection
 from metadisco.meta_objectives import load_objectives
 from metadisco.rundir import RunDir
 from metadisco.train import run
@@ -23,12 +28,12 @@ pytestmark = pytest.mark.timeout(120)
 VALIDATION_TARGET = 0.02  # what the validation problem prefers: on the way from the start (0) to TARGET
 
 
-def validation_train(noise: float):
-    """A stand-in inner loop whose optimum is VALIDATION_TARGET, not training's TARGET:
-    return = -100 |w2 - 0.02|^2 (+ noise * N(0, 1))."""
+def validation_train(noise: float, target: float = VALIDATION_TARGET):
+    """A stand-in inner loop whose optimum is `target` (VALIDATION_TARGET), not training's TARGET:
+    return = -100 |w2 - target|^2 (+ noise * N(0, 1))."""
 
     def train(key, meta_params):
-        ret = -100.0 * jnp.mean(jnp.square(meta_params["drift"]["w2"] - VALIDATION_TARGET)) + noise * jax.random.normal(key)
+        ret = -100.0 * jnp.mean(jnp.square(meta_params["drift"]["w2"] - target)) + noise * jax.random.normal(key)
         return stand_in_result(jnp.full((8,), ret), ret, jnp.float32(-1.0))
 
     return train
@@ -38,9 +43,15 @@ def validated(**changes) -> RunConfig:
     return tiny_config(validation=ValidationConfig(envs=("Acrobot-v1",), seeds=2), **changes)
 
 
-def trainer_for(cfg, noise=0.01) -> MetaTrainer:
+def trainer_for(cfg, noise=0.01, target=VALIDATION_TARGET) -> MetaTrainer:
     return MetaTrainer(cfg, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)],
-                       validation_trains=[validation_train(noise)], validation_ppo_trains=[constant_train(-1.0, 0.0)])
+                       validation_trains=[validation_train(noise, target)],
+                       validation_ppo_trains=[constant_train(-1.0, 0.0)])
+
+
+def checked(start, mean, generation=0) -> GenerationRecord:
+    """A metrics row with a validation check: the start's and the ES mean's scores."""
+    return GenerationRecord(generation, validation=Comparison(mean=mean, start=start))
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -56,18 +67,22 @@ def test_overlapping_or_unusable_validation_sets_are_refused_before_any_compute(
         validate(RunConfig(**changes))
 
 
-def test_validation_keeps_the_mean_of_its_best_generation_and_never_moves_the_es(tmp_path):
+def test_validation_keeps_its_best_candidate_and_never_moves_the_es(tmp_path):
     cfg = validated()
     run(cfg, tmp_path / "run", progress=False, trainer=trainer_for(cfg), log=lambda *a: None)
     plain = tiny_config()
     run(plain, tmp_path / "plain", progress=False, trainer=MetaTrainer(plain, trains=[quadratic_train]),
         log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
-    validations = {r.generation + 1: r.validation.mean for r in rows if r.validation is not None}
-    assert sorted(validations) == [2, 4] and rows[1].validation.problems[0].name == "Acrobot-v1"
+    checks = [r for r in rows if r.validation is not None]
+    assert [completed(r) for r in checks] == [2, 4] and rows[1].validation.problems[0].name == "Acrobot-v1"
     selected = json.loads((tmp_path / "run" / "objectives" / "selected.json").read_text())
-    assert selected["extra"]["generation"] == max(validations, key=validations.get)
-    assert selected["extra"]["validation"]["score"] == pytest.approx(max(validations.values()))
+    # the candidates of each check, its start (generation 0) before its ES mean; max keeps the first of equals
+    candidates = [(score, generation) for r in checks
+                  for score, generation in ((r.validation.start, 0), (r.validation.mean, completed(r)))]
+    score, generation = max(candidates, key=lambda c: c[0])
+    assert selected["extra"]["generation"] == generation
+    assert selected["extra"]["validation"]["score"] == pytest.approx(score)
     # the ES never reads validation: its trajectory equals the same run without it
     assert [r.fitness_mean for r in rows] == [r.fitness_mean for r in RunDir(tmp_path / "plain").metrics()]
     # every reader takes the selected objective when not told which, and says so; RUN:mean picks the last mean
@@ -113,3 +128,52 @@ def test_selection_picks_the_generation_the_validation_problem_prefers(tmp_path)
     assert -100 * msd(w_selected, VALIDATION_TARGET) == pytest.approx(max(r.validation.mean for r in rows), abs=1e-6)
     assert msd(w_selected, VALIDATION_TARGET) < msd(w_last, VALIDATION_TARGET)
     assert msd(w_last, TARGET) < msd(w_selected, TARGET)  # training prefers the last
+
+
+def test_the_start_is_selected_where_no_es_mean_beats_it_on_validation(tmp_path):
+    """The known answer: validation's optimum is the start itself (w2 = 0) while training pulls the ES
+    mean towards TARGET; without noise every ES mean scores below the start, so selected.json holds the
+    start's parameters, as generation 0, scored at the first check (the first of equals)."""
+    cfg = validated()
+    trainer = trainer_for(cfg, noise=0.0, target=0.0)
+    lines = []
+    run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lines.append)
+    rows = RunDir(tmp_path / "run").metrics()
+    checks = [r for r in rows if r.validation is not None]
+    assert len(checks) == 2 and all(r.validation.mean < r.validation.start == 0.0 for r in checks)
+    extra = json.loads((tmp_path / "run" / "objectives" / "selected.json").read_text())["extra"]
+    assert (extra["generation"], extra["candidate"], extra["scored_at"]) == (0, "start", completed(checks[0]))
+    assert extra["validation"]["score"] == 0.0 and "no ES mean scored higher" in extra["note"]
+    start = trainer.objectives.start_params(cfg.seed)  # where the run starts: its one definition
+    selected = load_objectives(tmp_path / "run" / "objectives" / "selected.json")[1]
+    assert jax.tree.structure(selected) == jax.tree.structure(start)
+    for a, b in zip(jax.tree.leaves(selected), jax.tree.leaves(start)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # the summary, the readers, the report and the figure say it is the start
+    assert any(line.startswith("  selected.json: the start (generation 0; no ES mean scored higher") for line in lines)
+    assert "the start (generation 0" in api.chosen_objective(tmp_path / "run")[1]
+    page = write_report(tmp_path / "report.html", tmp_path, cfg, rows, {}, {}, [], "selected", {}).read_text()
+    assert "objectives/selected.json holds the start (generation 0" in page and "selected: its start" in page
+    (fit,) = [ax for ax in training_curves_figure(rows).axes if ax.get_label() == "curves/fitness"]
+    (star,) = [ln for ln in fit.lines if ln.get_label().startswith("selected")]
+    assert star.get_label() == "selected: the start (best validation)"
+    assert (star.get_xdata(), star.get_ydata()) == ([completed(checks[0])], [0.0])
+
+
+def test_selection_takes_the_start_unless_an_es_mean_scores_strictly_higher_from_any_resume_point():
+    """The fold a run and its resume share: candidates the start, then the ES mean, at each check; a
+    non-finite score is no candidate; the first of equals is kept."""
+    rows = [checked(start=1.0, mean=0.5, generation=1),
+            checked(start=0.9, mean=0.8, generation=3),  # beats the earlier mean, not the start
+            checked(start=np.nan, mean=1.0, generation=5),  # ties the start's best: not strictly higher
+            checked(start=np.nan, mean=np.nan, generation=7)]
+    chosen = selection(rows)
+    assert (chosen.start, chosen.generation, chosen.score, chosen.record) == (True, 0, 1.0, rows[0])
+    for k in range(len(rows) + 1):  # resumed after k rows: the same selection
+        assert functools.reduce(select, rows[k:], selection(rows[:k])) == chosen
+    later = selection([*rows, checked(start=1.2, mean=1.2, generation=9), checked(start=1.0, mean=1.3, generation=11)])
+    assert (later.start, later.generation, later.score) == (False, 12, 1.3)
+    tie = selection([checked(start=1.2, mean=1.2, generation=9)])  # at one check, the ES mean must beat the start
+    assert tie.start and tie.generation == 0
+    assert selection([checked(start=np.inf, mean=0.1)]).start is False  # an infinite start is no candidate
+    assert selection([GenerationRecord(0)]).record is None

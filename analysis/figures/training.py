@@ -12,7 +12,7 @@ import seaborn as sns
 from metadisco.analysis.figures.style import theme
 from metadisco.core.records import GenerationRecord, finite
 from metadisco.measure.health import NOISY_COSINE
-from metadisco.measure.run_files import completed
+from metadisco.measure.run_files import completed, selection
 
 __all__ = ["training_curves_figure"]
 
@@ -28,7 +28,9 @@ def training_curves_figure(records: list[GenerationRecord], fitness_label: str =
 
     Top: population mean (line) with the min-max band, the highest member score so far (a
     maximum over noisy scores, dashed), and, on generations that were evaluated, the ES mean,
-    its start point and PPO on the same fresh seeds (markers). Middle: the split-half cosine of
+    its start point and PPO on the same fresh seeds (markers); where the run validates, the ES mean
+    and its start on the validation problems, the selected one starred (metadisco.measure.run_files.
+    selection: the start where no ES mean scored higher, at the check that scored it). Middle: the split-half cosine of
     the ES gradient per generation and its 5-generation running mean (metadisco.measure.health);
     below the dotted line the gradient is mostly seed noise. Bottom: sigma (log scale when
     positive). subject: what the run follows (metadisco.core.strategies.searched_point: the best
@@ -64,15 +66,18 @@ def training_curves_figure(records: list[GenerationRecord], fitness_label: str =
             if any(finite(r.comparison.start) for r in evals):
                 ax_f.plot(eg, _column(r.comparison.start for r in evals), color=colors[7], marker="^", markersize=4,
                           linestyle=":", linewidth=1.0, label="its start (same seeds)")
-        validated = [r for r in rows if r.validation is not None and r.validation.scored]
-        if validated:  # RunConfig.validation: the same mean on problems it never trains on; the best is kept
+        validated = [r for r in rows if r.validation is not None]  # RunConfig.validation: never trained on
+        chosen = selection(validated)  # the best of the ES means and the start, as the run kept it
+        if chosen.record is not None:
             vg = np.array([completed(r) for r in validated], float)
-            scores = _column(r.validation.mean for r in validated)
-            ax_f.plot(vg, scores, color=colors[5], marker="D", markersize=4, linestyle="-", linewidth=1.0,
-                      label="mean on validation (fresh seeds)")
-            chosen = int(np.nanargmax(scores))
-            ax_f.plot(vg[chosen], scores[chosen], color=colors[5], marker="*", markersize=12, linestyle="none",
-                      label="selected (best validation)")
+            ax_f.plot(vg, _column(r.validation.mean for r in validated), color=colors[5], marker="D", markersize=4,
+                      linestyle="-", linewidth=1.0, label="mean on validation (fresh seeds)")
+            if any(finite(r.validation.start) for r in validated):
+                ax_f.plot(vg, _column(r.validation.start for r in validated), color=colors[7], marker="v",
+                          markersize=4, linestyle="-", linewidth=1.0, label="its start on validation")
+            ax_f.plot(completed(chosen.record), chosen.score, color=colors[7 if chosen.start else 5], marker="*",
+                      markersize=12, linestyle="none",
+                      label="selected: the start (best validation)" if chosen.start else "selected (best validation)")
         ax_f.set_ylabel(fitness_label)
         ax_f.set_title("Meta-training progress")
         ax_f.legend(frameon=False, fontsize="small", ncols=2)

@@ -63,8 +63,8 @@ def add(subparsers) -> None:
     d.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `metadisco train`")
     d.add_argument("--which", choices=("selected", "mean", "best"), default=None,
                    help="the run's objectives: selected (the ES mean of the generation with the best validation "
-                        "score), mean (the last ES mean) or best (the best member seen); default: selected where "
-                        "the run kept one, else mean")
+                        "score, or the start where none scored higher), mean (the last ES mean) or best (the "
+                        "best member seen); default: selected where the run kept one, else mean")
     d.add_argument("--progress", type=float, default=None,
                    help="distil a TA-LPO drift at this one training progress; by default it is distilled at "
                         "the start and the end of training and interpolated, (1 - p) D_0 + p D_1")

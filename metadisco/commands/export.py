@@ -68,7 +68,7 @@ def add(subparsers) -> None:
                         "for DiscoGen's on-policy RL domain (depends only on jax)")
     e.add_argument("--which", choices=("selected", "mean", "best"), default=None,
                    help="the run's objectives: selected (the ES mean of the generation with the best validation "
-                        "score), mean (the last ES mean) or best (the best member seen); default: selected where "
-                        "the run kept one, else mean")
+                        "score, or the start where none scored higher), mean (the last ES mean) or best (the "
+                        "best member seen); default: selected where the run kept one, else mean")
     e.add_argument("--name", default=None, help="file and module name (default discovered_<what was exported>)")
     e.set_defaults(func=run)

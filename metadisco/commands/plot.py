@@ -48,8 +48,8 @@ def add(subparsers) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `metadisco train`")
     p.add_argument("--which", choices=("selected", "mean", "best"), default=None,
                    help="the run's objectives: selected (the ES mean of the generation with the best validation "
-                        "score), mean (the last ES mean) or best (the best member seen); default: selected where "
-                        "the run kept one, else mean")
+                        "score, or the start where none scored higher), mean (the last ES mean) or best (the "
+                        "best member seen); default: selected where the run kept one, else mean")
     p.add_argument("--out", metavar="DIR", help="figure folder (default RUN_DIR/figures; the report goes "
                                                  "there too when given, else to RUN_DIR/report.html)")
     p.add_argument("--formats", default="png,pdf", help="comma-separated figure formats (png, pdf, svg)")

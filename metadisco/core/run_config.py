@@ -165,8 +165,9 @@ class ValidationConfig:
     Every `eval_every` generations the ES mean (and its start, and PPO) is scored on them on fresh
     seeds (their own stream), normalised by PPO on each as the training fitness is; the score never
     enters the ES update. The run keeps objectives/selected.json, the ES mean of the generation
-    with the best validation score, and `evaluate`, `distil`, `export` and `plot` take it. The
-    environments must be disjoint from `envs` and from `heldout.envs`.
+    with the best validation score, or the start where no ES mean scored higher, and `evaluate`,
+    `distil`, `export` and `plot` take it. The environments must be disjoint from `envs` and from
+    `heldout.envs`.
 
         [validation]
         envs = ["Seaquest-MinAtar"]

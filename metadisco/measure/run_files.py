@@ -25,6 +25,8 @@ loaded, the held-out set).
     files.objectives_path(which)  RUN_DIR/objectives/{which}.json ("mean" or "best")
     completed(record)          the generations done when a metrics row was written: how the console,
                                the report and the figures number generations (1 = the first)
+    selection(records)         what objectives/selected.json holds after these rows (a Selection):
+                               the train loop, its summary, the report and the figure read it alike
     with writing(path): ...    an OSError while writing `path` -> RunWriteError naming it and the cause
 
 Everything a run writes is written atomically (a reader sees the old file or the new one) except
@@ -34,13 +36,16 @@ metrics.jsonl, which grows a line at a time; `metrics()` keeps complete lines on
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from metadisco.core.errors import ConfigError, MetadiscoError
-from metadisco.core.records import GenerationRecord
+from metadisco.core.records import GenerationRecord, finite
 from metadisco.core.run_config import RunConfig
 
 CHECKPOINT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
@@ -51,6 +56,51 @@ def completed(record: GenerationRecord) -> int:
     number every human-facing place (console, report, figures, verdicts) calls "generation N", as
     checkpoints and objectives files count. The record's `generation` is 0-based."""
     return record.generation + 1
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What objectives/selected.json holds (RunConfig.validation): the candidate with the best validation
+    score of any check so far, `record` the check (metrics row) that scored it, None before any finite
+    score; `start`: the run's start point rather than that check's ES mean."""
+
+    score: float = -math.inf
+    record: GenerationRecord | None = None
+    start: bool = False
+
+    @property
+    def generation(self) -> int | None:
+        """The generation of the objective held: 0 for the start, else the generations done at its check."""
+        return None if self.record is None else 0 if self.start else completed(self.record)
+
+    def describe(self) -> str:
+        """In words, which objective it is (the console's summary, the report)."""
+        return selected_words(self.start, self.generation)
+
+
+def selected_words(start: bool, generation) -> str:
+    """In words, the objective objectives/selected.json holds: the start, or the ES mean of `generation`."""
+    if start:
+        return "the start (generation 0; no ES mean scored higher on validation)"
+    return f"the ES mean of generation {generation}"
+
+
+def select(best: Selection, record: GenerationRecord) -> Selection:
+    """`best` after `record`'s check: its candidates are the start (validation.start), then the ES mean
+    (validation.mean), each taken where finite and strictly higher than the best so far (so the first
+    of equals is kept, and at one check the ES mean must beat the start)."""
+    v = record.validation
+    if v is None:
+        return best
+    for score, start in ((v.start, True), (v.mean, False)):
+        if finite(score) and score > best.score:
+            best = Selection(score, record, start)
+    return best
+
+
+def selection(records) -> Selection:
+    """The Selection after `records` (metrics rows, oldest first): a run and its resume fold the same rows."""
+    return functools.reduce(select, records, Selection())
 
 
 WHICH = ("mean", "best", "selected")  # objectives/<which>.json: the ES mean, the best member, the validated choice
@@ -136,8 +186,8 @@ class RunFiles:
 
     def default_which(self) -> str:
         """The objectives a reader takes from this run when not told which: "selected" (the ES mean of the
-        generation with the best validation score, RunConfig.validation) where the run has kept one,
-        else "mean" (the last ES mean)."""
+        generation with the best validation score, or the start where none scored higher: RunConfig.validation)
+        where the run has kept one, else "mean" (the last ES mean)."""
         return "selected" if self.objectives_path("selected").is_file() else "mean"
 
     def which_text(self, which: str) -> str:
@@ -146,8 +196,8 @@ class RunFiles:
             try:
                 extra = json.loads(self.objectives_path("selected").read_text()).get("extra", {})
                 v = extra.get("validation", {})
-                return (f"the selected objective: the ES mean of generation {extra.get('generation')}, the best "
-                        f"validation score ({v.get('score', float('nan')):.4g} on {', '.join(v.get('envs', []))})")
+                return (f"the selected objective: {selected_words(extra.get('candidate') == 'start', extra.get('generation'))}"
+                        f", the best validation score ({v.get('score', float('nan')):.4g} on {', '.join(v.get('envs', []))})")
             except (OSError, ValueError, AttributeError, TypeError):
                 return "the selected objective (by validation score)"
         return {"mean": "the ES mean of the last generation", "best": "the best single member seen"}[which]
