@@ -216,6 +216,8 @@ def main(argv=None):
     p.add_argument("--reps", type=int, help=f"paired repetitions per throughput cell (default {DEFAULTS['reps']})")
     p.add_argument("--calls", type=int, help=f"timed calls per process; the fastest counts (default {DEFAULTS['calls']})")
     p.add_argument("--seeds", type=int, help=f"seeds per implementation for learning (default {DEFAULTS['seeds']})")
+    p.add_argument("--speed-steps", type=int, help="steps per agent in a throughput measurement, for every "
+                   "environment (default: the workload's; fewer keep 64 agents in minutes)")
     p.add_argument("--skip", choices=("learning", "throughput"), help="measure only the other")
     p.add_argument("--quick", action="store_true", help=f"a smoke check with tiny budgets: {QUICK}")
     p.add_argument("--out", help="write the records, settings and machine to this JSON file")
@@ -242,6 +244,9 @@ def main(argv=None):
         raise SystemExit(f"no workload for {sorted(unknown)}; known: {', '.join(WORKLOADS)}")
     budget = {env: {k: WORKLOADS[env]["quick"] if args.quick else WORKLOADS[env][k] for k in ("learn", "speed")}
               for env in envs}
+    if args.speed_steps:
+        for env in envs:
+            budget[env]["speed"] = args.speed_steps
     payload = {"machine": _common.machine_info(),
                "settings": {"command": " ".join(["benchmarks/recurrent.py", *argv]), "envs": envs, "pops": args.pops,
                             "reps": args.reps, "calls": args.calls, "seeds": args.seeds, "budgets": budget,
