@@ -155,6 +155,13 @@ def test_check_names_each_violated_constraint_of_a_broken_drift(user_module, cap
     assert "D < 0" in err and "r=" in err and not out
 
 
+@pytest.mark.parametrize("plug", [None, "drift"])
+def test_check_of_an_unknown_name_says_what_to_do_in_one_line(capsys, plug):
+    code, _, err = _main_exit(["check", "run/objectives/mean.json", *(["--plug", plug] if plug else [])], capsys)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "objective" in err and ("--plug" in err if plug is None else "metadisco export RUN_DIR" in err), err
+
+
 def test_check_passes_the_example_drift_and_the_function_says_the_same(monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(EXAMPLES))
     main(["check", "my_drifts:ScaledSquare", "--samples", "1"])

@@ -23,7 +23,13 @@ def objective_class_named(name: str, plug: str | None = None):
             raise PluginError(f"objective {name!r} sets no plug point (plug = one of {', '.join(PLUGS)}): "
                               "is it a meta_objectives.MetaObjective?")
     if plug is not None:
-        return objective_class(plug, name)
+        try:
+            return objective_class(plug, name)
+        except PluginError:
+            raise
+        except ValueError as e:
+            raise ConfigError(f"{e} A run's objectives (RUN_DIR/objectives/*.json) are checked by `metadisco "
+                              "export RUN_DIR` and `metadisco evaluate RUN_DIR`, which refuse invalid ones") from None
     found = []
     for p in PLUGS:
         try:
