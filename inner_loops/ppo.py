@@ -345,15 +345,21 @@ def collect(ppo: PPO, runner: Runner, inputs: TrainInputs) -> tuple[Runner, Tran
         hstate, pi, value = act(ppo, runner.params, runner.hstate, norm(runner.obs), runner.first)
         action, log_prob = networks.sample(env.discrete, pi, k_act)
         step = env.step_batch(k_env, runner.env_state, action, inputs.env_params)
-        next_value = bootstrap_value(ppo, runner.params, hstate, norm(step.final_obs))
+        # Recurrent: the bootstraps wait for the end of the rollout (below), one batched cell step
+        # for all T steps instead of a second cell step in each (the rollout's serial chain).
+        next_value = None if ppo.recurrent else bootstrap_value(ppo, runner.params, hstate, norm(step.final_obs))
         reward_norm, reward = training_reward(ppo, inputs, runner.reward_norm, runner.obs, step, k_env)
         transition = Transition(runner.obs, action, log_prob, value, next_value, reward, step.terminated,
                                 step.truncated, step.episode_return, runner.first)
         runner = runner._replace(env_state=step.state, obs=step.obs, reward_norm=reward_norm, key=key,
                                  hstate=hstate, first=step.done if ppo.recurrent else None)
-        return runner, transition
+        return runner, (transition, (hstate, step.final_obs) if ppo.recurrent else None)
 
-    return jax.lax.scan(env_step, runner, None, ppo.config.num_steps)
+    runner, (traj, reached) = jax.lax.scan(env_step, runner, None, ppo.config.num_steps)
+    if ppo.recurrent:  # reached: the carries after acting [T, N, size] and final observations [T, N, ...]
+        hstates, final_obs = reached
+        traj = traj._replace(next_value=bootstrap_value(ppo, runner.params, hstates, norm(final_obs)))
+    return runner, traj
 
 
 def gae(values, next_values, rewards, terminated, done, gamma, gae_lambda):
