@@ -41,7 +41,7 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
     """Meta-train (or resume) a run; returns its run directory.
 
     config: a `RunConfig`, a named experiment or a TOML file (str), or None for the demo (as
-    `metadisco train` with no experiment).
+    `metadisco train` with no experiment: `config.demo`, which on other envs leaves out what is MountainCar's).
     run_dir: where to write (default runs/NAME-TIMESTAMP, as the CLI). overrides: config fields
     with typed values (generations=3, envs=("CartPole-v1", "Acrobot-v1"), tensorboard=True), a
     section as a dict (es={"population_size": 4}, inner={"hidden": (64, 64)}) or a dotted name in a
@@ -64,7 +64,7 @@ def train(config=None, run_dir=None, *, resume: bool = False, overwrite: bool = 
 
         cfg = config_lib.override(RunDir(run_dir).config(), overrides) if overrides else None
     else:
-        cfg = config_lib.resolve(config_lib.DEMO_EXPERIMENT if config is None else str(config), overrides)
+        cfg = config_lib.demo(overrides) if config is None else config_lib.resolve(str(config), overrides)
     if run_dir is None:
         run_dir = default_run_dir(cfg)
     return run_training(cfg, run_dir, resume=resume, overwrite=overwrite, progress=progress, stop_after=stop_after)

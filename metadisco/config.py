@@ -39,9 +39,9 @@ from metadisco.core.scores import fitness_of
 
 # The schema's classes are part of this module's interface: a config is built here.
 __all__ = [
-    "DEMO_EXPERIMENT", "EXPERIMENTS", "DistributionConfig", "ESConfig", "ExpectConfig", "HeldoutConfig",
-    "InnerConfig", "ObjectivesConfig", "PlugChoice", "RunConfig", "ValidationConfig", "check_static", "diff", "inner_config",
-    "list_experiments", "load_experiment", "nest_overrides", "objectives_of", "override", "parse_overrides",
+    "DEMO_ENV_BOUND", "DEMO_EXPERIMENT", "EXPERIMENTS", "DistributionConfig", "ESConfig", "ExpectConfig", "HeldoutConfig",
+    "InnerConfig", "ObjectivesConfig", "PlugChoice", "RunConfig", "ValidationConfig", "check_static", "demo", "diff",
+    "inner_config", "list_experiments", "load_experiment", "nest_overrides", "objectives_of", "override", "parse_overrides",
     "ppo_config", "resolve", "typed_objectives", "validate", "validation_ppo_config",
 ]
 
@@ -51,6 +51,9 @@ Overrides = Mapping | Sequence[str]
 
 EXPERIMENTS = "experiments"  # the data folder of named experiments (metadisco.resources)
 DEMO_EXPERIMENT = "rediscover_shaping"  # what `metadisco train` runs with no experiment and no override
+# What of the demo was written for MountainCar-v0, and which `demo` leaves out on other environments
+DEMO_ENV_BOUND = {"objectives.shaping.obs_scale": "its potential's observation scale",
+                  "heldout": "its held-out set", "expect": "its expectation"}
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -155,20 +158,50 @@ def inner_config(base: dict, overrides: Overrides = ()) -> InnerConfig:
     return read_section(InnerConfig, _merge(base, _nested(overrides)), "inner.")
 
 
+def demo(overrides: Overrides = ()) -> RunConfig:
+    """`metadisco train [FIELD=VALUE ...]`: the demo, DEMO_EXPERIMENT, with the overrides.
+
+    The demo is written for MountainCar-v0. Where the overrides train on other environments, what
+    belongs to MountainCar (DEMO_ENV_BOUND: the potential's observation scale, the held-out set, the
+    expectation) is left out unless the overrides give it, and expect.not_applied says so: the
+    demo's search on the user's environments, with the plain comparison at its end.
+    """
+    given = _nested(overrides)
+    loaded = load_experiment(DEMO_EXPERIMENT)
+    envs = given.get("envs", loaded["envs"])
+    envs = [envs] if isinstance(envs, str) else list(envs)
+    if envs == list(loaded["envs"]):
+        return resolve(DEMO_EXPERIMENT, overrides)
+    left_out = []
+    for dotted, what in DEMO_ENV_BOUND.items():
+        *parents, leaf = dotted.split(".")
+        section, given_section = loaded, given
+        for name in parents:
+            section, given_section = section.get(name, {}), given_section.get(name, {})
+        if leaf in section and not (isinstance(given_section, dict) and leaf in given_section):
+            del section[leaf]
+            left_out.append(what)
+    reason = (f"the demo ({DEMO_EXPERIMENT}) was written for {', '.join(loaded['envs'])}; on {', '.join(envs)} it "
+              f"runs without {', '.join(left_out)}; the run ends with the plain comparison, without a verdict")
+    cfg = _resolve(loaded, given, experiment=DEMO_EXPERIMENT)
+    if "expect" in given:
+        return cfg
+    return validate(RunConfig.from_dict({**cfg.to_dict(), "expect": {"not_applied": reason}}))
+
+
 def resolve(experiment: str | None = None, overrides: Overrides = ()) -> RunConfig:
     """Defaults <- experiment file <- overrides (typed values or FIELD=VALUE strings: `Overrides`),
     then validated. An experiment's
     expectation ([expect]) belongs to the run it was written for: where the overrides change its
     objectives, or turn off the checks on fresh seeds its verdict reads (eval_every=0), and state
     no expectation of their own, it is dropped with the reason in expect.not_applied."""
-    d = RunConfig().to_dict()
-    written_for = None
-    if experiment:
-        loaded = load_experiment(experiment)
-        d = _merge(d, loaded)
-        if "expect" in loaded:
-            written_for = RunConfig.from_dict(d).objectives.signature()
-    given = _nested(overrides)
+    return _resolve(load_experiment(experiment) if experiment else {}, _nested(overrides), experiment=experiment)
+
+
+def _resolve(loaded: dict, given: dict, experiment: str | None) -> RunConfig:
+    """`resolve` of an experiment's fields `loaded` and the overrides `given`, both nested dicts."""
+    d = _merge(RunConfig().to_dict(), loaded)
+    written_for = RunConfig.from_dict(d).objectives.signature() if "expect" in loaded else None
     d = _merge(d, given)
     d = _evolving_what_is_named(d, given)
     if written_for is not None and "expect" not in given:

@@ -80,7 +80,7 @@ def test_every_command_the_readme_gives_parses_and_its_config_or_objective_is_va
     overrides make a valid config (RUN and runs/... stand for a run of the reader's), and each
     `check` passes."""
     from metadisco.cli import build_parser, main
-    from metadisco.config import DEMO_EXPERIMENT, resolve
+    from metadisco.config import demo, resolve
 
     monkeypatch.syspath_prepend(str(ROOT / "examples"))  # the README's plug-in lives in examples/
     commands = readme_commands()
@@ -90,7 +90,7 @@ def test_every_command_the_readme_gives_parses_and_its_config_or_objective_is_va
         if argv[0] == "train" and not args.resume:
             named = args.experiment if args.experiment and "=" not in args.experiment else None
             overrides = [*([args.experiment] if args.experiment and not named else []), *args.overrides]
-            resolve(named or DEMO_EXPERIMENT, overrides)
+            resolve(named, overrides) if named else demo(overrides)
         elif argv[0] == "check":
             main(argv)
             assert "constraint holds" in capsys.readouterr().out

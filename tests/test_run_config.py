@@ -189,6 +189,21 @@ def test_an_objective_named_with_parameters_evolves_unless_evolve_is_given(monke
     assert said.objectives.evolve == ("shaping",)  # said otherwise
 
 
+def test_the_demo_on_other_environments_runs_without_what_is_mountaincars():
+    """`metadisco train envs=MemoryChain-bsuite inner.network=gru`: the demo's search on the user's
+    environment, without the potential's 2-number observation scale (which refused a 3-number
+    observation), the MountainCar held-out set or the energy expectation, and saying so."""
+    from metadisco.config import DEMO_EXPERIMENT, demo
+
+    cfg = demo(["envs=MemoryChain-bsuite", "inner.network=gru"])
+    assert cfg.envs == ("MemoryChain-bsuite",) and cfg.inner.network == "gru"
+    assert "obs_scale" not in dict(cfg.objectives.shaping.options) and cfg.heldout.envs == ()
+    assert not cfg.expect.answer and "MemoryChain-bsuite" in cfg.expect.not_applied
+    assert demo(["generations=3"]) == resolve(DEMO_EXPERIMENT, ["generations=3"])  # MountainCar: the demo whole
+    own = demo(["envs=CartPole-v1", "heldout.envs=CartPole-v1[gravity=12.0]", "objectives.shaping.obs_scale=1,1,1,1"])
+    assert own.heldout.envs == ("CartPole-v1[gravity=12.0]",) and len(dict(own.objectives.shaping.options)["obs_scale"]) == 4
+
+
 def test_an_experiment_in_the_working_folders_experiments_is_found_by_name(tmp_path, monkeypatch):
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "my_exp.toml").write_text('name = "mine"\ngenerations = 3\n')

@@ -17,8 +17,8 @@ def run(args) -> None:
     if experiment and "=" in experiment:  # `metadisco train es.population_size=8`: an override, not a name
         experiment, overrides = None, [experiment, *overrides]
     if not (experiment or args.resume):  # `metadisco train [overrides]`: the demo, with the overrides
-        experiment = config_lib.DEMO_EXPERIMENT
-    if args.resume and not experiment:  # overrides apply to the run's own config: a refusal lists what they change
+        cfg = config_lib.demo(overrides)
+    elif args.resume and not experiment:  # overrides apply to the run's own config: a refusal lists what they change
         from metadisco.rundir import RunDir
 
         cfg = config_lib.override(RunDir(args.resume).config(), overrides) if overrides else None
@@ -46,7 +46,8 @@ def _epilog() -> str:
     return textwrap.dedent(f"""\
         experiments: {', '.join(list_experiments()) or '(none)'}
         with no experiment: the demo, {DEMO_EXPERIMENT} (a learned shaping potential for MountainCar's sparse reward);
-        overrides without an experiment apply to the demo
+        overrides without an experiment apply to the demo; on other envs, without what is MountainCar's
+        (its potential's observation scale, held-out set and expectation)
         overrides (FIELD=VALUE, sections with dots), for example:
           envs=CartPole-v1,Acrobot-v1 fitness=auc_norm generations=100 seeds_per_member=2
           es.strategy=SNES es.population_size=32 es.sigma_init=0.01 es.lr=0.01
