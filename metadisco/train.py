@@ -488,7 +488,7 @@ def _summary(run: RunDir, cfg, log, violations: Violations) -> None:
         log(f"  selected.json: {chosen.describe()}, validation score {chosen.score:.4g} on "
             f"{', '.join(cfg.validation.envs)}{at} (the last generation's ES mean: {last}); evaluate, distil, "
             "export and plot take it")
-    log(f"next: metadisco plot {run.path}   |   metadisco evaluate {run.path} --quick")
+    log(run.next_steps())
     if cfg.expect.not_applied:
         log(f"no verdict: {cfg.expect.not_applied}")
     if violations.best:

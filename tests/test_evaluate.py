@@ -342,6 +342,32 @@ def test_a_barely_learning_ppo_does_not_inflate_the_aggregate():
     assert any(n.startswith("Acrobot-v1: PPO's gain over its initial policy") for n in results.notes)
 
 
+def test_without_a_usable_normaliser_the_evaluation_still_compares_with_ppo_on_raw_scores():
+    """Where PPO barely learns (the demo's MountainCar), no environment normalises, so there is no
+    aggregate; each method still gets its paired difference from PPO and P(> PPO), with intervals,
+    on raw scores, in the record and in the table, beside why it is not normalised."""
+    results = evaluation.evaluate(["dpo"], envs=["Acrobot-v1"], seeds=4, budget=4096, progress=False,
+                                  programs=BarelyLearningPrograms(), bootstrap_reps=200)
+    acrobot = results.envs["Acrobot-v1"]
+    assert results.aggregate["held_out"].methods is None
+    versus = acrobot.vs_ppo["dpo"]
+    dpo, ppo = acrobot.methods["dpo"].scores, acrobot.normaliser_ppo
+    assert versus.diff.point == pytest.approx(float(np.mean(dpo - ppo)))
+    assert versus.diff.low < versus.diff.point < versus.diff.high
+    assert versus.poi.point == pytest.approx(float(np.mean(dpo[:, None] > ppo[None, :]) + 0.5 * np.mean(
+        dpo[:, None] == ppo[None, :])))
+    assert set(acrobot.vs_ppo) == {"dpo"}  # PPO against itself is no comparison
+    table = render.to_markdown(results)
+    assert "no normalised aggregate" in table and "| Acrobot-v1 | dpo |" in table
+    assert "P(> PPO) [95% CI]" in table and "PPO's gain over its initial policy" in table
+    assert read_results_from(results).envs["Acrobot-v1"].vs_ppo == acrobot.vs_ppo  # results.json keeps it
+
+
+def read_results_from(results):
+    """`results` written to results.json and read back."""
+    return Evaluation.from_json(json.loads(json.dumps(results.to_json(), allow_nan=False)))
+
+
 # --------------------------------------------------------------------------------------------
 # results.json: the records it is written from and read back as
 # --------------------------------------------------------------------------------------------

@@ -131,11 +131,17 @@ def to_markdown(results: Evaluation) -> str:
     titles = {"held_out": "Aggregate over held-out environments",
               "meta_train": "Aggregate over meta-training environments"}
     for group, agg in results.aggregate.items():
-        if group == "meta_train" and not agg.envs:
+        unnormalised = {name: r for name, r in results.envs.items()  # vs_ppo None: written before it existed
+                        if r.excluded_from_aggregate and r.vs_ppo is not None
+                        and ("meta-train" in r.flags) == (group == "meta_train")}
+        if group == "meta_train" and not agg.envs and not unnormalised:
             continue
         lines += [f"## {titles[group]}", ""]
+        if unnormalised:
+            lines += _versus_ppo_lines(unnormalised, roles, none_usable=not agg.methods)
         if not agg.methods:
-            lines += ["No environment in this group has a usable normaliser (see the notes).", ""]
+            if not unnormalised:
+                lines += ["No environment in this group has a usable normaliser (see the notes).", ""]
             continue
         refs = agg.references
         lines += [f"Environments: {', '.join(agg.envs)}.", "",
@@ -160,6 +166,25 @@ def to_markdown(results: Evaluation) -> str:
     if results.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in results.notes] + [""]
     return "\n".join(lines)
+
+
+def _versus_ppo_lines(envs: dict, roles: dict, none_usable: bool) -> list[str]:
+    """The environments without a usable normaliser, on raw scores against PPO: each method's paired
+    difference and P(> PPO), with intervals (normalising would change neither within an environment)."""
+    lead = ("No environment in this group has a usable normaliser, so there is no normalised aggregate (why: the "
+            "notes)." if none_usable else "Left out of the aggregate below: no usable normaliser (why: the notes).")
+    lines = [lead + " Per environment, on raw scores against PPO (paired by seed: every method trains on the same "
+             "evaluation seeds):", "",
+             "| environment | method | score - PPO [95% CI] | P(> PPO) [95% CI] |", "|---|---|---|---|"]
+    readings = []
+    for name, r in envs.items():
+        for m, v in (r.vs_ppo or {}).items():
+            lines.append(f"| {name} | {m} | {_ci(v.diff.point, v.diff.low, v.diff.high)} | {_boot_ci(v.poi)} |")
+            if "target" in roles.get(m, ""):
+                readings.append(f"- {m} against ppo on {name} (raw): P(improvement) {_boot_ci(v.poi)}, "
+                                f"{summary.reading(v.poi)}.")
+    lines.append("")
+    return lines + (["Reading:", ""] + readings + [""] if readings else [])
 
 
 CSV_COLUMNS = [

@@ -38,7 +38,8 @@ from metadisco.analysis.suites import EvaluationError
 from metadisco.core.fileio import atomic_write_text, to_jsonable
 
 __all__ = ["FORMAT", "VERSION", "Aggregate", "AggregateScores", "Curve", "EnvResult", "Estimate", "Evaluation",
-           "MethodEntry", "MethodScores", "Settings", "TargetEntry", "Tuning", "read_results", "write_results"]
+           "MethodEntry", "MethodScores", "Settings", "TargetEntry", "Tuning", "VersusPPO", "read_results",
+           "write_results"]
 
 FORMAT = "metadisco.evaluation"
 VERSION = 2
@@ -96,6 +97,24 @@ class Curve:
     @classmethod
     def from_json(cls, obj: Mapping) -> Curve:
         return cls(*(floats(obj[k]) for k in ("mean", "low", "high", "seeds")))
+
+
+@dataclass(frozen=True)
+class VersusPPO:
+    """One method against PPO on one environment, on raw scores (normalising changes neither): the
+    mean difference paired by seed (every method trains on the same evaluation seeds) with its 95%
+    t-interval, and P(this method > PPO) with its stratified-bootstrap interval. What a reader has
+    where PPO gives no usable normaliser, and so no aggregate."""
+
+    diff: Estimate
+    poi: Estimate
+
+    def to_json(self) -> dict:
+        return {"diff": self.diff.to_json(), "poi": self.poi.to_json()}
+
+    @classmethod
+    def from_json(cls, obj: Mapping) -> VersusPPO:
+        return cls(Estimate.from_json(obj["diff"]), Estimate.from_json(obj["poi"]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,6 +203,7 @@ class EnvResult:
     tuning: Mapping[str, Tuning] | None  # {method: its tuning}, None without tuning
     time_s: float
     methods: Mapping[str, MethodScores]
+    vs_ppo: Mapping[str, VersusPPO] | None = None  # {method: against PPO on raw scores}, all but PPO (None: older)
 
     @property
     def group(self) -> str:
@@ -199,7 +219,8 @@ class EnvResult:
                 "normaliser": {"ppo": self.normaliser_ppo, "zero": self.normaliser_zero},
                 "excluded_from_aggregate": self.excluded_from_aggregate,
                 "tuning": None if self.tuning is None else {m: t.to_json() for m, t in self.tuning.items()},
-                "time_s": self.time_s, "methods": {m: e.to_json() for m, e in self.methods.items()}}
+                "time_s": self.time_s, "methods": {m: e.to_json() for m, e in self.methods.items()}} | (
+            {} if self.vs_ppo is None else {"vs_ppo": {m: v.to_json() for m, v in self.vs_ppo.items()}})
 
     @classmethod
     def from_json(cls, obj: Mapping) -> EnvResult:
@@ -209,7 +230,8 @@ class EnvResult:
                    normaliser_ppo=floats(obj["normaliser"]["ppo"]), normaliser_zero=floats(obj["normaliser"]["zero"]),
                    excluded_from_aggregate=obj["excluded_from_aggregate"],
                    tuning=_optional(obj, "tuning", lambda t: {m: Tuning.from_json(x) for m, x in t.items()}),
-                   time_s=obj["time_s"], methods={m: MethodScores.from_json(e) for m, e in obj["methods"].items()})
+                   time_s=obj["time_s"], methods={m: MethodScores.from_json(e) for m, e in obj["methods"].items()},
+                   vs_ppo=_optional(obj, "vs_ppo", lambda v: {m: VersusPPO.from_json(x) for m, x in v.items()}))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import numpy as np
 
 from metadisco.analysis.evaluation.plan import EnvJob
 from metadisco.analysis.evaluation.protocol import BOOTSTRAP_REPS, LABELS, Protocol, no_episode_ended
-from metadisco.analysis.evaluation.results import Aggregate, AggregateScores, Curve, EnvResult, Estimate, MethodScores
+from metadisco.analysis.evaluation.results import Aggregate, AggregateScores, Curve, EnvResult, Estimate, MethodScores, VersusPPO
 from metadisco.analysis.targets import REFERENCES
 from metadisco.core import scores
 from metadisco.inner_loops import preset_for, preset_name
@@ -101,11 +101,23 @@ def env_stats(job: EnvJob, labels: list[str], env_result: dict, protocol: Protoc
             normalized=normalized, norm_mean=None if norm is None else float(norm[0]),
             norm_ci_low=None if norm is None else float(norm[1]), norm_ci_high=None if norm is None else float(norm[2]),
             curve=Curve(mean=band[0], low=band[1], high=band[2], seeds=curves))
+    vs_ppo = {label: versus_ppo(values[label], ppo_seeds, reps, seed) for label in labels if label != "ppo"}
     return EnvResult(
         flags=tuple(flags), meta_train_for=tuple(job.meta_train_for), family=preset_name(job.name), budget=job.budget,
         num_updates=job.config.num_updates, steps_per_update=job.config.batch_size, score=kind, init_return=init,
         ppo_return=ppo_mean, normaliser_ppo=ppo_seeds, normaliser_zero=zero_seeds, excluded_from_aggregate=excluded,
-        tuning=env_result["tuning"], time_s=round(env_result["time_s"], 1), methods=methods)
+        tuning=env_result["tuning"], time_s=round(env_result["time_s"], 1), methods=methods, vs_ppo=vs_ppo)
+
+
+def versus_ppo(x: np.ndarray, ppo: np.ndarray, reps: int = BOOTSTRAP_REPS, seed: int = 0) -> VersusPPO:
+    """A method's values x [S] against PPO's [S] on one environment, raw: the paired mean difference
+    (same evaluation seeds) with its t-interval, and P(x > PPO) with its bootstrap interval (NaN
+    where no seed is finite: every seed of both diverged)."""
+    ok = np.isfinite(x) & np.isfinite(ppo)
+    if not ok.any():
+        return VersusPPO(Estimate(None, None, None), Estimate(None, None, None))
+    diff = Estimate(*(None if not np.isfinite(v) else v for v in stats.mean_ci(x[ok] - ppo[ok], CONFIDENCE)))
+    return VersusPPO(diff, _poi(x[ok][:, None], ppo[ok][:, None], reps, seed))
 
 
 def _mean_or_none(values: np.ndarray) -> float | None:

@@ -41,6 +41,7 @@ import json
 import math
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +104,7 @@ def selection(records) -> Selection:
     return functools.reduce(select, records, Selection())
 
 
+DISTILLED = {"drift", "value_loss"}  # the plug points `metadisco distil` fits closed forms to
 WHICH = ("mean", "best", "selected")  # objectives/<which>.json: the ES mean, the best member, the validated choice
 
 
@@ -201,6 +203,20 @@ class RunFiles:
             except (OSError, ValueError, AttributeError, TypeError):
                 return "the selected objective (by validation score)"
         return {"mean": "the ES mean of the last generation", "best": "the best single member seen"}[which]
+
+    def next_steps(self) -> str:
+        """The line a finished run ends with: commands that work on this run as it is (a test runs each).
+        `evaluate` takes the held-out set the run declared; without one, a shaping is evaluated on the
+        run's own environments (its potential is sized to their observations, so the quick suite's other
+        shapes cannot run it), anything else on the quick suite."""
+        cfg, where = self.config(), shlex.quote(str(self.path))
+        evaluate = f"metadisco evaluate {where}"
+        if not cfg.heldout.envs:
+            evaluate += f" --envs {shlex.quote(','.join(cfg.envs))}" if "shaping" in cfg.objectives.evolve else " --quick"
+        steps = [f"metadisco plot {where}", evaluate]
+        if set(cfg.objectives.evolve) & DISTILLED:
+            steps.append(f"metadisco distil {where}")
+        return "next: " + "   |   ".join(steps)
 
     def is_run(self) -> bool:
         """A directory with a config.json: written by `metadisco train` (possibly still running)."""
