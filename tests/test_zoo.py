@@ -1,12 +1,16 @@
 """The zoo: discovered objectives shipped with metadisco, listed by `metadisco zoo`, evaluable as zoo:NAME.
 
 What a user relies on: every entry loads into objectives that are valid and train, says where it
-comes from (config, commit, budget, held-out record and under which yardstick), and a mistyped
-name fails with the close matches, before any compute. (The wheel carries the entries: see
+comes from (config, commit, budget, held-out record and under which yardstick), meets the zoo's rule
+(zoo/__init__.py: a held-out result, its kind derived from it, and any stricter rule its experiment
+pre-registered), and a mistyped name fails with the close matches, before any compute. (The wheel carries the entries: see
 tests/test_install.py.)
 """
 
+import copy
+import json
 import subprocess
+import tomllib
 from pathlib import Path
 
 import jax
@@ -30,9 +34,62 @@ PROVENANCE = ("summary", "plugs", "experiment", "config", "commit", "budget", "h
 
 def test_the_zoo_holds_the_best_objective_each_reported_experiment_found():
     assert {"value_loss_cartpole", "drift_and_value_loss", "talpo_transfer_lr_mixture", "lpo_minatar_walls",
-            "value_loss_long", "lpo_distribution", "drift_mix_distribution", "value_loss_distribution",
-            "drift_mix_minatar_gpu_seed0", "drift_mix_minatar_gpu_seed1", "drift_mix_minatar_gpu_seed2"} <= set(NAMES)
+            "value_loss_long", "lpo_distribution", "drift_mix_distribution", "value_loss_distribution"} <= set(NAMES)
     assert NAMES == sorted(p.stem for p in (ROOT / "zoo").glob("*.json"))
+
+
+@pytest.mark.parametrize(("against", "p", "ci", "declared", "kind"), [
+    ("tuned PPO", 0.62, [0.51, 0.73], True, "beats"),
+    ("tuned PPO", 0.62, [0.50, 0.73], True, "lead"),  # the interval contains 0.5
+    ("PPO", 0.63, [0.52, 0.73], True, "lead"),  # better only than untuned PPO
+    ("tuned PPO", 0.63, [0.52, 0.73], False, "lead"),  # on a held-out set not declared before the run
+    ("tuned PPO", 0.90, None, True, "lead"),  # no interval: never "beats"
+    ("tuned PPO", 0.43, [0.32, 0.55], True, "lead"),
+    ("tuned PPO", 0.23, [0.08, 0.41], True, "negative"),
+    ("PPO", 0.16, None, False, "negative"),
+])
+def test_an_entrys_kind_follows_from_its_held_out_result(against, p, ci, declared, kind):
+    result = {"against": against, "p_improvement": p, "ci": ci, "row": "r", "declared": declared}
+    assert discovered.kind(result) == kind
+
+
+def _broken(provenance: dict) -> list[str]:
+    return discovered.problems(provenance, ("CartPole-v1", "Acrobot-v1"))
+
+
+def test_the_rule_refuses_an_entry_that_does_not_meet_it():
+    good = discovered.entry("drift_mix_distribution").provenance
+    assert _broken(good) == []
+    # the three GPU MinAtar drifts, as they entered in 9fe3655: their experiment pre-registered "beats"
+    gpu = copy.deepcopy(good)
+    gpu["experiment"] = "drift_mix_minatar_gpu"
+    gpu["heldout"]["rows"]["this formula (ES mean)"] = "IQM 1.13 [1.03, 1.29], P(> tuned PPO) 0.62 [0.50, 0.73]"
+    gpu["heldout"]["result"].update(p_improvement=0.62, ci=[0.50, 0.73])
+    assert discovered.kind(gpu["heldout"]["result"]) == "lead"
+    assert any("pre-registered that only a 'beats' entry" in p for p in _broken(gpu)), _broken(gpu)
+    gpu["heldout"]["result"]["ci"] = [0.51, 0.73]  # ... which one that beats meets
+    gpu["heldout"]["rows"]["this formula (ES mean)"] = "P(> tuned PPO) 0.62 [0.51, 0.73]"
+    assert _broken(gpu) == []
+    for change, says in [
+        (lambda p: p["heldout"].pop("result"), "no held-out result"),
+        (lambda p: p["heldout"]["result"].update(p_improvement=0.24), "not what its row says"),  # its row says 0.23
+        (lambda p: p["heldout"]["result"].update(against="DPO"), "not one of tuned PPO, PPO"),
+        (lambda p: p["heldout"]["result"].update(ci=[0.3, 0.2]), "not null or an interval"),
+        (lambda p: p["heldout"].update(envs=["CartPole-v1"]), "not meta-trained on"),
+        (lambda p: p.update(summary="held out not better than tuned PPO (1.29])"), "is cut"),
+    ]:
+        bad = copy.deepcopy(good)
+        change(bad)
+        assert any(says in p for p in _broken(bad)), (says, _broken(bad))
+
+
+def test_reading_an_entry_that_breaks_the_rule_fails(tmp_path, monkeypatch):
+    doc = json.loads((ROOT / "zoo" / "drift_mix_distribution.json").read_text())
+    doc["extra"]["provenance"]["experiment"] = "drift_mix_minatar_cpu"  # pre-registered "beats"; this is negative
+    (tmp_path / "refused.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(discovered, "folder", lambda: tmp_path)
+    with pytest.raises(discovered.ZooError, match="refused.*breaks the zoo's rule.*pre-registered"):
+        discovered.entry("refused")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -43,7 +100,8 @@ def test_every_entry_loads_is_valid_and_says_where_it_comes_from(name):
     assert set(PROVENANCE) <= set(prov), sorted(set(PROVENANCE) - set(prov))
     assert {"envs", "budget", "table", "rows"} <= set(prov["heldout"]) and prov["heldout"]["rows"]
     assert entry.envs and tuple(extra["envs"]) == entry.envs  # evaluate flags them as meta-training envs
-    assert "\n" not in entry.summary  # `metadisco zoo` lists one line per entry
+    assert discovered.problems(prov, entry.envs) == []  # the zoo's rule
+    assert entry.kind == discovered.kind(prov["heldout"]["result"]) and entry.kind in discovered.KINDS
     # the held-out record: real environments, none of them meta-trained on, in tables the repository holds
     heldout = prov["heldout"]["envs"]
     for env in heldout:
@@ -75,6 +133,12 @@ def test_the_commit_an_entry_names_is_in_this_repositorys_history(name):
     proc = subprocess.run(["git", "cat-file", "-e", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, f"{name}: {path} is not in commit {commit}"
     assert Path(path).stem == prov["experiment"], (prov["experiment"], path)  # the experiment it says it ran
+    # held out where its config, before the run, said it would be: "declared" only where it names every env
+    text = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True).stdout
+    heldout = prov["heldout"]["envs"]
+    declared = tomllib.loads(text).get("heldout", {}).get("envs")
+    assert declared is None or set(declared) == set(heldout), (declared, heldout)
+    assert prov["heldout"]["result"]["declared"] == all(env in text for env in heldout), (path, heldout)
 
 
 def test_zoo_targets_resolve_to_objectives_and_unknown_names_fail_with_close_matches():
@@ -94,15 +158,26 @@ def test_a_zoo_entry_trains_without_meta_training():
     assert not bool(result.diverged) and np.isfinite(np.asarray(result.eval_return))
 
 
-def test_metadisco_zoo_lists_every_entry_and_explains_one():
+def test_metadisco_zoo_lists_every_entry_under_its_kind_and_explains_one():
     proc = metadisco("zoo", timeout=60)
     assert proc.returncode == 0, proc.stderr
-    listed = [line.split()[0] for line in proc.stdout.splitlines()[:-1]]
-    assert listed == NAMES
+    groups, group = {}, None
+    for line in proc.stdout.splitlines()[:-1]:
+        if not line.startswith("  "):
+            group = groups.setdefault(line, [])
+        else:
+            group.append(line.split()[0])
+    headings = [f"{heading} ({meaning}):" for heading, meaning in discovered.KINDS.values()]
+    assert list(groups) == headings  # beats, leads, negative results: apart, in that order
+    for (kind, heading) in zip(discovered.KINDS, headings):
+        members = [name for name in NAMES if discovered.entry(name).kind == kind]
+        assert groups[heading] == (members or ["none"]), kind
+    assert groups[headings[0]] == ["none"] and "lpo_minatar_walls" in groups[headings[2]]
     assert "drift+value_loss" in proc.stdout  # the plug points it discovered
     proc = metadisco("zoo", "zoo:value_loss_long", timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "L(e, t) = e**2/2 + 1.88*5.39*tanh(e/5.39)" in proc.stdout and "old yardstick" in proc.stdout
+    assert "held-out result: P(> tuned PPO) 0.48 [0.38, 0.59]" in proc.stdout and "kind: lead (" in proc.stdout
     assert "metadisco evaluate zoo:value_loss_long" in proc.stdout
 
 

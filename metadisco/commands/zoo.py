@@ -1,4 +1,5 @@
-"""`metadisco zoo [NAME]`: the discovered objectives shipped with metadisco, and one entry's provenance."""
+"""`metadisco zoo [NAME]`: the discovered objectives shipped with metadisco, grouped by their held-out
+result (the zoo's rule, zoo/__init__.py), and one entry's provenance."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ def run(args) -> None:
     from metadisco.meta_objectives import discovered
 
     if args.name is None:
-        for name in discovered.names():
-            entry = discovered.entry(name)
-            print(f"{name:28s} {'+'.join(entry.plugs):18s} {entry.summary}")
+        entries = [discovered.entry(name) for name in discovered.names()]
+        for kind, (heading, meaning) in discovered.KINDS.items():
+            print(f"{heading} ({meaning}):")
+            group = [entry for entry in entries if entry.kind == kind]
+            for entry in group:
+                print(f"  {entry.name:28s} {'+'.join(entry.plugs):18s} {entry.summary}")
+            if not group:
+                print("  none")
         print("evaluate one with `metadisco evaluate zoo:NAME`; `metadisco zoo NAME` shows where it comes from")
         return
     name = discovered.split_target(args.name) or args.name
@@ -29,6 +35,12 @@ def run(args) -> None:
     print(f"  held out: {', '.join(held['envs'])} ({held['budget']}); table: {held['table']}")
     for row, value in held["rows"].items():
         print(f"    {row}: {value}")
+    result = held["result"]
+    interval = "no interval" if result["ci"] is None else "[{:.2f}, {:.2f}]".format(*result["ci"])
+    declared = "declared" if result["declared"] else "not declared"
+    print(f"  held-out result: P(> {result['against']}) {result['p_improvement']:.2f} {interval} "
+          f"(row {result['row']!r}; held-out set {declared} before the run)")
+    print(f"  kind: {entry.kind} ({discovered.KINDS[entry.kind][1]})")
     print(f"  yardstick: {prov['yardstick']}")
     print(f"  verdict: {prov['verdict']}")
     print(f"evaluate it: metadisco evaluate zoo:{name} [--envs ...]")
