@@ -1,9 +1,10 @@
 """Export discovered closed forms: LaTeX, a metadisco objectives JSON, a standalone JAX module,
 and a `loss.py` for DiscoGen's on-policy RL domain (`export_discogen`).
 
-A drift D(r, A, p) and/or a value loss L(e, t), each one expression string (see
-metadisco.meta_objectives.expressions); all three files are derived from those strings, the module by the
-printer that the in-process closed forms compile too. A value loss distilled from one on PPO's
+A drift D(r, A, p), a value loss L(e, t) and/or a shaping potential Phi(s) over the observation's
+numbers s0, s1, ..., each one expression string (see metadisco.meta_objectives.expressions); all
+three files are derived from those strings, the module by the printer that the in-process closed
+forms compile too. A value loss distilled from one on PPO's
 clipped base (learned_clipped) comes with `value_loss_base` {"base": "clipped_l2", "clip_eps"}
 (distil's report["closed_form_base"]): every form then applies PPO's value clipping to the
 expression, as ClosedFormValueLoss(base="clipped_l2") does. An expression that
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from metadisco.core.errors import MetadiscoError
 from metadisco.core.fileio import atomic_write_text
-from metadisco.meta_objectives.closed_form import ClosedFormDrift, ClosedFormValueLoss
+from metadisco.meta_objectives.closed_form import ClosedFormDrift, ClosedFormShaping, ClosedFormValueLoss
 from metadisco.meta_objectives.constraints import require_valid
 from metadisco.meta_objectives.expressions import (
     DRIFT_VARIABLES,
@@ -36,23 +37,27 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def export_closed_form(expression: str | None, out_dir, name: str = "discovered_drift",
                        metadata: dict | None = None, value_loss: str | None = None,
-                       fixed: tuple[Objectives, dict] | None = None, value_loss_base: dict | None = None) -> dict:
+                       fixed: tuple[Objectives, dict] | None = None, value_loss_base: dict | None = None,
+                       potential: str | None = None) -> dict:
     """Write <name>.tex, <name>.json and <name>.py under `out_dir` -> {"tex", "json", "py": path}.
 
     expression: the drift (None: keep `fixed`'s drift); value_loss: the value loss over e, t
-    (None: keep `fixed`'s). fixed: (objectives, params) for the plug points not given here
-    (default: PPO's). value_loss_base: ClosedFormValueLoss's base and clip_eps for the value loss
+    (None: keep `fixed`'s); potential: a shaping potential over s0, s1, ... (None: keep `fixed`'s
+    shaping; sized for `fixed`'s observation shape, where its shaping has one). fixed: (objectives,
+    params) for the plug points not given here (default: PPO's). value_loss_base:
+    ClosedFormValueLoss's base and clip_eps for the value loss
     (None: base "none", the expression is the whole loss). <name>.json is an objectives file that
     `metadisco.meta_objectives.load_objectives` reads back; `metadata` is stored as its "extra". <name>.py
     imports only jax.numpy and defines drift(ratio, advantage, progress=0.0) and/or
     value_loss(value, target) (on the clipped base value_loss(value, target, old_value), and
-    value_loss_expression(value, target) for the expression alone).
+    value_loss_expression(value, target) for the expression alone) and/or potential(obs) with
+    shaped_reward(obs, reward, next_obs, terminated, gamma).
     Raises MetadiscoError for an invalid expression or one that violates its constraints.
     """
     if not _NAME.match(name):
         raise MetadiscoError(f"name must be a Python identifier (it names a module), got {name!r}")
-    if expression is None and value_loss is None:
-        raise MetadiscoError("nothing to export: give a drift expression, a value-loss expression or both")
+    if expression is None and value_loss is None and potential is None:
+        raise MetadiscoError("nothing to export: give a drift, a value-loss or a potential expression")
     objectives, params = fixed if fixed is not None else (Objectives(), Objectives().default_params())
     params = dict(params)
     pieces = []  # (kind, expression, latex lhs, latex, description)
@@ -67,19 +72,27 @@ def export_closed_form(expression: str | None, out_dir, name: str = "discovered_
         objectives, params["value_loss"] = objectives.replace(value_loss=loss), {}
         lhs = r"L(v, t, v_{\mathrm{old}})" if loss.clipped else "L(e, t)"
         pieces.append(("value_loss", value_loss, lhs, loss.latex(), loss.describe()))
+    obs_dim = 0
+    if potential is not None:
+        shaping = ClosedFormShaping(potential, obs_shape=objectives.shaping.observation_shape() or ())
+        _refuse(potential, shaping)
+        obs_dim = max(shaping.obs_dim, shaping.reads)
+        objectives, params["shaping"] = objectives.replace(shaping=shaping), {}
+        pieces.append(("shaping", potential, r"\Phi(s)", shaping.latex(), " ".join(potential.split())))
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"tex": out_dir / f"{name}.tex", "json": out_dir / f"{name}.json", "py": out_dir / f"{name}.py"}
     tex = ["% Closed forms exported by metadisco (metadisco.analysis.export).",
            "% Policy loss -(r A - D(r, A, p)); r = pi_new/pi_old, A normalised advantage, p = progress.",
-           "% Value loss L(e, t) per sample; e = v - target, t = target."]
+           "% Value loss L(e, t) per sample; e = v - target, t = target.",
+           "% Shaping r + gamma Phi(s') - Phi(s); s_i the i-th number of the raw observation."]
     for kind, _, lhs, latex, description in pieces:
         tex += [f"% {kind} (sympy): {description}",
                 f"\\begin{{equation}}\n  {lhs} = {latex}\n\\end{{equation}}"]
     atomic_write_text(paths["tex"], "\n".join(tex) + "\n")
     save_objectives(paths["json"], objectives, params, extra=metadata)
-    atomic_write_text(paths["py"], _module_source(pieces, loss))
+    atomic_write_text(paths["py"], _module_source(pieces, loss, obs_dim))
     return {k: str(v) for k, v in paths.items()}
 
 
@@ -96,11 +109,11 @@ def _refuse(expression: str, objective) -> None:
     require_valid(repr(expression), objective, {}, refusing="export")
 
 
-def _module_source(pieces, loss: ClosedFormValueLoss | None) -> str:
+def _module_source(pieces, loss: ClosedFormValueLoss | None, obs_dim: int = 0) -> str:
     expressions = {kind: expr for kind, expr, *_ in pieces}
     if loss is None or not loss.clipped:
-        return jax_module_source(expressions)
-    source = jax_module_source(expressions, {"value_loss": "value_loss_expression"})
+        return jax_module_source(expressions, obs_dim=obs_dim)
+    source = jax_module_source(expressions, {"value_loss": "value_loss_expression"}, obs_dim=obs_dim)
     return source + "\n\n" + _PPO_CLIPPED_L2 + "\n\n" + _clipped_value_loss("value_loss", "value_loss_expression", loss)
 
 

@@ -22,7 +22,7 @@ _EXPORTS = {
     "PPOClip": "drift", "DPO": "drift", "LPO": "drift", "TALPO": "drift",
     "L2": "value_loss", "ClippedL2": "value_loss", "LearnedValueLoss": "value_loss", "LearnedClippedValueLoss": "value_loss",
     "NoShaping": "shaping", "PotentialShaping": "shaping",
-    "ClosedFormDrift": "closed_form", "ClosedFormValueLoss": "closed_form",
+    "ClosedFormDrift": "closed_form", "ClosedFormValueLoss": "closed_form", "ClosedFormShaping": "closed_form",
     "DPOSchedule": "families", "DriftMix": "families", "ValueLossMix": "families",
     "ObjectiveFileError": "io", "load_objectives": "io", "save_objectives": "io",
     "Objectives": "objectives",

@@ -1,4 +1,4 @@
-"""Closed-form objectives: a drift or a value loss given by one sympy expression string.
+"""Closed-form objectives: a drift, a value loss or a shaping potential given by one sympy expression string.
 
 The expression is the one representation (see expressions.py): the objective evaluates the
 function that `expressions.jax_module_source` exports, compiled from the same printed text; its
@@ -9,16 +9,22 @@ the string). Constraint checks live in constraints.py.
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import field, replace
 
-from metadisco.meta_objectives.base import MetaObjective, register
+import jax.numpy as jnp
+
+from metadisco.meta_objectives.base import FROM_ENV, MetaObjective, register
 from metadisco.meta_objectives.expressions import (
     VALUE_LOSS_VARIABLES,
     compile_function,
     p_sym,
     parse_expression,
+    shaping_variables,
     to_latex,
 )
 from metadisco.meta_objectives.formulas import L2_EXPRESSION, ppo_clip_expression
+from metadisco.meta_objectives.shaping import potential_based
 from metadisco.meta_objectives.value_loss import clipped_l2_latex, value_clipping
 
 PPO_CLIP_EXPRESSION = ppo_clip_expression(0.2)
@@ -137,3 +143,70 @@ def closed_form_base(loss) -> dict:
     if getattr(loss, "base", None) == "clipped_l2":
         return {"base": "clipped_l2", "clip_eps": float(loss.clip_eps)}
     return {"base": "none"}
+
+
+@register
+class ClosedFormShaping(MetaObjective):
+    """Potential-based shaping r + gamma Phi(s') - Phi(s) with Phi given by a sympy expression
+    string over the observation's numbers s0, s1, ... (raw, flattened), e.g. MountainCar's
+    mechanical energy "s1**2/2 + 0.0025*sin(3*s0)/3". No parameters; policy-invariant at any
+    expression (Ng et al. 1999). obs_shape: one observation's shape (set from the environment).
+    Invalid strings raise ValueError at construction."""
+
+    expression: str = "0"
+    obs_shape: tuple[int, ...] = field(default=(), metadata={FROM_ENV: True})
+    plug = "shaping"
+    name = "closed_form"
+    title = "closed-form potential"
+    reads_observations = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
+        if self.obs_shape and self.reads > self.obs_dim:
+            raise ValueError(f"shaping potential {self.expression!r} reads s{self.reads - 1}, but observations of "
+                             f"shape {self.obs_shape} have {self.obs_dim} numbers (s0 ... s{self.obs_dim - 1})")
+        parse_expression(self.expression, shaping_variables(max(self.obs_dim, self.reads)))
+
+    @property
+    def reads(self) -> int:
+        """How many observation numbers the expression needs (1 + its largest s<i>; 0 for none)."""
+        return 1 + max((int(i) for i in re.findall(r"\bs(\d+)\b", self.expression)), default=-1)
+
+    @property
+    def obs_dim(self) -> int:
+        return math.prod(self.obs_shape) if self.obs_shape else 0
+
+    @property
+    def drawn_when_fixed(self) -> bool:
+        return True
+
+    def for_env(self, obs_shape):
+        return replace(self, obs_shape=tuple(obs_shape))
+
+    def observation_shape(self):
+        return self.obs_shape or ((self.reads,) if self.reads else None)
+
+    def incompatibility(self, obs_shape, env_name="the environment"):
+        dim = math.prod(tuple(int(d) for d in obs_shape))
+        if self.reads > dim:
+            return (f"its shaping potential reads s{self.reads - 1}, but {env_name} has observations of "
+                    f"{dim} numbers; choose environments with at least {self.reads} (e.g. the one it was found on)")
+        return None
+
+    def init(self, key):
+        return {}
+
+    def potential(self, params, obs):
+        """obs: [..., *obs_shape] -> Phi: [...]."""
+        shape = self.obs_shape or obs.shape[-1:]
+        flat = jnp.asarray(obs).reshape(obs.shape[: obs.ndim - len(shape)] + (math.prod(shape),))
+        return compile_function(self.expression, "shaping", obs_dim=flat.shape[-1])(flat)
+
+    def shape_reward(self, params, obs, reward, next_obs, terminated, gamma):
+        return potential_based(lambda o: self.potential(params, o), obs, reward, next_obs, terminated, gamma)
+
+    def closed_form(self, params) -> str:
+        return self.expression
+
+    def latex(self) -> str:
+        return to_latex(self.expression, variables=shaping_variables(max(self.obs_dim, self.reads)))

@@ -273,7 +273,8 @@ def check_shaping_constraints(shaping: MetaObjective, params: Params, *, initial
     end through different states and rewards, the discounted shaped return differs from the return
     by the same amount (gamma^T Phi(s_T) - Phi(s_0), the endpoints only), so returns keep their
     order between policies (Ng et al. 1999). initial=True: `params` are the initial parameters,
-    at which a shaping must leave every reward unchanged (PPO exactly at the start of evolution).
+    at which a shaping with parameters to evolve must leave every reward unchanged (PPO exactly at
+    the start of evolution); one without any (a closed-form potential) is where it starts and ends.
     """
     shaping = shaping.for_env(shaping.observation_shape() or (obs_dim,))  # (a no-op for a shaping that reads none)
     obs_dim = math.prod(shaping.observation_shape() or (obs_dim,))
@@ -293,7 +294,8 @@ def check_shaping_constraints(shaping: MetaObjective, params: Params, *, initial
     if not all(np.isfinite(s).all() for s in shaped):
         return [_shaping("finite", "shaped rewards are not finite on a random trajectory")]
     problems = []
-    if initial and not np.allclose(shaped[0], np.asarray(rewards[0]), rtol=0, atol=1e-6):
+    evolvable = bool(jax.tree.leaves(params))
+    if initial and evolvable and not np.allclose(shaped[0], np.asarray(rewards[0]), rtol=0, atol=1e-6):
         i = int(np.argmax(np.abs(shaped[0] - np.asarray(rewards[0]))))
         problems.append(_shaping("identity_at_init", f"shaping changes rewards at its initial parameters: "
                                                       f"reward {float(rewards[0][i]):.3g} -> {shaped[0][i]:.3g}"))

@@ -2,7 +2,8 @@
 
 A formula is a sympy expression string: a drift D(r, A, p) over `r` (ratio pi_new / pi_old, > 0),
 `A` (advantage, normalised per minibatch) and `p` (progress n / N in [0, 1]); a value loss
-L(e, t) over `e` (prediction error v - target) and `t` (the target). Parsing is restricted: the
+L(e, t) over `e` (prediction error v - target) and `t` (the target); a shaping potential Phi(s)
+over the observation's numbers `s0`, `s1`, ... (the flattened observation, raw). Parsing is restricted: the
 string is checked on its Python syntax tree first (only numbers, the plug's variable names, E,
 pi, True, calls of whitelisted functions, arithmetic and comparisons), then parsed by sympy with
 no builtins and no automatic symbols. Anything else raises ValueError.
@@ -47,6 +48,20 @@ VALUE_LOSS_VARIABLES = ("e", "t")
 VARIABLES = {"drift": DRIFT_VARIABLES, "value_loss": VALUE_LOSS_VARIABLES}  # per plug point
 
 
+def shaping_variables(obs_dim: int) -> tuple[str, ...]:
+    """A potential's variables: the observation's numbers s0 ... s{obs_dim - 1}."""
+    return tuple(f"s{i}" for i in range(obs_dim))
+
+
+def variables_of(kind: str, obs_dim: int = 0) -> tuple[str, ...]:
+    """The variables of an expression of plug `kind` (a shaping's: `shaping_variables(obs_dim)`)."""
+    return shaping_variables(obs_dim) if kind == "shaping" else VARIABLES[kind]
+
+
+def _symbol(name: str) -> sp.Symbol:
+    return SYMBOLS.get(name) or sp.Symbol(name, real=True)  # an observation number s<i>
+
+
 class ExpressionError(MetadiscoError):
     """An expression that cannot be read, or one outside the safe grammar (the message says why)."""
 
@@ -54,6 +69,7 @@ class ExpressionError(MetadiscoError):
 FUNCTIONS = {
     "Max": sp.Max, "Min": sp.Min, "Abs": sp.Abs, "tanh": sp.tanh, "exp": sp.exp, "log": sp.log,
     "sqrt": sp.sqrt, "Piecewise": sp.Piecewise, "sign": sp.sign, "Heaviside": sp.Heaviside,
+    "sin": sp.sin, "cos": sp.cos,
 }
 CONSTANTS = {"E": sp.E, "pi": sp.pi}
 
@@ -150,7 +166,7 @@ def _literal_number(node) -> float | None:
 def _parse(expression: str, variables: tuple[str, ...] = DRIFT_VARIABLES,
            extra_symbols: tuple[str, ...] = ()) -> sp.Expr:
     """`expression` over `variables` and the positive constants `extra_symbols` -> sympy tree."""
-    symbols = {name: SYMBOLS[name] for name in variables}
+    symbols = {name: _symbol(name) for name in variables}
     symbols.update({name: sp.Symbol(name, positive=True) for name in extra_symbols})
     _check_syntax(expression, set(symbols) | set(CONSTANTS))
     local_dict = {**symbols, **FUNCTIONS, **CONSTANTS}
@@ -165,7 +181,7 @@ def _parse(expression: str, variables: tuple[str, ...] = DRIFT_VARIABLES,
         )
     except Exception as e:  # sympy raises many types for malformed input
         raise ExpressionError(f"cannot parse expression {expression!r}: {type(e).__name__}: {e}") from None
-    if not isinstance(expr, sp.Basic) or isinstance(expr, sp.logic.boolalg.Boolean):
+    if not isinstance(expr, sp.Basic) or (isinstance(expr, sp.logic.boolalg.Boolean) and not expr.is_Symbol):
         raise ExpressionError(f"expression {expression!r} is not a numeric expression")
     unknown = expr.free_symbols - set(symbols.values())
     if unknown:
@@ -189,7 +205,8 @@ def parse_expression(expression: str, variables: tuple[str, ...] = DRIFT_VARIABL
 # The printer: one tree walker for every evaluated form
 # ---------------------------------------------------------------------------------------------
 
-_UNARY = {sp.tanh: "tanh", sp.exp: "exp", sp.log: "log", sp.Abs: "abs", sp.sign: "sign"}
+_UNARY = {sp.tanh: "tanh", sp.exp: "exp", sp.log: "log", sp.Abs: "abs", sp.sign: "sign", sp.sin: "sin",
+          sp.cos: "cos"}
 _RELATIONS = {sp.GreaterThan: ">=", sp.StrictGreaterThan: ">", sp.LessThan: "<=", sp.StrictLessThan: "<"}
 _BACKENDS = {"jnp": jnp, "np": np}
 
@@ -275,19 +292,32 @@ _FUNCTION_TEMPLATES = {
     out = {code}
     return jnp.broadcast_to(jnp.asarray(out, dtype=jnp.result_type(e, float)), jnp.shape(e))
 ''',
+    "shaping": '''def {name}(obs{constants}):
+    """Phi(s) for observations obs [..., {obs_dim}] (raw, flattened: s<i> = obs[..., i]); returns [...]."""
+    obs = jnp.asarray(obs)
+{bindings}    out = {code}
+    return jnp.broadcast_to(jnp.asarray(out, dtype=jnp.result_type(obs, float)), jnp.shape(obs)[:-1])
+''',
 }
 
 
-def function_source(kind: str, name: str, expr: sp.Expr, constants: tuple[str, ...] = ()) -> str:
+def _bindings(expr, indent: str = "    ") -> str:
+    """Lines binding each observation number the expression reads, s<i> = obs[..., i]."""
+    used = sorted(int(s.name[1:]) for s in expr.free_symbols if re.fullmatch(r"s\d+", s.name))
+    return "".join(f"{indent}s{i} = obs[..., {i}]\n" for i in used)
+
+
+def function_source(kind: str, name: str, expr: sp.Expr, constants: tuple[str, ...] = (), obs_dim: int = 0) -> str:
     """Source of the jax.numpy function `name` evaluating `expr` for plug `kind` ("drift":
-    name(ratio, advantage, progress=0.0), "value_loss": name(value, target)); each of
-    `constants` becomes a keyword-only argument."""
+    name(ratio, advantage, progress=0.0), "value_loss": name(value, target), "shaping":
+    name(obs), obs [..., obs_dim]); each of `constants` becomes a keyword-only argument."""
     if kind not in _FUNCTION_TEMPLATES:
         raise ValueError(f"kind must be one of {sorted(_FUNCTION_TEMPLATES)}, got {kind!r}")
-    if not name.isidentifier() or name in {"jnp", *VARIABLES[kind], *constants}:
+    if not name.isidentifier() or name in {"jnp", "obs", *variables_of(kind, obs_dim), *constants}:
         raise ExpressionError(f"function_name must be a Python identifier, got {name!r}")
     extra = (", *, " + ", ".join(constants)) if constants else ""
-    return _FUNCTION_TEMPLATES[kind].format(name=name, constants=extra, code=_source(expr, "jnp"))
+    return _FUNCTION_TEMPLATES[kind].format(name=name, constants=extra, code=_source(expr, "jnp"), obs_dim=obs_dim,
+                                            bindings=_bindings(expr))
 
 
 def _exec(source: str, namespace: dict, label: str) -> dict:
@@ -299,20 +329,23 @@ def _exec(source: str, namespace: dict, label: str) -> dict:
 
 
 @functools.lru_cache(maxsize=512)
-def compile_function(expression: str, kind: str = "drift", constants: tuple[str, ...] = ()):
+def compile_function(expression: str, kind: str = "drift", constants: tuple[str, ...] = (), obs_dim: int = 0):
     """The function `function_source` prints (the exported module's), compiled in-process."""
-    expr = _parse(expression, VARIABLES[kind], constants)
-    return _exec(function_source(kind, "f", expr, constants), {"jnp": jnp}, f"<{kind}>")["f"]
+    expr = _parse(expression, variables_of(kind, obs_dim), constants)
+    return _exec(function_source(kind, "f", expr, constants, obs_dim), {"jnp": jnp}, f"<{kind}>")["f"]
 
 
 @functools.lru_cache(maxsize=512)
-def compile_kernel(expression: str, kind: str = "drift", constants: tuple[str, ...] = (), xp: str = "jnp"):
-    """The printed body as f(*variables, **constants) with `xp` ("jnp" or "np") arrays, no
-    broadcasting or casting (for the constraint checks and for fitting)."""
-    variables = VARIABLES[kind]
+def compile_kernel(expression: str, kind: str = "drift", constants: tuple[str, ...] = (), xp: str = "jnp",
+                   obs_dim: int = 0):
+    """The printed body as f(*variables, **constants) (a shaping's: f(obs, **constants), obs
+    [..., obs_dim]) with `xp` ("jnp" or "np") arrays, no broadcasting or casting (for the
+    constraint checks and for fitting)."""
+    variables = variables_of(kind, obs_dim)
     expr = _parse(expression, variables, constants)
     extra = (", *, " + ", ".join(constants)) if constants else ""
-    source = f"def f({', '.join(variables)}{extra}):\n    return {_source(expr, xp)}\n"
+    arguments, bindings = ("obs", _bindings(expr)) if kind == "shaping" else (", ".join(variables), "")
+    source = f"def f({arguments}{extra}):\n{bindings}    return {_source(expr, xp)}\n"
     return _exec(source, {xp: _BACKENDS[xp]}, f"<{kind} kernel>")["f"]
 
 
@@ -341,6 +374,15 @@ def evaluate_value_loss_numpy(expression: str, error, target=0.0) -> np.ndarray:
     return np.broadcast_to(np.asarray(out, np.float64), np.broadcast_shapes(e.shape, t.shape))
 
 
+def evaluate_shaping_numpy(expression: str, obs) -> np.ndarray:
+    """Evaluate a potential Phi(s) in float64 numpy: obs [..., obs_dim] -> [...]."""
+    obs = np.asarray(obs, np.float64)
+    fn = compile_kernel(expression, "shaping", (), "np", obs.shape[-1])
+    with np.errstate(all="ignore"):
+        out = fn(obs)
+    return np.broadcast_to(np.asarray(out, np.float64), obs.shape[:-1])
+
+
 def to_latex(expression: str, digits: int | None = None, variables: tuple[str, ...] = DRIFT_VARIABLES) -> str:
     """LaTeX of the expression (its variables as symbols); `digits` rounds floats for display."""
     expr = parse_expression(expression, variables)
@@ -361,7 +403,19 @@ training progress. D >= 0, and D = 0 with dD/dr = 0 at r = 1."""),
     "value_loss": ("Closed-form value loss L(e, t)", """\
 Per-sample critic loss with e = v - target (the prediction error) and t = target; PPO
 averages it over the minibatch. L(0, t) = 0, and L decreases toward e = 0 from either side."""),
+    "shaping": ("Closed-form shaping potential Phi(s)", """\
+Potential-based reward shaping (Ng et al. 1999): PPO learns from r + gamma * Phi(s') - Phi(s),
+Phi(s') dropped where the episode terminated (`shaped_reward`), which changes how fast it learns,
+never which policy is optimal. s<i> is the i-th number of the raw, flattened observation."""),
 }
+
+# potential-based shaping around the module's `potential`, as meta_objectives.shaping computes it
+_SHAPED_REWARD = '''def shaped_reward(obs, reward, next_obs, terminated, gamma):
+    """reward + gamma * potential(next_obs) - potential(obs), the future dropped where terminated."""
+    future = jnp.where(terminated, 0.0, potential(next_obs))
+    return reward + gamma * future - potential(obs)
+'''
+FUNCTION_NAMES = {"drift": "drift", "value_loss": "value_loss", "shaping": "potential"}  # a module's defaults
 
 
 def to_jax_module_source(expression: str, function_name: str = "drift", kind: str = "drift") -> str:
@@ -374,19 +428,24 @@ def to_jax_module_source(expression: str, function_name: str = "drift", kind: st
     return jax_module_source({kind: expression}, {kind: function_name})
 
 
-def jax_module_source(expressions: dict[str, str], function_names: dict[str, str] | None = None) -> str:
-    """A standalone module defining one function per entry of {kind: expression} (kinds "drift"
-    and "value_loss", functions named after the kind unless `function_names` says otherwise).
+def jax_module_source(expressions: dict[str, str], function_names: dict[str, str] | None = None,
+                      obs_dim: int = 0) -> str:
+    """A standalone module defining one function per entry of {kind: expression} (kinds "drift",
+    "value_loss" and "shaping", functions named by FUNCTION_NAMES unless `function_names` says
+    otherwise; a shaping's potential(obs), obs [..., obs_dim], and shaped_reward beside it).
     With one entry the module's source string is `EXPRESSION`; with several, `<KIND>_EXPRESSION`."""
     if not expressions:
         raise ExpressionError("no expression to write")
     unknown = set(expressions) - set(_MODULE_DOCS)
     if unknown:
         raise ValueError(f"kind must be one of {sorted(_MODULE_DOCS)}, got {sorted(unknown)}")
-    function_names = {**{k: k for k in expressions}, **(function_names or {})}
+    function_names = {**FUNCTION_NAMES, **(function_names or {})}
     docs, constants, functions = [], [], []
     for kind, expression in expressions.items():
-        source = function_source(kind, function_names[kind], parse_expression(expression, VARIABLES[kind]))
+        parsed = parse_expression(expression, variables_of(kind, obs_dim))
+        source = function_source(kind, function_names[kind], parsed, obs_dim=obs_dim)
+        if kind == "shaping" and function_names[kind] == "potential":
+            source += "\n\n" + _SHAPED_REWARD
         title, doc = _MODULE_DOCS[kind]
         constant = "EXPRESSION" if len(expressions) == 1 else f"{kind.upper()}_EXPRESSION"
         docs.append(f"{title}:\n{doc}\n\nExpression: {' '.join(expression.split())}")

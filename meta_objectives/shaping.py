@@ -30,6 +30,13 @@ class NoShaping(MetaObjective):
         return reward
 
 
+def potential_based(potential, obs, reward, next_obs, terminated, gamma):
+    """reward + gamma * Phi(s') - Phi(s) [...], Phi(s') dropped where the episode terminated;
+    `potential` maps observations [..., *obs_shape] to Phi [...]."""
+    future = jnp.where(terminated, 0.0, potential(next_obs))
+    return reward + gamma * future - potential(obs)
+
+
 def monotone_transform(params, reward):
     """g(r) = e^a (r - tanh r) + e^b tanh r: strictly increasing for all a, b; identity at 0, 0.
 
@@ -129,5 +136,4 @@ class PotentialShaping(MetaObjective):
     def shape_reward(self, params, obs, reward, next_obs, terminated, gamma):
         if self.transform:
             reward = monotone_transform(params["transform"], reward)
-        future = jnp.where(terminated, 0.0, self.potential(params, next_obs))
-        return reward + gamma * future - self.potential(params, obs)
+        return potential_based(lambda o: self.potential(params, o), obs, reward, next_obs, terminated, gamma)

@@ -226,12 +226,13 @@ def distil(run_dir: str | Path, which: str | None = None, plugs: Sequence[str] |
     """Fit closed forms to what a run evolved, as `metadisco distil` (which calls this; so does
     `metadisco export` for a plug point not distilled yet): writes RUN_DIR/distil/ and returns
     {plug: its DistillationReport} (metadisco.analysis.distillation.report). plugs: the plug points
-    to distil (default: every evolved one with closed forms, the drift and/or the value loss).
+    to distil (default: every evolved one: the drift, the value loss and/or the shaping potential).
     options: symbolic, progress, seed, prior_fraction, fit. which: the run's objectives file (None: the
     selected objective where the run kept one, else the last ES mean: `chosen_objective`).
 
     The fit runs on the points PPO visits when it trains with the run's objectives on each of its
-    meta-training environments, equally many per environment, plus points from a prior.
+    meta-training environments, equally many per environment, plus points from a prior; a
+    shaping potential on the observations that training reaches on the first of them.
     """
     from metadisco.analysis.distillation.run import check_distil_options, distil_run, distillable
     from metadisco.analysis.runs import Run
@@ -242,8 +243,10 @@ def distil(run_dir: str | Path, which: str | None = None, plugs: Sequence[str] |
     plugs = distillable(cfg) if plugs is None else tuple(plugs)
     objectives, params, _ = run.objectives(which)
     check_distil_options(options.get("progress"), options.get("prior_fraction", 0.5), options.get("fit", "value"))
-    rows = _visited(cfg, objectives, params, options.get("seed", 0))
-    reports = distil_run(run, rows, objectives, params, which, plugs=plugs, **options)
+    seed = options.get("seed", 0)
+    rows = _visited(cfg, objectives, params, seed) if set(plugs) - {"shaping"} else None
+    observations = _visited_observations(cfg, objectives, params) if "shaping" in plugs else None
+    reports = distil_run(run, rows, objectives, params, which, plugs=plugs, observations=observations, **options)
     refresh_report(run.path)
     return reports
 
@@ -265,14 +268,16 @@ class Exported:
 
 
 def export(run_dir: str | Path, which: str | None = None, *, expression: str | None = None, value_loss: str | None = None,
-           candidate: int | None = None, format: str = "metadisco", name: str | None = None) -> Exported:
+           potential: str | None = None, candidate: int | None = None, format: str = "metadisco",
+           name: str | None = None) -> Exported:
     """Write a run's closed forms, as `metadisco export` (which calls this): LaTeX, a loadable
     objectives JSON (the run's other plug points kept) and a standalone JAX module into
     RUN_DIR/export/, or with format="discogen" a `loss.py` for DiscoGen's on-policy RL domain.
 
-    Each evolved drift or value loss is exported as: `expression` / `value_loss` where given (the
-    whole loss); else a closed-form family's member itself (no fit); else row `candidate` of
-    distil's Pareto front, or distil's chosen one (distilling first where the run has not been).
+    Each evolved drift, value loss or shaping potential is exported as: `expression` / `value_loss`
+    (the whole loss) / `potential` (over s0, s1, ...) where given; else a closed-form family's
+    member itself (no fit); else row `candidate` of distil's Pareto front, or distil's chosen one
+    (distilling first where the run has not been).
     A value loss distilled from one on PPO's clipped base is exported with that clipping applied.
     MetadiscoError for a candidate that does not exist, a plug with no valid candidate, or an
     expression that breaks its plug's constraints (export refuses what `metadisco check` refuses).
@@ -286,7 +291,7 @@ def export(run_dir: str | Path, which: str | None = None, *, expression: str | N
     run = Run(run_dir)
     cfg = run.config()
     which = which or run.default_which()  # the selected objective where the run kept one
-    given = {"drift": expression, "value_loss": value_loss}
+    given = {"drift": expression, "value_loss": value_loss, "shaping": potential}
     plugs = tuple(p for p in DISTILLABLE if given[p] is not None) or distillable(cfg)
     objectives, params, _ = run.objectives(which)
     expressions, sources, distilled = {}, {}, []
@@ -315,11 +320,14 @@ def export(run_dir: str | Path, which: str | None = None, *, expression: str | N
         elif report.chosen:
             expressions[plug], sources[plug] = report.chosen.expression, "distil's chosen candidate"
         else:
-            flag = "--expression" if plug == "drift" else "--value-loss"
+            flag = {"drift": "--expression", "value_loss": "--value-loss", "shaping": "--potential"}[plug]
             raise MetadiscoError(
                 f"distillation found no {plug} candidate that satisfies the constraints; pass one with {flag}")
     notes = ()
     if format == "discogen":
+        if "shaping" in expressions:
+            raise MetadiscoError("a DiscoGen loss.py has no place for a reward shaping (it is a loss, not a reward): "
+                                 f"export the potential without --format discogen (metadisco export {run.path})")
         if "drift" not in expressions:
             raise MetadiscoError("a DiscoGen loss needs a drift: this run evolved no drift; pass one with --expression")
         network = cfg.inner.network or "mlp"  # the presets' (inner.network unset)
@@ -331,12 +339,29 @@ def export(run_dir: str | Path, which: str | None = None, *, expression: str | N
         # plug points not exported as closed forms keep the run's own (fixed) objectives
         paths = export_closed_form(expressions.get("drift"), run.export_dir,
                                    name=name or "discovered_" + "_and_".join(expressions),
-                                   value_loss=expressions.get("value_loss"), fixed=(objectives, params),
+                                   value_loss=expressions.get("value_loss"), potential=expressions.get("shaping"),
+                                   fixed=(objectives, params),
                                    metadata={"run_dir": str(run.path), "source": sources, "envs": list(cfg.envs)},
                                    value_loss_base=value_loss_base)
     refresh_report(run.path)
     return Exported(expressions, sources, value_loss_base, {k: Path(v) for k, v in paths.items()}, tuple(distilled),
                     notes)
+
+
+def _visited_observations(cfg, objectives, params):
+    """Raw observations PPO reaches training with `objectives` at `params` on the first environment
+    of `cfg` (a potential reads one observation shape: the one it was sized for)."""
+    import jax
+
+    from metadisco.analysis.distillation.run import visited_observations
+    from metadisco.config import ppo_config
+    from metadisco.core import streams
+    from metadisco.inner_loops import make_env
+
+    env = cfg.envs[0]
+    key = jax.random.split(streams.key(cfg.seed, streams.Stream.DISTILLATION), len(cfg.envs))[0]
+    return visited_observations(key, make_env(env), ppo_config(cfg, env), objectives.for_env(make_env(env).obs_shape),
+                                params)
 
 
 def _visited(cfg, objectives, params, seed: int = 0):

@@ -2,6 +2,7 @@
 
     sample_prior / visitation_weights / visitation_samples   fit points (r, A) where training goes
     evaluation_grid                                          the fixed report grid
+    observation_grid(obs)                                    a potential's grid: over its first two variables
     FitData, prepare_drift                                   fit points, targets and grid of one fit
     candidate(expression, data, method, n_terms)             a scored Candidate (values and slopes)
     choose(candidates, data, penalty)                        constraints, the Pareto front, the chosen one
@@ -30,8 +31,10 @@ from metadisco.meta_objectives.expressions import (
     DRIFT_VARIABLES,
     VALUE_LOSS_VARIABLES,
     evaluate_numpy,
+    evaluate_shaping_numpy,
     evaluate_value_loss_numpy,
     parse_expression,
+    shaping_variables,
 )
 
 LOG_RATIO_STD = 0.2  # default prior: log r ~ N(0, LOG_RATIO_STD^2), A ~ N(0, 1)
@@ -120,6 +123,20 @@ def evaluation_grid(num: int = GRID_NUM):
     return R.ravel(), A.ravel()
 
 
+def observation_grid(obs, num: int = GRID_NUM):
+    """A potential's report grid: observations [num * num, obs_dim] over the visited range of the
+    first two variables (num for one), the others at their mean over `obs` [n, obs_dim]; and the
+    two axes it spans ((num,) each; one for a single variable)."""
+    obs = np.asarray(obs, np.float64)
+    low, high = obs.min(0), obs.max(0)
+    axes = [np.linspace(lo, hi if hi > lo else lo + 1.0, num) for lo, hi in zip(low[:2], high[:2])]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    grid = np.broadcast_to(obs.mean(0), mesh[0].shape + obs.shape[-1:]).copy()
+    for i, m in enumerate(mesh):
+        grid[..., i] = m
+    return grid.reshape(-1, obs.shape[-1]), tuple(axes)
+
+
 def evaluate_target(fn, ratio, advantage, progress) -> np.ndarray:
     out = fn(ratio.astype(np.float32), advantage.astype(np.float32), np.asarray(progress, np.float32))
     return _finite(np.broadcast_to(np.asarray(out, np.float64), ratio.shape), "drift")
@@ -153,7 +170,8 @@ def _finite(values, what):
 class FitData:
     """Fit points and the report grid of one distillation. kind "drift": inputs r, a and the
     progress (one value, or one per point: `progress` for the fit points, `grid_progress` for the
-    grid); kind "value_loss": inputs r := e (prediction error), a := t (target).
+    grid); kind "value_loss": inputs r := e (prediction error), a := t (target); kind "shaping":
+    r := the observations [n, obs_dim] (grid_r: `observation_grid`'s), a and grid_a unused.
     d, s: the target's values and slopes along r (or e) at the fit points; grid_d, grid_s on the
     grid. fit: which of the two the fitters match ("value" or "slope")."""
 
@@ -181,6 +199,8 @@ class FitData:
     def values(self, expression: str, grid: bool = False, shift: float = 0.0, **constants) -> np.ndarray:
         """The expression on the fit points (grid: on the plot grid), r (or e) shifted by `shift`."""
         x, y = (self.grid_r, self.grid_a) if grid else (self.r, self.a)
+        if self.kind == "shaping":
+            return evaluate_shaping_numpy(expression, x)
         if self.kind == "drift":
             return evaluate_numpy(expression, x + shift, y, self.grid_progress if grid else self.progress, **constants)
         return evaluate_value_loss_numpy(expression, x + shift, y)
@@ -206,9 +226,13 @@ class FitData:
 
     @property
     def variables(self) -> tuple[str, ...]:
+        if self.kind == "shaping":
+            return shaping_variables(self.r.shape[-1])
         return DRIFT_VARIABLES if self.kind == "drift" else VALUE_LOSS_VARIABLES
 
     def violations(self, expression: str) -> list[Violation]:
+        if self.kind == "shaping":  # every potential is a valid (policy-invariant) shaping; a non-finite one has no error
+            return []
         if self.kind == "drift":
             return check_drift_constraints(expression)
         return check_value_loss_constraints(expression)

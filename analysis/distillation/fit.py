@@ -1,9 +1,11 @@
 """Distil a learned drift D(r, A) into a closed form (as LPO was distilled into DPO, Lu et al. 2022),
-and a learned value loss L(e, t) into L2 plus a sparse sum of valid loss terms.
+a learned value loss L(e, t) into L2 plus a sparse sum of valid loss terms, and a learned shaping
+potential Phi(s) into a formula over the observation's numbers s0, s1, ...
 
     distil_drift(drift_fn, samples)           fit_dpo, fit_sparse and fit_symbolic on the same points
     distil_over_progress(drift_fn, samples)   a TA-LPO drift: fitted at both ends of training, interpolated
     distil_value_loss(loss_fn, errors, targets)   the departure of a value loss from L2
+    distil_shaping(potential_fn, observations)    a potential on the observations training visits
 
 Data: the fit points are where training actually goes. Pass visited (ratio, advantage) samples
 from training; without them points are drawn from a default prior, A ~ N(0, 1) (advantages are
@@ -31,15 +33,25 @@ from metadisco.analysis.distillation.data import (
     FitData,
     candidate,
     choose,
+    fit_metrics,
+    observation_grid,
     prepare_drift,
     target_slope,
     valid_subsample,
     visitation_samples,
 )
-from metadisco.analysis.distillation.methods import fit_dpo, fit_sparse, fit_symbolic, value_loss_library
-from metadisco.analysis.distillation.report import DistillationReport, End, FitPoints
+from metadisco.analysis.distillation.methods import (
+    fit_dpo,
+    fit_plane,
+    fit_sparse,
+    fit_symbolic,
+    shaping_library,
+    value_loss_library,
+)
+from metadisco.analysis.distillation.report import DistillationReport, End, FitPoints, Reference
 from metadisco.core.errors import MetadiscoError
 from metadisco.meta_objectives.constraints import check_drift_constraints
+from metadisco.meta_objectives.expressions import evaluate_shaping_numpy
 
 # ---------------------------------------------------------------------------------------------
 # All together
@@ -224,3 +236,80 @@ def distil_value_loss(
                        target_std=float(np.std(data.d)))
     return DistillationReport(candidates=scored, pareto=pareto, chosen=chosen, fit=fit, data=points,
                               complexity_penalty=complexity_penalty, symbolic=counts)
+
+
+# Named potentials of an environment (its default parameters), over its raw observation s0, s1, ...
+# MountainCar-v0 (gymnax, environments/classic_control/mountain_car.py): v' = v + (a - 1) force -
+# cos(3 x) gravity with gravity = 0.0025, so -d/dx of gravity sin(3x)/3 is the hill's pull and the
+# car's mechanical energy per unit mass is v^2/2 + gravity sin(3x)/3 (s0 = x position, s1 = v).
+REFERENCE_POTENTIALS = {
+    "MountainCar-v0": ("mechanical energy", "s1**2/2 + 0.0025*sin(3*s0)/3",
+                       "gymnax MountainCar-v0 dynamics (environments/classic_control/mountain_car.py: gravity 0.0025)"),
+}
+
+
+def distil_shaping(potential_fn, observations, seed: int = 0, symbolic: bool = True, max_terms: int = 3,
+                   complexity_penalty: float = 1e-3, n_points: int = 4096, symbolic_kwargs: dict | None = None,
+                   env: str | None = None) -> DistillationReport:
+    """Distil a learned potential Phi(s) on visited observations [n, obs_dim] (raw, flattened):
+    the best plane (`fit_plane`), sparse fits over `shaping_library` (with a free offset) and,
+    with `symbolic`, the search's b + c g(s). Every potential is a valid shaping, so each candidate
+    is scored only on its error. potential_fn(obs [m, obs_dim]) -> Phi [m] (jax or numpy).
+
+    Errors are also reported on `observation_grid` (the first two variables over their visited
+    range, the others at their mean). Returns a DistillationReport, as `distil_drift` does, with
+    the plane in `plane_fit` and, where `env` has one in REFERENCE_POTENTIALS, the learned
+    potential's correlation with it in `reference`.
+    """
+    obs = np.asarray(observations, np.float64)
+    obs = obs.reshape(len(obs), -1)
+    obs = obs[np.isfinite(obs).all(axis=1)]
+    if len(obs) < 20:
+        raise MetadiscoError(f"only {len(obs)} finite observations to fit a potential on; need at least 20: "
+                             "train longer (more updates) before distilling")
+    if len(obs) > n_points:
+        obs = obs[np.random.default_rng(seed).choice(len(obs), n_points, replace=False)]
+
+    def potential(points):
+        out = np.asarray(potential_fn(points.astype(np.float32)), np.float64)
+        if not np.isfinite(out).all():
+            raise MetadiscoError("the potential to distil is not finite at some visited observations: the run's "
+                                 "objectives are broken; try --which best")
+        return out
+
+    grid, axes = observation_grid(obs)
+    data = FitData(r=obs, a=np.zeros(0), d=potential(obs), grid_r=grid, grid_a=np.zeros(0), grid_d=potential(grid),
+                   grid_w=np.full(len(grid), 1.0 / len(grid)), progress=0.0, source="samples", kind="shaping")
+    plane = fit_plane(data)
+    candidates = [plane] + fit_sparse(data, max_terms, shaping_library(obs, data.d), intercept=True)
+    counts = ()
+    if symbolic:
+        found, stats = fit_symbolic(data, seed=seed, **(symbolic_kwargs or {}))
+        candidates, counts = candidates + found, (stats,)
+    scored, pareto, chosen = choose(candidates, data, complexity_penalty)
+    names = data.variables
+    points = FitPoints(source="samples", n_points=len(obs), fit="potential Phi(s) on visited observations",
+                       grid={"variables": list(names), "ranges": [[float(a[0]), float(a[-1])] for a in axes],
+                             "at": [float(v) for v in obs.mean(0)[2:]], "num": len(axes[0])},
+                       target_std=float(np.std(data.d)))
+    return DistillationReport(candidates=scored, pareto=pareto, chosen=chosen, fit="value", data=points,
+                              complexity_penalty=complexity_penalty, symbolic=counts,
+                              plane_fit=next(c for c in scored if c.method == "plane"),
+                              reference=reference_fit(env, obs, data.d))
+
+
+def reference_fit(env: str | None, obs, phi) -> Reference | None:
+    """The learned potential `phi` [n] beside `env`'s named one (REFERENCE_POTENTIALS) on the
+    observations obs [n, obs_dim]; None where the environment has none (or other dimensions)."""
+    if env not in REFERENCE_POTENTIALS:
+        return None
+    name, expression, source = REFERENCE_POTENTIALS[env]
+    try:
+        ref = evaluate_shaping_numpy(expression, obs)
+    except (ValueError, IndexError):  # observations of another size than the reference's
+        return None
+    if np.std(ref) == 0 or np.std(phi) == 0:
+        return Reference(name, expression, source, None, None)
+    correlation = float(np.corrcoef(phi, ref)[0, 1])
+    affine = np.polyval(np.polyfit(ref, phi, 1), ref)
+    return Reference(name, expression, source, correlation, fit_metrics(affine, phi).r2)

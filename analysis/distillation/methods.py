@@ -1,10 +1,12 @@
 """The fitting methods of a distillation, each over a FitData, each giving candidates in one format.
 
     fit_dpo(data)                least squares of the DPO family (alpha, beta > 0)
+    fit_plane(data)              a potential's least-squares plane b + sum_i a_i s_i
     fit_sparse(data, library)    non-negative best subsets of a term library, plus thresholding
     fit_symbolic(data)           genetic programming whose candidates are valid by construction
                                  (metadisco.analysis.distillation.search): its Pareto front of size against error
-    drift_library(), value_loss_library(scale)   the term libraries fit_sparse draws from
+    drift_library(), value_loss_library(scale), shaping_library(obs, target)
+                                 the term libraries fit_sparse draws from
                                                  (drift_library lives in metadisco.meta_objectives.drift_terms)
 
 `data` is a FitData (`metadisco.analysis.distillation.data.prepare_drift` for a drift). Each matches what
@@ -18,7 +20,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
-from scipy.optimize import least_squares, nnls
+from scipy.optimize import least_squares, minimize_scalar, nnls
 
 from metadisco.analysis.distillation.data import FitData, candidate, round_sig
 from metadisco.analysis.distillation.report import Candidate, SearchCounts
@@ -59,9 +61,11 @@ def fit_dpo(data: FitData) -> Candidate:
 # ---------------------------------------------------------------------------------------------
 
 def fit_sparse(data: FitData, max_terms: int = 3, library: list[tuple[str, str]] | None = None,
-               max_subsets: int = 2000, beam_width: int = 20, threshold: float = 0.05) -> list[Candidate]:
+               max_subsets: int = 2000, beam_width: int = 20, threshold: float = 0.05,
+               intercept: bool = False) -> list[Candidate]:
     """Sparse non-negative fits target ~ sum_i w_i term_i (w_i >= 0, so a sum of valid drifts stays
-    valid).
+    valid); with `intercept`, target ~ b + sum_i w_i term_i with a free offset b that is not a term
+    (a potential's: Phi and Phi + b shape alike).
 
     For each size 1..max_terms: the best subset of `library` (default `drift_library()`), found
     exhaustively while there are at most `max_subsets` subsets and by beam search beyond; plus
@@ -79,9 +83,12 @@ def fit_sparse(data: FitData, max_terms: int = 3, library: list[tuple[str, str]]
     if not columns:
         return []
     X = np.stack(columns, axis=1)
-    norms = np.linalg.norm(X, axis=0)
-    Xs = X / norms
     y = data.target
+    x_mean, y_mean = (X.mean(0), y.mean()) if intercept else (np.zeros(X.shape[1]), 0.0)
+    X, y = X - x_mean, y - y_mean
+    norms = np.linalg.norm(X, axis=0)
+    norms[norms <= 1e-12] = np.inf  # constant on the fit points: the offset already says it
+    Xs = X / norms
 
     def solve(subset):
         w, rnorm = nnls(Xs[:, list(subset)], y)
@@ -113,11 +120,13 @@ def fit_sparse(data: FitData, max_terms: int = 3, library: list[tuple[str, str]]
 
     out = []
     for support, (subset, w, method) in chosen.items():
-        parts = [(names[i], terms[i], round_sig(wi / norms[i])) for i, wi in zip(subset, w) if i in support]
+        parts = [(names[i], terms[i], round_sig(wi / norms[i]), i) for i, wi in zip(subset, w) if i in support]
         if not parts:
             continue
-        expression = " + ".join(f"{wi!r}*{term}" for _, term, wi in parts)
-        out.append(candidate(expression, data, method, len(parts), terms=[n for n, _, _ in parts]))
+        expression = " + ".join(f"{wi!r}*{term}" for _, term, wi, _ in parts)
+        if intercept:
+            expression = f"{round_sig(y_mean - sum(wi * x_mean[i] for *_, wi, i in parts))!r} + {expression}"
+        out.append(candidate(expression, data, method, len(parts), terms=[n for n, *_ in parts]))
     return sorted(out, key=lambda c: c.rmse)
 
 
@@ -144,14 +153,18 @@ def fit_symbolic(data: FitData, generations: int = 20, seed: int = 0, population
     generations, population_size, max_size (nodes), parsimony, time_limit (seconds): the search's budget.
 
     A drift candidate is c * relu(g - T_1[g] - DELTA); a value-loss departure from L2 is
-    (b - 1) e^2/2 + c * relu(g - T_0[g] - DELTA), b, c >= 0 (the whole loss b e^2/2 + c ...).
+    (b - 1) e^2/2 + c * relu(g - T_0[g] - DELTA), b, c >= 0 (the whole loss b e^2/2 + c ...); a
+    potential b + c * g, b and c free.
     """
     if not data.scalar_progress:
         raise ValueError("fit_symbolic fits one progress at a time; distil_over_progress interpolates")
-    plug = Plug(data.kind)
+    plug = Plug(data.kind, data.variables if data.kind == "shaping" else ())
     base = ()
     if data.kind == "value_loss":  # the departure's e^2/2 coefficient may fall to -1 (b >= 0)
         base = ((data.r**2 / 2, data.r, -1.0),)
+    if data.kind == "shaping":  # a potential's free offset
+        ones = np.ones(len(data.r))
+        base = ((ones, 0 * ones, -np.inf),)
     problem = Problem(plug, data.r, data.a, data.d, data.s if data.s is not None else np.zeros_like(data.d),
                       fit=data.fit, base=base)
     result = search(problem, generations=generations, population_size=population_size, seed=seed,
@@ -160,8 +173,10 @@ def fit_symbolic(data: FitData, generations: int = 20, seed: int = 0, population
     for member in result.front:
         *b, c = (round_sig(w) for w in member["coefficients"])
         shape = transform_expression(plug, member["tree"])
-        parts = [f"{b[0]!r}*e**2/2"] if b and b[0] != 0 else []
-        if c > 0 and shape != 0:
+        parts = [f"{b[0]!r}*e**2/2"] if b and b[0] != 0 and data.kind == "value_loss" else []
+        if data.kind == "shaping":
+            parts = [f"{b[0]!r}"] + ([f"{c!r}*({shape})"] if c != 0 else [])
+        elif c > 0 and shape != 0:
             parts.append(f"{c!r}*({shape})")
         if not parts:  # nothing but zero: L2 itself, or no drift at all
             continue
@@ -193,3 +208,62 @@ def value_loss_library(error_scale: float = 1.0) -> list[tuple[str, str]]:
         terms.append((f"pseudo_huber({c})", f"{c!r}**2*(sqrt(1 + (e/{c!r})**2) - 1)"))
         terms.append((f"{c}tanh(e/{c})", f"{c!r}*tanh(e/{c!r})"))
     return terms + [(f"-{name}", f"-({term})") for name, term in terms]
+
+
+# ---------------------------------------------------------------------------------------------
+# Shaping potentials
+# ---------------------------------------------------------------------------------------------
+
+
+def fit_plane(data: FitData) -> Candidate:
+    """A potential's least-squares plane b + sum_i a_i s_i over every observation variable (what
+    a potential that only says "further along, faster" is)."""
+    design = np.column_stack([np.ones(len(data.r)), data.r])
+    coefficients, *_ = np.linalg.lstsq(design, data.target, rcond=None)
+    b, *a = (round_sig(c) for c in coefficients)
+    expression = " + ".join([repr(b)] + [f"{ai!r}*{name}" for ai, name in zip(a, data.variables)])
+    return candidate(expression, data, "plane", len(a))
+
+
+SHAPING_PERIODS = (0.25, 3.0)  # the periods a potential's sin and cos may span over a variable's visited range
+MAX_PAIRED_VARIABLES = 6  # products s_i s_j only below this many variables (their number grows as the square)
+
+
+def shaping_library(obs, target) -> list[tuple[str, str]]:
+    """Candidate terms (name, expression over s0, s1, ...) of a potential fitted on observations
+    obs [n, obs_dim] to `target` [n] (fit_sparse adds the offset): each variable, its square, the
+    products of two (up to MAX_PAIRED_VARIABLES variables), and sin and cos of each at the
+    frequency `tuned_frequency` finds; each with its negation, so a non-negative fit is a signed
+    one. With these the library writes a plane and MountainCar's mechanical energy exactly."""
+    obs = np.asarray(obs, np.float64)
+    names = [f"s{i}" for i in range(obs.shape[1])]
+    terms = []
+    for i, s in enumerate(names):
+        terms += [(s, s), (f"{s}^2", f"{s}**2")]
+        w = tuned_frequency(obs, target, i)
+        if w is not None:
+            terms += [(f"sin({w:g}{s})", f"sin({w!r}*{s})"), (f"cos({w:g}{s})", f"cos({w!r}*{s})")]
+    if len(names) <= MAX_PAIRED_VARIABLES:
+        terms += [(f"{a}*{b}", f"{a}*{b}") for a, b in itertools.combinations(names, 2)]
+    return terms + [(f"-{name}", f"-({term})") for name, term in terms]
+
+
+def tuned_frequency(obs, target, i: int, num: int = 56) -> float | None:
+    """The frequency w at which sin(w s_i) and cos(w s_i) best explain `target` beside a quadratic
+    in every variable (a periodogram over SHAPING_PERIODS periods across s_i's visited range, refined
+    between its neighbours), to 6 digits; None where s_i does not vary."""
+    x = obs[:, i]
+    span = float(np.ptp(x))
+    if span <= 0:
+        return None
+    base = np.column_stack([np.ones(len(x)), obs, obs**2])
+
+    def residual(w):
+        design = np.column_stack([base, np.sin(w * x), np.cos(w * x)])
+        fitted = design @ np.linalg.lstsq(design, target, rcond=None)[0]
+        return float(np.sum((target - fitted) ** 2))
+
+    grid = 2 * np.pi * np.linspace(*SHAPING_PERIODS, num) / span
+    k = int(np.argmin([residual(w) for w in grid]))
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, num - 1)]
+    return round_sig(minimize_scalar(residual, bounds=(lo, hi), method="bounded", options={"xatol": 1e-7}).x)

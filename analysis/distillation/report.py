@@ -11,6 +11,7 @@ written and read here and nowhere else (jax-free).
       FitPoints                 the points it was fitted on, and the grid its errors are reported on
       SearchCounts              the symbolic search's counts (formulas considered, the valid share, seconds)
       End                       an interpolated drift's fit at one end of training
+      Reference                 a potential beside a named one of its environment (MountainCar's energy)
       Source                    the run distilled: its directory, which objectives, how many rows
 
 The stored keys are the field names, but for a candidate's errors on the fit points (r2,
@@ -33,8 +34,8 @@ from metadisco.core.fileio import atomic_write_text, to_jsonable
 from metadisco.core.records import Violation
 from metadisco.measure.run_files import RunDirError
 
-__all__ = ["Candidate", "DistillationReport", "End", "Errors", "FitPoints", "SearchCounts", "Source", "read_report",
-           "write_report"]
+__all__ = ["Candidate", "DistillationReport", "End", "Errors", "FitPoints", "Reference", "SearchCounts", "Source",
+           "read_report", "write_report"]
 
 
 def _put(out: dict, key: str, value) -> dict:
@@ -85,7 +86,7 @@ class Candidate:
     constraints it breaks (None before they are checked) and its score (error / std(target) +
     penalty x complexity: the chosen one is the front's lowest)."""
 
-    method: str  # dpo, sparse, sparse_threshold, symbolic, interpolated, l2
+    method: str  # dpo, sparse, sparse_threshold, symbolic, interpolated, l2, plane
     expression: str
     complexity: int
     n_terms: int
@@ -142,7 +143,8 @@ class FitPoints:
 
     source: str
     n_points: int
-    grid: Mapping[str, Any]  # a drift's {"r", "A", "num"}; a value loss's {"e", "t", "num"}
+    grid: Mapping[str, Any]  # a drift's {"r", "A", "num"}; a value loss's {"e", "t", "num"}; a potential's
+    # {"variables", "ranges" (of the first two), "at" (the others' values), "num"}
     target_std: float
     progress: float | str | None = None
     error_std: float | None = None
@@ -207,6 +209,26 @@ class End:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A learned potential beside a named potential of its environment: the name, its expression
+    (over s0, s1, ...), where it comes from, the correlation of the two on the fit points and the
+    R^2 of the reference's best affine map onto the learned one (the correlation squared)."""
+
+    name: str
+    expression: str
+    source: str
+    correlation: float | None
+    r2: float | None
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping) -> Reference:
+        return cls(**{f.name: obj[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
 class Source:
     """The run a report was distilled from: its directory, which objectives (mean or best), the
     plug point's objective (its spec, stored under the plug's name), the visited rows and, for a
@@ -237,7 +259,8 @@ class DistillationReport:
     where no candidate is valid); what the fit matches ("value" or "slope") and on which points;
     the symbolic search's counts; a drift's DPO fit and, interpolated over training, its two
     ends; a value loss's closed-form base (the ClosedFormValueLoss options its expressions mean
-    the learned loss under); and the run it came from."""
+    the learned loss under); a potential's best plane and its named reference; and the run it
+    came from."""
 
     candidates: tuple[Candidate, ...]
     pareto: tuple[int, ...]
@@ -250,6 +273,8 @@ class DistillationReport:
     ends: tuple[End, ...] | None = None
     closed_form_base: Mapping[str, Any] | None = None
     source: Source | None = None
+    plane_fit: Candidate | None = None
+    reference: Reference | None = None
 
     @property
     def front(self) -> tuple[Candidate, ...]:
@@ -265,6 +290,8 @@ class DistillationReport:
                 "fit": self.fit, "data": self.data.to_json(), "complexity_penalty": self.complexity_penalty}
         _put(out, "ends", None if self.ends is None else [e.to_json() for e in self.ends])
         _put(out, "closed_form_base", None if self.closed_form_base is None else dict(self.closed_form_base))
+        _put(out, "plane_fit", None if self.plane_fit is None else self.plane_fit.to_json())
+        _put(out, "reference", None if self.reference is None else self.reference.to_json())
         return to_jsonable(_put(out, "source", None if self.source is None else self.source.to_json()))
 
     @classmethod
@@ -280,7 +307,9 @@ class DistillationReport:
                        symbolic=tuple(SearchCounts.from_json(s) for s in counts),
                        dpo_fit=_optional(obj, "dpo_fit", Candidate.from_json),
                        ends=_optional(obj, "ends", lambda es: tuple(End.from_json(e) for e in es)),
-                       closed_form_base=obj.get("closed_form_base"), source=_optional(obj, "source", Source.from_json))
+                       closed_form_base=obj.get("closed_form_base"), source=_optional(obj, "source", Source.from_json),
+                       plane_fit=_optional(obj, "plane_fit", Candidate.from_json),
+                       reference=_optional(obj, "reference", Reference.from_json))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"not a distillation report: a missing or malformed field ({type(e).__name__}: {e})") \
                 from None

@@ -2,9 +2,11 @@
 
     plugs = distillable(config)                       which plug points have closed forms to fit
     rows = visited_samples(key, env, ppo, objectives, params)   [n, 5] (ratio, advantage, value, target, progress)
+    obs = visited_observations(key, env, ppo, objectives, params)   [n, obs_dim] raw observations
     rows = balanced([rows_env1, rows_env2, ...], seed)  equally many rows from each environment
-    reports = distil_run(run, rows, objectives, params, plugs=plugs)   writes RUN_DIR/distil/
-                                                      (per plug: distil_run_drift, distil_run_value_loss)
+    reports = distil_run(run, rows, objectives, params, plugs=plugs, observations=obs)   writes RUN_DIR/distil/
+                                                      (per plug: distil_run_drift, distil_run_value_loss,
+                                                      distil_run_shaping)
     report = stored_report(run, plug)                 a report written earlier, or None
 
 A report is a DistillationReport (metadisco.analysis.distillation.report), written and read through
@@ -15,9 +17,10 @@ epoch and minibatch step of training, on every meta-training environment, each e
 contributing equally many. The drift is fitted on the visited (r, A) (at their progress, for a
 progress-dependent drift) mixed with a share from the default prior (training alone rarely
 reaches the walls of a trust region, which is what the walls are for); the value loss on the
-visited (v - target, target). Each plug's files are named for it alike: its report
-RUN_DIR/distil/{plug}.json, its learned-vs-distilled figure {plug}_learned_vs_distilled.png and its
-Pareto front's figure {plug}_pareto.png (drift, value_loss).
+visited (v - target, target); a shaping potential on the observations training reaches. Each
+plug's files are named for it alike: its report RUN_DIR/distil/{plug}.json, its learned-vs-distilled
+figure {plug}_learned_vs_distilled.png and its Pareto front's figure {plug}_pareto.png (drift,
+value_loss, shaping).
 Imports jax on use (the command line imports this before it sets XLA_FLAGS).
 """
 
@@ -31,7 +34,7 @@ from metadisco.core.errors import MetadiscoError
 from metadisco.core.fileio import atomic_write_text, save_figure
 from metadisco.measure.run_files import RunDirError, writing
 
-DISTILLABLE = ("drift", "value_loss")
+DISTILLABLE = ("drift", "value_loss", "shaping")
 REPORT_FILES = {plug: f"{plug}.json" for plug in DISTILLABLE}
 PARETO_FIGURES = {plug: f"{plug}_pareto" for plug in DISTILLABLE}
 ROW_COLUMNS = ("ratio", "advantage", "value", "target", "progress")
@@ -43,10 +46,8 @@ def distillable(config) -> tuple[str, ...]:
     evolved = config.objectives.evolve
     plugs = tuple(p for p in DISTILLABLE if p in evolved)
     if not plugs:
-        raise RunDirError(
-            f"this run evolved {', '.join(evolved)}; metadisco distils drifts and value losses into closed "
-            "forms. A learned reward shaping is a potential over the environment's observations, with no "
-            "closed form to fit here: evaluate it as it is (metadisco evaluate RUN_DIR --envs ITS_ENV)")
+        raise RunDirError(f"this run evolved nothing ({config.objectives.evolve!r}); metadisco distils an evolved "
+                          "drift, value loss or shaping potential: evaluate the run as it is")
     return plugs
 
 
@@ -67,6 +68,29 @@ def visited_samples(key, env, ppo_config, objectives, params, seeds: int = 2, pe
     updates = visited.shape[1]
     progress = np.broadcast_to((np.arange(updates) / updates)[None, :, None, None], visited.shape[:-1] + (1,))
     return np.concatenate([visited, progress], axis=-1).reshape(-1, len(ROW_COLUMNS))
+
+
+def visited_observations(key, env, ppo_config, objectives, params, seeds: int = 2):
+    """Raw observations [seeds * num_updates * num_envs, *obs_shape] that PPO trained with
+    `objectives` at `params` on `env` reaches: every environment's at the end of each update's
+    rollout, one run per seed (PPO's own update, scanned here for what it leaves in the runner)."""
+    import jax
+    import numpy as np
+
+    from metadisco.inner_loops.ppo import PPO, TrainInputs, init_runner, update
+
+    ppo = PPO.create(env, ppo_config, objectives)
+    inputs = TrainInputs(objectives.merge(params, ppo.default_meta_params), ppo_config.hparams, env.default_params)
+
+    def reached(key):
+        def step(runner, i):
+            runner, _ = update(ppo, runner, i, inputs)
+            return runner, runner.obs
+
+        return jax.lax.scan(step, init_runner(ppo, key, inputs), jax.numpy.arange(ppo_config.num_updates))[1]
+
+    obs = jax.jit(jax.vmap(reached))(jax.random.split(key, seeds))  # [seeds, updates, num_envs, *obs_shape]
+    return np.asarray(jax.device_get(obs), np.float64).reshape((-1,) + tuple(env.obs_shape))
 
 
 def balanced(row_sets, seed: int = 0):
@@ -93,9 +117,10 @@ def check_distil_options(progress: float | None = None, prior_fraction: float = 
 
 def distil_run(run: Run, rows, objectives, params, which: str = "mean", symbolic: bool = True,
                progress: float | None = None, seed: int = 0, prior_fraction: float = 0.5,
-               plugs=("drift",), fit: str = "value",
-               symbolic_kwargs: dict | None = None) -> dict[str, DistillationReport]:
-    """Distil each plug in `plugs` from the visited `rows` [n, 5] (ROW_COLUMNS) -> {plug: its
+               plugs=("drift",), fit: str = "value", symbolic_kwargs: dict | None = None,
+               observations=None) -> dict[str, DistillationReport]:
+    """Distil each plug in `plugs` from the visited `rows` [n, 5] (ROW_COLUMNS; None where only the
+    shaping is distilled) and `observations` [m, *obs_shape] (the shaping's) -> {plug: its
     DistillationReport, with its Source}; writes RUN_DIR/distil/.
 
     prior_fraction: share of drift fit points drawn from the default prior over (r, A) instead
@@ -121,10 +146,16 @@ def distil_run(run: Run, rows, objectives, params, which: str = "mean", symbolic
                                         prior_fraction=prior_fraction, **options)
     if "value_loss" in plugs:
         reports["value_loss"] = distil_run_value_loss(out, rows[:, 2], rows[:, 3], objectives, params, **options)
+    if "shaping" in plugs:
+        if fit != "value":
+            raise MetadiscoError("--fit slope is for drifts and value losses; a shaping potential is fitted to its values")
+        reports["shaping"] = distil_run_shaping(out, observations, objectives, params, env=run.config().envs[0],
+                                                **{k: v for k, v in options.items() if k != "fit"})
     for plug in list(reports):
+        n_rows = len(observations) if plug == "shaping" else len(rows)
         reports[plug] = report = replace(reports[plug], source=Source(
             run_dir=str(run.path), which=which, plug=plug, objective=getattr(objectives, plug).spec(),
-            n_rows=int(len(rows)), prior_fraction=prior_fraction if plug == "drift" else None))
+            n_rows=int(n_rows), prior_fraction=prior_fraction if plug == "drift" else None))
         with writing(out / REPORT_FILES[plug]):
             write_report(report, out / REPORT_FILES[plug])
         _save_figure(pareto_figure(report, plug), out / PARETO_FIGURES[plug])
@@ -151,7 +182,7 @@ def pareto_figure(report: DistillationReport, plug: str):
         ax.scatter([report.chosen.complexity], [report.chosen.error], marker="*", s=160,
                    color="red", zorder=5, label="chosen")
     ax.set_xlabel("complexity (sympy operation count)")
-    what = {"drift": "D", "value_loss": "L - e²/2"}[plug]
+    what = {"drift": "D", "value_loss": "L - e²/2", "shaping": "Φ(s)"}[plug]
     ax.set_ylabel(f"rmse of {what}" if fit == "value" else f"rmse of d({what})/d{'r' if plug == 'drift' else 'e'}")
     if all(c.error > 0 for c in valid):
         ax.set_yscale("log")
@@ -239,6 +270,36 @@ def distil_run_value_loss(out, values, targets, objectives, params, seed, symbol
         _save_figure(value_loss_figure(loss, lparams, e_range=(-span, span), targets=(t,),
                                        compare={"distilled": (distilled, {})}),
                      out / "value_loss_learned_vs_distilled")
+    return report
+
+
+def distil_run_shaping(out, observations, objectives, params, seed, symbolic=True, symbolic_kwargs=None,
+                       env: str | None = None) -> DistillationReport:
+    """Fit the potential on visited observations [n, *obs_shape] (beside `env`'s named potential,
+    where it has one); draws learned vs distilled over the first two observation variables."""
+    import jax
+    import numpy as np
+
+    from metadisco.analysis.distillation.data import observation_grid
+    from metadisco.analysis.distillation.fit import distil_shaping
+    from metadisco.analysis.figures.shaping import OBS_NAMES, potential_comparison_figure
+    from metadisco.meta_objectives import ClosedFormShaping
+
+    shaping, sparams = objectives.shaping, params["shaping"]
+    flat = np.asarray(observations).reshape(len(observations), -1)
+    obs_shape = tuple(shaping.observation_shape() or flat.shape[1:])
+
+    def learned(obs):  # [m, obs_dim] -> [m]
+        return shaping.potential(sparams, obs.reshape((-1,) + obs_shape))
+
+    report = distil_shaping(jax.jit(learned), flat, seed=seed, symbolic=symbolic, symbolic_kwargs=symbolic_kwargs,
+                            env=env)
+    if report.chosen:
+        closed = ClosedFormShaping(report.chosen.expression, obs_shape=obs_shape)
+        _, axes = observation_grid(flat)
+        _save_figure(potential_comparison_figure(
+            {"learned": learned, "distilled": lambda obs: closed.potential({}, obs.reshape((-1,) + obs_shape))},
+            axes, flat.mean(0), dim_names=OBS_NAMES.get(env)), out / "shaping_learned_vs_distilled")
     return report
 
 

@@ -5,6 +5,7 @@ transform before it is scored, so that the search spends its budget on valid for
 
     drift       D(r, A)  = c * relu(g(r, A) - T_1[g](r, A) - DELTA),   c >= 0
     value loss  L(e, t)  = b * e^2/2 + c * relu(g(e, t) - T_0[g](e, t) - DELTA),   b, c >= 0
+    shaping     Phi(s)   = b + c * g(s0, s1, ...),   b, c free (any potential is valid)
 
 T_x0[g] is the one-sided first-order expansion of g at the pivot x0 (r = 1 for a drift, e = 0
 for a value loss): g(x0) + g'_+(x0) (x - x0) for x >= x0 and g(x0) + g'_-(x0) (x - x0) below, with
@@ -60,6 +61,7 @@ from metadisco.meta_objectives.expressions import A_sym, e_sym, r_sym, t_sym
 DELTA = 1e-5  # the transform's dead band, larger than float32 rounding of g at the pivot
 
 UNARY = ("neg", "sq", "relu", "abs", "tanh", "exp")
+SHAPING_UNARY = UNARY + ("sin", "cos")  # a potential over positions may be periodic (MountainCar's hill)
 BINARY = ("add", "sub", "mul")
 # f-divergence generators f(r), f(1) = f'(1) = 0 (module docstring); values and slopes derived from these
 DIVERGENCES = {
@@ -88,6 +90,8 @@ class _Numeric:
     abs = staticmethod(np.abs)
     tanh = staticmethod(np.tanh)
     exp = staticmethod(np.exp)
+    sin = staticmethod(np.sin)
+    cos = staticmethod(np.cos)
 
 
 class _Symbolic:
@@ -104,6 +108,8 @@ class _Symbolic:
     abs = staticmethod(sp.Abs)
     tanh = staticmethod(sp.tanh)
     exp = staticmethod(sp.exp)
+    sin = staticmethod(sp.sin)
+    cos = staticmethod(sp.cos)
 
 
 def _unary(op, B, a, da):
@@ -122,6 +128,10 @@ def _unary(op, B, a, da):
     if op == "exp":
         v = B.exp(a)
         return v, v * da
+    if op == "sin":
+        return B.sin(a), B.cos(a) * da
+    if op == "cos":
+        return B.cos(a), -B.sin(a) * da
     raise ValueError(f"unknown operation {op!r}")
 
 
@@ -204,18 +214,31 @@ def with_tree_constants(tree, values):
 @dataclass(frozen=True)
 class Plug:
     """How trees become one plug's objectives. pivot: the point where the objective and its slope
-    vanish (drift r = 1, value loss e = 0). base: extra columns with bounded coefficients
-    (the value loss's e^2/2, whose coefficient is free above -1 on the departure from L2)."""
+    vanish (drift r = 1, value loss e = 0; a shaping has none: its trees are used as they are).
+    names: a shaping's variables (s0, s1, ...), the columns of its points x [n, obs_dim]."""
 
     kind: str
+    names: tuple[str, ...] = ()
 
     @property
     def terminals(self):
-        return TERMINALS[self.kind]
+        return self.names if self.kind == "shaping" else TERMINALS[self.kind]
+
+    @property
+    def unary(self):
+        return SHAPING_UNARY if self.kind == "shaping" else UNARY
+
+    @property
+    def lower(self) -> float:
+        """The bound of the tree's coefficient c: >= 0 keeps a drift or a loss valid; free for a potential."""
+        return -np.inf if self.kind == "shaping" else 0.0
 
     def env(self, x, y, direction: float = 1.0):
-        """Terminal values and derivatives along the pivot variable (x: r or e; y: A or t)."""
+        """Terminal values and derivatives along the pivot variable (x: r or e; y: A or t; a
+        shaping's x: the points [n, obs_dim], y unused)."""
         x = np.asarray(x, np.float64)
+        if self.kind == "shaping":
+            return {name: (x[..., i], 0.0) for i, name in enumerate(self.names)}
         y = np.asarray(y, np.float64)
         if self.kind == "drift":
             return {"u": (x - 1.0, direction * np.ones_like(x)), "l": (np.log(x), direction / x),
@@ -228,6 +251,8 @@ class Plug:
         return 1.0 if self.kind == "drift" else 0.0
 
     def symbolic_env(self, at_pivot: bool, direction: float = 1.0):
+        if self.kind == "shaping":
+            return {name: (sp.Symbol(name, real=True), 0) for name in self.names}
         if self.kind == "drift":
             if at_pivot:  # every generator is 0 and flat at r = 1
                 return {"u": (sp.S.Zero, direction), "l": (sp.S.Zero, direction), "A": (A_sym, 0),
@@ -244,7 +269,13 @@ class Plug:
 
 
 def transform(plug: Plug, tree, x, y):
-    """(value, slope along x) of relu(g - T[g] - DELTA) at points (x, y) (float64 arrays)."""
+    """(value, slope along x) of relu(g - T[g] - DELTA) at points (x, y) (float64 arrays); a
+    shaping's tree is its own candidate: (g, 0) at the points x [n, obs_dim]."""
+    if plug.kind == "shaping":
+        with np.errstate(all="ignore"):
+            g, _ = tree_values(tree, plug.env(x, y))
+        value = np.broadcast_to(np.asarray(g, np.float64), np.shape(x)[:-1])
+        return value, np.zeros_like(value)
     with np.errstate(all="ignore"):  # overflow is caught as non-finite by Problem.valid
         g, dg = tree_values(tree, plug.env(x, y))
         g0, d_plus = tree_values(tree, plug.env(np.full_like(x, plug.pivot), y, 1.0))
@@ -257,8 +288,10 @@ def transform(plug: Plug, tree, x, y):
 
 
 def transform_expression(plug: Plug, tree) -> sp.Expr:
-    """The sympy expression of relu(g - T[g] - DELTA) (what `transform` evaluates)."""
+    """The sympy expression of relu(g - T[g] - DELTA) (what `transform` evaluates; a shaping's: g)."""
     g, _ = tree_values(tree, plug.symbolic_env(False), _Symbolic)
+    if plug.kind == "shaping":
+        return sp.sympify(g)
     g0, d_plus = tree_values(tree, plug.symbolic_env(True, 1.0), _Symbolic)
     _, d_minus = tree_values(tree, plug.symbolic_env(True, -1.0), _Symbolic)
     x = plug.pivot_symbol - plug.pivot
@@ -291,11 +324,13 @@ class Problem:
         if self.fit not in ("value", "slope"):
             raise ValueError(f"fit must be 'value' or 'slope', got {self.fit!r}")
         if self.check is None:
-            if self.plug.kind == "drift":  # metadisco.meta_objectives.constraints' drift grid, coarser
+            if self.plug.kind == "shaping":  # a potential is only used where it was fitted
+                R, Y = self.x, self.y
+            elif self.plug.kind == "drift":  # metadisco.meta_objectives.constraints' drift grid, coarser
                 R, Y = np.meshgrid(np.linspace(0.2, 3.0, 15), np.linspace(-3.0, 3.0, 13), indexing="ij")
             else:
                 R, Y = np.meshgrid(np.linspace(-10.0, 10.0, 21), np.linspace(-10.0, 10.0, 11), indexing="ij")
-            self.check = (R.ravel(), Y.ravel())
+            self.check = (R, Y) if self.plug.kind == "shaping" else (R.ravel(), Y.ravel())
 
     @property
     def target(self) -> np.ndarray:
@@ -306,7 +341,7 @@ class Problem:
         value, slope = transform(self.plug, tree, self.x, self.y)
         col = value if self.fit == "value" else slope
         base = [b[0] if self.fit == "value" else b[1] for b in self.base]
-        return np.stack([*base, col], axis=1), [b[2] for b in self.base] + [0.0]
+        return np.stack([*base, col], axis=1), [b[2] for b in self.base] + [self.plug.lower]
 
     def valid(self, tree) -> bool:
         """What the transform does not guarantee: finite on the fit points and the check grid;
@@ -331,6 +366,11 @@ def fit_coefficients(X, lower, y):
             col = X[:, 0]
             norm = float(col @ col)
             w = np.array([max(0.0, float(col @ y) / norm)]) if norm > 0 else np.zeros(1)
+        elif np.isneginf(lower).all():  # unbounded (a potential's offset and scale): plain least squares
+            try:
+                w = np.linalg.lstsq(X, y, rcond=None)[0]
+            except np.linalg.LinAlgError:
+                w = np.full(len(lower), np.nan)
         else:
             try:
                 w = lsq_linear(X, y, bounds=(np.asarray(lower), np.full(len(lower), np.inf))).x
@@ -360,7 +400,7 @@ def search(problem: Problem, generations: int = 20, population_size: int = 200, 
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
     scale = float(np.std(problem.target)) or 1.0
-    terminals = problem.plug.terminals
+    terminals, unary = problem.plug.terminals, problem.plug.unary
     seen: dict[str, dict | None] = {}  # tree_str -> {"tree", "size", "fitness", "rmse", "coefficients"} or None
 
     def score(tree):
@@ -386,7 +426,7 @@ def search(problem: Problem, generations: int = 20, population_size: int = 200, 
             return ("x", terminals[rng.integers(len(terminals))])
         if rng.random() < 0.5:
             return (BINARY[rng.integers(len(BINARY))], random_tree(depth - 1, full), random_tree(depth - 1, full))
-        return (UNARY[rng.integers(len(UNARY))], random_tree(depth - 1, full))
+        return (unary[rng.integers(len(unary))], random_tree(depth - 1, full))
 
     def subtrees(tree, path=()):
         yield path, tree
@@ -459,9 +499,12 @@ def search(problem: Problem, generations: int = 20, population_size: int = 200, 
 def atoms(plug: Plug) -> list:
     """The grammar's smallest trees, the start of every search: each terminal, each unary operation
     of one, and for a drift each r-terminal scaled by A and by |A| (so the f-divergence generators
-    and their advantage-weighted forms are scored from the first generation, not left to chance)."""
+    and their advantage-weighted forms are scored from the first generation, not left to chance);
+    for a shaping sin and cos of a scaled terminal (a frequency that polishing refines)."""
     xs = [("x", t) for t in plug.terminals]
-    trees = xs + [(op, x) for op in UNARY for x in xs]
+    trees = xs + [(op, x) for op in plug.unary for x in xs]
+    if plug.kind == "shaping":
+        trees += [(op, ("mul", ("c", k), x)) for op in ("sin", "cos") for x in xs for k in (1.0, 3.0)]
     if plug.kind == "drift":
         trees += [("mul", scale, x) for scale in (("x", "A"), ("abs", ("x", "A"))) for x in xs if x[1] != "A"]
     return trees

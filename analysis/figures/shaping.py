@@ -1,6 +1,7 @@
-"""The shaping figure: a learned potential Phi(s) over 2-D slices of the observation space, and
+"""The shaping figures: a learned potential Phi(s) over 2-D slices of the observation space, and
 the observation box it is drawn over: the environment's own observation box where it declares a
-bounded one (MountainCar's positions and speeds), else what a uniformly random policy visits.
+bounded one (MountainCar's positions and speeds), else what a uniformly random policy visits; and
+a learned potential beside its distilled closed form (`potential_comparison_figure`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from metadisco.analysis.figures.style import (
     DIVERGING,
+    SEQUENTIAL,
     cmap,
     colorbar_extend,
     contours,
@@ -25,7 +27,7 @@ from metadisco.analysis.figures.style import (
     theme,
 )
 
-__all__ = ["OBS_NAMES", "shaping_figure", "observation_bounds", "shaping_bounds"]
+__all__ = ["OBS_NAMES", "shaping_figure", "observation_bounds", "potential_comparison_figure", "shaping_bounds"]
 
 # Observation dimensions of common environments, for axis labels (units where there are any).
 OBS_NAMES = {
@@ -98,6 +100,51 @@ def shaping_figure(objective, params, obs_low, obs_high, max_pairs: int = 6, num
         fig.colorbar(mesh, ax=axes, label="potential Φ(s)", extend=colorbar_extend(-vmax, vmax, [g[2] for g in grids]),
                      shrink=0.9, pad=0.02)
         fig.suptitle("Learned potential Φ(s) on 2-D slices (other dimensions at the midpoint, +)")
+    return fig
+
+
+def potential_comparison_figure(potentials: dict, axes, center, dim_names=None):
+    """Potentials side by side over the first two observation variables, the others at `center`
+    [obs_dim] (their visited mean), and the first minus the second: `potentials` {label: fn(obs
+    [m, obs_dim]) -> Phi [m]} (learned, distilled), `axes` the variables' values ((num,) each, one
+    or two: a line for a single variable). The two potentials share one colour scale."""
+    center = np.asarray(center, np.float64)
+    dim = center.size
+    names = list(dim_names) if dim_names is not None and len(dim_names) == dim else [f"s{i}" for i in range(dim)]
+    mesh = np.meshgrid(*axes, indexing="xy")  # rows: the second variable (y), columns: the first (x)
+    obs = np.broadcast_to(center, mesh[0].shape + (dim,)).copy()
+    for i, m in enumerate(mesh):
+        obs[..., i] = m
+    flat = obs.reshape(-1, dim).astype(np.float32)
+    (label_a, fn_a), (label_b, fn_b) = list(potentials.items())[:2]
+    values = [np.asarray(fn(flat), np.float64).reshape(mesh[0].shape) for fn in (fn_a, fn_b)]
+    panels = [(label_a, values[0]), (label_b, values[1]), (f"{label_a} − {label_b}", values[0] - values[1])]
+    rest = f" ({', '.join(names[2:])} at their visited mean)" if dim > 2 else ""
+    with theme():
+        fig, axs = plt.subplots(1, 3, figsize=(11.0, 3.2), layout="constrained")
+        if len(axes) == 1:
+            for ax, (label, z) in zip(axs, panels):
+                ax.plot(axes[0], z, linewidth=1.4)
+                ax.set_xlabel(names[0])
+                ax.set_title(label)
+                ax.set_label(f"shaping/{label}")
+            axs[0].set_ylabel("potential Φ(s)")
+        else:
+            lo = min(float(np.nanmin(v)) for v in values)
+            hi = max(float(np.nanmax(v)) for v in values)
+            diff = robust_max([np.abs(panels[2][1])], 99.5)
+            for k, (ax, (label, z)) in enumerate(zip(axs, panels)):
+                scale = (cmap(SEQUENTIAL), lo, hi) if k < 2 else (cmap(DIVERGING), -diff, diff)
+                im = heatmap(ax, axes[0], axes[1], z, *scale)
+                contours(ax, axes[0], axes[1], z, np.linspace(scale[1], scale[2], 9), "0.25")
+                ax.set_xlabel(names[0])
+                ax.set_ylabel(names[1])
+                ax.set_title(label)
+                ax.set_label(f"shaping/{label}")
+                if k > 0:
+                    fig.colorbar(im, ax=axs[:2] if k == 1 else axs[2], label="potential Φ(s)" if k == 1 else "difference",
+                                 shrink=0.9, pad=0.02)
+        fig.suptitle(f"Potential Φ(s): learned and distilled on the visited range{rest}")
     return fig
 
 

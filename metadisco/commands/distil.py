@@ -1,8 +1,9 @@
-"""`metadisco distil RUN_DIR`: fit closed forms to what the run evolved (its drift and/or value loss).
+"""`metadisco distil RUN_DIR`: fit closed forms to what the run evolved (its drift, value loss
+and/or shaping potential).
 
 The fit runs on the points that PPO training with the discovered objectives visits on every
-meta-training environment (metadisco.analysis.distillation.run writes RUN_DIR/distil/drift.json, value_loss.json
-and the figures) through `metadisco.api.distil`; this module maps the command line onto it and
+meta-training environment (metadisco.analysis.distillation.run writes RUN_DIR/distil/drift.json,
+value_loss.json, shaping.json and the figures) through `metadisco.api.distil`; this module maps the command line onto it and
 prints the Pareto fronts.
 """
 
@@ -17,20 +18,32 @@ def print_report(plug: str, report) -> None:
     for s in report.symbolic:
         print(f"{plug}: symbolic search considered {s.n_considered} formulas, {s.valid_share:.0%} valid, "
               f"in {s.seconds:.1f} s")
+    slopes = plug != "shaping"  # a potential is fitted to its values alone
     print(f"{plug}: Pareto front of complexity against {'value' if report.fit == 'value' else 'slope'} error "
-          f"(R^2 of values; slope rmse on the visited points / the grid):")
+          f"(R^2 of values{'; slope rmse on the visited points / the grid' if slopes else ''}):")
     chosen = report.chosen
     for i, c in enumerate(report.front):
-        nan = float("nan")
-        slope, slope_grid = (nan, nan) if c.slope is None else (c.slope.rmse, c.slope.grid.rmse)
         mark = "*" if chosen and c.expression == chosen.expression else " "
         print(f" {mark}[{i}] {c.method:<12} complexity={c.complexity:>3} R^2={c.r2:.4f} "
-              f"grid R^2={c.grid.r2:.4f} slope rmse={slope:.3g}/{slope_grid:.3g}  {c.expression}")
+              f"grid R^2={c.grid.r2:.4f}{_slope(c) if slopes else ''}  {c.expression}")
     if chosen:
-        print(f"{plug} chosen (*): R^2={chosen.r2:.4f}, grid R^2={chosen.grid.r2:.4f}, slope rmse "
-              f"{chosen.slope.rmse:.3g} visited / {chosen.slope.grid.rmse:.3g} grid")
+        print(f"{plug} chosen (*): R^2={chosen.r2:.4f}, grid R^2={chosen.grid.r2:.4f}"
+              + (f", slope rmse {chosen.slope.rmse:.3g} visited / {chosen.slope.grid.rmse:.3g} grid"
+                 if slopes and chosen.slope else ""))
     else:
         print(f"{plug}: no candidate satisfies the constraints")
+    if report.plane_fit is not None:
+        print(f"{plug}: best plane R^2={report.plane_fit.r2:.4f}  {report.plane_fit.expression}")
+    if report.reference is not None:
+        ref = report.reference
+        corr = "n/a (constant)" if ref.correlation is None else f"{ref.correlation:+.4f} (R^2 {ref.r2:.4f})"
+        print(f"{plug}: correlation with the {ref.name} {ref.expression} (from {ref.source}): {corr}")
+
+
+def _slope(c) -> str:
+    nan = float("nan")
+    slope, slope_grid = (nan, nan) if c.slope is None else (c.slope.rmse, c.slope.grid.rmse)
+    return f" slope rmse={slope:.3g}/{slope_grid:.3g}"
 
 
 def run(args) -> None:
@@ -53,13 +66,15 @@ def run(args) -> None:
     for plug, report in reports.items():
         print_report(plug, report)
     files = ", ".join(REPORT_FILES[p] for p in reports)
+    discogen = "" if "shaping" in reports else " [--format discogen]"
     print(f"written: {run.distil_dir}/{{{files}}} and figures; next: metadisco export {run.path} "
-          f"[--candidate N] [--format discogen]")
+          f"[--candidate N]{discogen}")
 
 
 def add(subparsers) -> None:
     d = subparsers.add_parser("distil", help="fit closed forms (DPO family, sparse regression, a symbolic search "
-                                             "valid by construction) to a run's learned drift and value loss")
+                                             "valid by construction) to a run's learned drift, value loss or "
+                                             "shaping potential")
     d.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `metadisco train`")
     d.add_argument("--which", choices=("selected", "mean", "best"), default=None,
                    help="the run's objectives: selected (the ES mean of the generation with the best validation "
@@ -70,7 +85,7 @@ def add(subparsers) -> None:
                         "the start and the end of training and interpolated, (1 - p) D_0 + p D_1")
     d.add_argument("--fit", choices=("value", "slope"), default="value",
                    help="match the learned values (default) or their slopes dD/dr, which set the policy-gradient "
-                        "weight A - dD/dr; both errors are reported either way")
+                        "weight A - dD/dr; both errors are reported either way (a potential: values only)")
     d.add_argument("--no-symbolic", action="store_true", help="skip the symbolic search")
     d.add_argument("--prior-fraction", type=float, default=0.5,
                    help="share of fit points from a prior over (r, A) rather than from training, so that the "

@@ -21,7 +21,7 @@ def run(args) -> None:
     which, what = api.chosen_objective(args.run_dir, args.which)
     print(f"metadisco export: {args.run_dir}: {what} (objectives/{which}.json)", file=sys.stderr)
     exported = api.export(args.run_dir, which, expression=args.expression, value_loss=args.value_loss,
-                          candidate=args.candidate, format=args.format, name=args.name)
+                          potential=args.potential, candidate=args.candidate, format=args.format, name=args.name)
     for plug in exported.distilled:
         print(f"no {plug} distillation yet: ran `metadisco distil` first", file=sys.stderr)
     sources = {plug: "given on the command line" if source == "given" else source
@@ -53,13 +53,16 @@ def _print_exported(expressions: dict, sources: dict, value_loss_base: dict | No
 
 
 def add(subparsers) -> None:
-    e = subparsers.add_parser("export", help="export the closed-form drift and/or value loss as LaTeX, JSON "
-                                             "and a JAX module")
+    e = subparsers.add_parser("export", help="export the closed-form drift, value loss and/or shaping potential as "
+                                             "LaTeX, JSON and a JAX module")
     e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `metadisco train`")
     e.add_argument("--expression", help="a sympy expression over r, A, p (default: distil's chosen one)")
     e.add_argument("--value-loss", help="a sympy expression over e = v - target and t = target, the whole loss "
                                         "(default: distil's chosen one, when the run evolved the value loss, with "
                                         "PPO's value clipping applied when the run's loss is on the clipped base)")
+    e.add_argument("--potential", help="a sympy expression over the observation's numbers s0, s1, ... (raw), the "
+                                       "shaping potential (default: distil's chosen one, when the run evolved the "
+                                       "shaping)")
     e.add_argument("--candidate", type=int, metavar="N",
                    help="export row N of distil's Pareto front (as `metadisco distil` prints it) instead of the "
                         "chosen one")
