@@ -87,6 +87,12 @@ def _found(loaded, evolve) -> dict:
     return {plug: getattr(objectives, plug).found(params.get(plug)) for plug in PLUGS if plug in evolve}
 
 
+def _drawn(plug: str, objective, evolve) -> bool:
+    """Whether `plot_run` draws a plug's objective: evolved, or fixed and worth drawing but not a
+    network at its start."""
+    return plug in evolve or (objective.drawn_when_fixed and not objective.learned)
+
+
 def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str | None = None, report: bool = True,
              notes: list | None = None, error_span: float | None = None) -> dict:
     """Draw every figure that applies to a run directory; save them and report.html.
@@ -159,21 +165,21 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str | None = 
     evolve = set(config.objectives.evolve)
     if loaded is not None:
         objectives, params, _extra = loaded
-        # Each objective says whether it is worth drawing (learned, or a discovered closed form);
-        # whatever the run evolved is drawn too.
+        # What the run evolved is drawn, and a fixed objective worth drawing (a discovered closed
+        # form); a network the run did not evolve is at its start (LPO is PPO-clip there): not drawn.
         drift, vl, shaping = objectives.drift, objectives.value_loss, objectives.shaping
-        if drift.drawn_when_fixed or "drift" in evolve:
+        if _drawn("drift", drift, evolve):
             title = drift.title if drift.learned or "drift" not in evolve else f"evolved {drift.title}"
-            title += f" [{which}]" if drift.learned or "drift" in evolve else ""
+            title += f" [{which}]" if "drift" in evolve else " (fixed)"
             drifts = default_drift_comparison(drift, params.get("drift"), title)
             emit("drift_surface", lambda: drift_surface_figure(drifts))
             emit("drift_slices", lambda: drift_slices_figure(drifts))
             if drift.depends_on_progress:
                 emit("progress_surfaces", lambda: progress_surfaces_figure(drift, params.get("drift")))
-        if vl.drawn_when_fixed or "value_loss" in evolve:
+        if _drawn("value_loss", vl, evolve):
             e_range = (-error_span, error_span) if error_span else (-3.0, 3.0)
             emit("value_loss", lambda: value_loss_figure(vl, params.get("value_loss"), e_range=e_range))
-        if shaping.drawn_when_fixed or "shaping" in evolve:
+        if _drawn("shaping", shaping, evolve):
             low, high, names = shaping_bounds(shaping, list(config.envs), notes)
             emit("shaping", lambda: shaping_figure(shaping, params.get("shaping"), low, high, dim_names=names))
     if report:

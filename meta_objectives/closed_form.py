@@ -187,7 +187,11 @@ class ClosedFormShaping(MetaObjective):
         return self.obs_shape or ((self.reads,) if self.reads else None)
 
     def incompatibility(self, obs_shape, env_name="the environment"):
-        dim = math.prod(tuple(int(d) for d in obs_shape))
+        shape = tuple(int(d) for d in obs_shape)
+        dim = math.prod(shape)
+        if self.obs_shape and shape != self.obs_shape:
+            return (f"its shaping potential was fitted on observations of shape {self.obs_shape}, but {env_name} "
+                    f"has observations of shape {shape}; choose environments like the one it was found on")
         if self.reads > dim:
             return (f"its shaping potential reads s{self.reads - 1}, but {env_name} has observations of "
                     f"{dim} numbers; choose environments with at least {self.reads} (e.g. the one it was found on)")

@@ -195,20 +195,6 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
     assert "CartPole-v1" in results["envs"]
 
 
-def test_distil_says_what_to_do_for_a_shaping_run(tmp_path, capsys):
-    from metadisco.cli import main
-    from metadisco.config import ObjectivesConfig, RunConfig, validate
-
-    cfg = validate(RunConfig(objectives=ObjectivesConfig(shaping="potential", evolve=("shaping",))))
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "config.json").write_text(json.dumps(cfg.to_dict()))
-    for command in ("distil", "export"):
-        with pytest.raises(SystemExit) as exit_info:
-            main([command, str(tmp_path / "run")])
-        assert exit_info.value.code == 2
-        assert "evaluate it as it is" in capsys.readouterr().err
-
-
 @pytest.mark.slow
 def test_the_readme_python_example_runs():
     """The README's inner-loop example is code a user will paste: it must run as written."""
