@@ -509,8 +509,10 @@ class MetaTrainer:
             seeds = jax.random.split(jax.random.wrap_key_data(key), n)
             out = []
             for i, problem in enumerate(problems):
-                def score(run, p, row=offset + i):
-                    return fitness_from(jax.vmap(lambda k: run(k, p))(seeds), self.cfg.fitness, baseline, row)
+                def score(run, p, row=offset + i):  # NaN where a seed diverged: a failure, never a score
+                    result = jax.vmap(lambda k: run(k, p))(seeds)
+                    f = fitness_from(result, self.cfg.fitness, baseline, row)
+                    return jnp.where(result.diverged | ~jnp.isfinite(f), jnp.nan, f)
 
                 ppo = score(problem.ppo_train, {})
                 out.append((score(problem.train, params), ppo if self.start_is_ppo else score(problem.train, start), ppo))
@@ -594,6 +596,19 @@ class MetaTrainer:
                                                    baseline))
         return (self._comparison(self.problems, training),
                 self._comparison(self.validation, validation) if self.validation else None)
+
+    def rescore(self, solution, baseline: Baseline, completed: int) -> tuple[Comparison, np.ndarray]:
+        """A finalist of selection (metadisco.measure.selection), an ES solution (evolved plugs only),
+        scored on the common fresh seeds of the run's end after `completed` generations (Stream.SELECTION),
+        by the comparisons' own program: (its Comparison with PPO and the start on the training problems,
+        its per-seed validation scores [validation problems, validation.seeds], NaN where a seed diverged)."""
+        keys = (streams.key(self.cfg.seed, streams.Stream.SELECTION, completed, 0),
+                streams.key(self.cfg.seed, streams.Stream.SELECTION, completed, 1))
+        training, validation = fetch(self._compare(self.replicate(fetch(solution)),
+                                                   *self.replicate(tuple(jax.random.key_data(k) for k in keys)),
+                                                   baseline))
+        per_seed = np.stack([np.asarray(ours, np.float64) for ours, _, _ in validation])
+        return self._comparison(self.problems, training), per_seed
 
     @staticmethod
     def _comparison(problems, scored) -> Comparison:

@@ -22,6 +22,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -81,12 +82,19 @@ class RunDir(RunFiles):
 
     def create(self, config: RunConfig, overwrite: bool = False) -> RunDir:
         """Write config.json and its digest (RunConfig.digest, which `--resume` compares) into an
-        empty (or, with overwrite, a cleared) directory."""
+        empty directory, or, with overwrite, a run directory cleared of everything the old run and its
+        readers left (objectives/selected.json, distillations, evaluations, figures: a reader would
+        otherwise take them for the new run's)."""
         self.refuse_existing(overwrite)
         with writing(self.path):
-            for child in (self.metrics_path, self.baseline_path, self.config_path, self.digest_path,
-                          *self.checkpoints()):
-                child.unlink(missing_ok=True)
+            if overwrite and self.path.is_dir():
+                for child in self.path.iterdir():
+                    if child.name == self.lock_path.name:
+                        continue
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
             self.path.mkdir(parents=True, exist_ok=True)
         self.write_json("config.json", config.to_dict())
         with writing(self.digest_path):
@@ -94,10 +102,16 @@ class RunDir(RunFiles):
         return self
 
     def refuse_existing(self, overwrite: bool = False) -> None:
-        """RunDirError for a directory with files in it (the lock file aside), unless overwrite."""
-        if overwrite or not self.path.is_dir():
+        """RunDirError for a directory with files in it (the lock file aside), unless overwrite; with
+        overwrite still for one that is not a run directory (overwrite replaces a run, whole, and
+        never deletes files that are not a run's)."""
+        if not self.path.is_dir() or not any(p.name != self.lock_path.name for p in self.path.iterdir()):
             return
-        if any(p.name != self.lock_path.name for p in self.path.iterdir()):
+        if overwrite and not self.is_run():
+            raise RunDirError(
+                f"--overwrite replaces a run directory, and {self.path} is not one (no config.json) but holds "
+                "files; nothing was deleted. Choose another --run-dir, or empty it yourself.")
+        if not overwrite:
             raise RunDirError(
                 f"run directory {self.path} already exists and is not empty. Resume it with "
                 f"`metadisco train --resume {self.path}`, choose another --run-dir, or pass --overwrite.")

@@ -34,15 +34,16 @@ import numpy as np
 from metadisco import config as config_lib
 from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.plugs import PLUGS
-from metadisco.core.records import GenerationRecord, Health, Violations, finite
+from metadisco.core.records import Comparison, GenerationRecord, Health, Violations, finite
 from metadisco.core.run_config import config_digest
 from metadisco.core.scores import fitness_of
 from metadisco.core.strategies import POPULATION_STRATEGIES, searched_point
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.measure import health
-from metadisco.measure.run_files import Selection, completed, select, selection
+from metadisco.measure import selection as final_selection
+from metadisco.measure.run_files import Selection, completed, select, selected_words, selection
 from metadisco.measure.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
-from metadisco.meta_objectives import save_objectives
+from metadisco.meta_objectives import load_objectives, save_objectives
 from metadisco.meta_objectives.constraints import check_evolved, require_valid
 from metadisco.mirrors import Mirrors
 from metadisco.rundir import RunDir, RunDirError, RunWriteError
@@ -96,6 +97,90 @@ def save_selected(run: RunDir, trainer: MetaTrainer, state: RunState, chosen: Se
     solution = trainer.initial_solution if chosen.start else fetch(trainer.mean_params(fetch(state)))
     run.write_file(run.objectives_path("selected"), save_objectives, trainer.objectives,
                    trainer.full_params(solution), extra)
+
+
+def save_candidate(run: RunDir, trainer: MetaTrainer, state: RunState, generation: int) -> None:
+    """objectives/candidates/gen_NNNNNN.json: the ES mean of `state` after `generation` generations, kept
+    at each validation check so that the end of the run can re-score it (process 0 only)."""
+    if jax.process_index() != 0:
+        return
+    run.write_file(run.candidate_path(generation), save_objectives, trainer.objectives,
+                   trainer.full_params(fetch(trainer.mean_params(fetch(state)))),
+                   {"generation": generation, "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve),
+                    "note": "the ES mean at a validation check: a finalist of the selection if nominated"})
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalSelection:
+    """What a validated run returns, decided at its end (metadisco.measure.selection): every finalist
+    re-scored on common fresh seeds, the index of the one chosen, its comparison with PPO and its start on
+    the training problems on fresh seeds of their own, and its constraint checks."""
+
+    finalists: list[final_selection.Rescored]
+    index: int
+    comparison: Comparison
+    violations: Violations
+    completed: int
+
+    @property
+    def chosen(self) -> final_selection.Rescored:
+        return self.finalists[self.index]
+
+    def describe(self) -> str:
+        return selected_words(self.chosen.finalist.start, self.chosen.finalist.generation)
+
+    def record(self) -> GenerationRecord:
+        """A metrics-row view of the chosen objective's re-scoring, as verdicts read one."""
+        return GenerationRecord(self.completed - 1, comparison=self.comparison, violations=self.violations)
+
+
+def finalise_selection(run: RunDir, trainer: MetaTrainer, baseline: Baseline, done: int, log) -> FinalSelection | None:
+    """At the end of a validated run: re-score its finalists (the start and the ES means its checks
+    nominated) on common fresh seeds, keep the best as objectives/selected.json with its re-scored value
+    and interval, and return the decision (None in a multi-process job, which keeps the checks' choice:
+    the finalists' files are process 0's)."""
+    if jax.process_count() > 1:
+        log("note: selection re-scores its finalists in single-process runs only; selected.json is the checks' "
+            "best (a maximum over noisy checks)")
+        return None
+    candidates = final_selection.finalists(run.metrics())
+    solutions = [trainer.initial_solution if c.start else _evolved(trainer, run.candidate_path(c.generation))
+                 for c in candidates]
+    t = time.perf_counter()
+    scored = [trainer.rescore(solution, baseline, done) for solution in solutions]
+    finalists = final_selection.rescored(candidates, np.stack([per_seed for _, per_seed in scored]))
+    index = final_selection.chosen(finalists)
+    violations = Violations(mean=tuple(check_evolved(trainer.objectives, trainer.full_params(solutions[index]),
+                                                     trainer.evolve)))
+    final = FinalSelection(finalists, index, scored[index][0], violations, done)
+    chosen = final.chosen
+    extra = {"generation": chosen.finalist.generation, "candidate": "start" if chosen.finalist.start else "mean",
+             "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve), "fitness": trainer.cfg.fitness,
+             "validation": {"envs": list(trainer.cfg.validation.envs), "score": chosen.score.value,
+                            "score_low": chosen.score.low, "score_high": chosen.score.high,
+                            "vs_start": final_selection.interval_json(chosen.vs_start),
+                            "seeds": trainer.cfg.validation.seeds, "rescored_at": done},
+             "finalists": [f.to_json() for f in finalists],
+             "note": f"re-scored at the end of the run (generation {done}) with the other finalists (the start and the "
+                     f"{len(finalists) - 1} best-checked ES means free of violations) on common fresh seeds, never "
+                     "used by the ES update: the highest there; what evaluate, distil, export and plot take"}
+    run.write_file(run.objectives_path("selected"), save_objectives, trainer.objectives,
+                   trainer.full_params(solutions[index]), extra)
+    log(f"selection: {len(finalists)} finalists re-scored on {trainer.cfg.validation.seeds} common fresh seeds of "
+        f"{', '.join(trainer.cfg.validation.envs)} ({time.perf_counter() - t:.1f} s): " + "; ".join(
+            f"{selected_words(f.finalist.start, f.finalist.generation).split(' (')[0]} {_score(f.score)}"
+            for f in finalists))
+    return final
+
+
+def _evolved(trainer: MetaTrainer, path: Path) -> dict:
+    """The evolved plugs' parameters of an objectives file the run wrote (an ES solution)."""
+    params = load_objectives(path)[1]
+    return {plug: params[plug] for plug in trainer.evolve}
+
+
+def _score(i) -> str:
+    return f"{i.value:.4g} [{i.low:.4g}, {i.high:.4g}]"
 
 
 def load_state(run: RunDir, trainer: MetaTrainer) -> tuple[RunState, Baseline, list[str]]:
@@ -303,6 +388,8 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
                     time_limit.record_evaluation(time.perf_counter() - t)
             if is_main:
                 run.append_metrics(record)
+                if record.validation is not None:  # a finalist of the selection at the end, if nominated
+                    save_candidate(run, trainer, state, completed(record))
                 chosen = select(selected, record)
                 if chosen is not selected:
                     selected = chosen
@@ -332,8 +419,11 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         if mirrors is not None:
             mirrors.close()
     done = int(fetch(state.generation))
+    final = None
+    if done == cfg.generations and cfg.validation.envs:
+        final = finalise_selection(run, trainer, baseline_dev, done, log)
     if is_main and done == cfg.generations:
-        _summary(run, cfg, log, found_violations(trainer, state))
+        _summary(run, cfg, log, found_violations(trainer, state), final)
     elif is_main:
         log(f"stopped at generation {done}/{cfg.generations} (--stop-after {stop_after}); checkpoint written. "
             f"Continue with:\n  metadisco train --resume {run.path}")
@@ -458,7 +548,7 @@ def degenerate_warning(record: GenerationRecord, subject: str = "ES mean") -> st
             "(`metadisco objectives`), or a smaller sigma")
 
 
-def _summary(run: RunDir, cfg, log, violations: Violations) -> None:
+def _summary(run: RunDir, cfg, log, violations: Violations, final: FinalSelection | None = None) -> None:
     records = run.metrics()
     if not records:
         return
@@ -481,13 +571,19 @@ def _summary(run: RunDir, cfg, log, violations: Violations) -> None:
     subject = searched_point(cfg.es.strategy)
     log(f"  objectives: {run.objectives_dir}/mean.json (the {subject}), best.json (the highest single-generation "
         "score: selected on noise)")
-    chosen = selection(records)  # as the run kept it
-    if chosen.record is not None:
-        at = f" at generation {completed(chosen.record)}" if chosen.start else ""
-        last = f"{validated[-1].validation.mean:.4g}" if validated else "none finite"
-        log(f"  selected.json: {chosen.describe()}, validation score {chosen.score:.4g} on "
-            f"{', '.join(cfg.validation.envs)}{at} (the last generation's ES mean: {last}); evaluate, distil, "
-            "export and plot take it")
+    last = f"{validated[-1].validation.mean:.4g}" if validated else "none finite"
+    if final is not None:
+        c = final.chosen
+        log(f"  selected.json: {final.describe()}, re-scored {_score(c.score)} on {', '.join(cfg.validation.envs)} "
+            f"({c.seeds} common fresh seeds; vs its start {_score(c.vs_start)}; the last check's ES mean scored "
+            f"{last}); evaluate, distil, export and plot take it")
+    else:
+        chosen = selection(records)  # as the checks kept it
+        if chosen.record is not None:
+            at = f" at generation {completed(chosen.record)}" if chosen.start else ""
+            log(f"  selected.json: {chosen.describe()}, validation score {chosen.score:.4g} on "
+                f"{', '.join(cfg.validation.envs)}{at} (the last generation's ES mean: {last}); evaluate, distil, "
+                "export and plot take it")
     log(run.next_steps())
     if cfg.expect.not_applied:
         log(f"no verdict: {cfg.expect.not_applied}")
@@ -499,7 +595,13 @@ def _summary(run: RunDir, cfg, log, violations: Violations) -> None:
         log(f"after generation {completed(e)}: {es_mean_vs_ppo(e.comparison, subject)}")
         line = verdict(e, cfg.expect, subject)
         if line:
-            log(line)
+            log(line if final is None else f"{line} [the last {subject}]")
+    if final is not None:  # what every reader takes: its own verdict, on the training problems' fresh seeds
+        named = f"selected objective ({final.describe().split(' (')[0]})"
+        log(f"re-scored at the end: {es_mean_vs_ppo(final.comparison, named)}")
+        line = verdict(final.record(), cfg.expect, named)
+        if line:
+            log(f"{line} [the selected objective]")
     elif violations.mean:  # no comparison on fresh seeds (eval_every = 0): the checks still speak
         log(f"verdict: DEGENERATE after generation {completed(records[-1])}: the {subject} is not a valid objective: "
             f"{degenerate(violations.mean)}")

@@ -1,7 +1,7 @@
 """Meta-validation (RunConfig.validation): refused overlaps, the selected objective, exact resume, and
 a problem with a known answer where training fitness keeps rising past what generalises."""
 
-import functools
+import dataclasses
 import json
 
 import jax
@@ -15,11 +15,12 @@ from metadisco.analysis.report import write_report
 from metadisco.analysis.targets import resolve_target
 from metadisco.config import ESConfig, HeldoutConfig, RunConfig, ValidationConfig, validate
 from metadisco.core.errors import ConfigError
-from metadisco.core.records import Comparison, GenerationRecord
+from metadisco.core.records import Comparison, GenerationRecord, Violation, Violations
 from metadisco.engine import MetaTrainer
-from metadisco.measure.run_files import completed, select, selection
+from metadisco.measure import selection as final_selection
+from metadisco.measure.run_files import completed, selection
 from metadisco.meta_objectives import load_objectives
-from metadisco.rundir import RunDir
+from metadisco.rundir import RunDir, RunDirError
 from metadisco.train import run
 from tests.helpers import TARGET, constant_train, metric_rows, quadratic_train, stand_in_result, tiny_config
 
@@ -77,12 +78,16 @@ def test_validation_keeps_its_best_candidate_and_never_moves_the_es(tmp_path):
     checks = [r for r in rows if r.validation is not None]
     assert [completed(r) for r in checks] == [2, 4] and rows[1].validation.problems[0].name == "Acrobot-v1"
     selected = json.loads((tmp_path / "run" / "objectives" / "selected.json").read_text())
-    # the candidates of each check, its start (generation 0) before its ES mean; max keeps the first of equals
-    candidates = [(score, generation) for r in checks
-                  for score, generation in ((r.validation.start, 0), (r.validation.mean, completed(r)))]
-    score, generation = max(candidates, key=lambda c: c[0])
-    assert selected["extra"]["generation"] == generation
-    assert selected["extra"]["validation"]["score"] == pytest.approx(score)
+    # the finalists, the start and every checked ES mean here, re-scored on common seeds: the highest there
+    finalists = selected["extra"]["finalists"]
+    assert [f["generation"] for f in finalists] == [0, *sorted((completed(r) for r in checks),
+                                                               key=lambda g: -rows[g - 1].validation.mean)]
+    best = max(finalists, key=lambda f: f["score"]["value"])
+    assert selected["extra"]["generation"] == best["generation"]
+    assert selected["extra"]["validation"]["score"] == best["score"]["value"]
+    assert selected["extra"]["validation"]["score_low"] < best["score"]["value"] < selected["extra"]["validation"]["score_high"]
+    for f in finalists[1:]:  # each ES mean kept at its check, and re-scored from that file
+        assert (tmp_path / "run" / "objectives" / "candidates" / f"gen_{f['generation']:06d}.json").is_file()
     # the ES never reads validation: its trajectory equals the same run without it
     assert [r.fitness_mean for r in rows] == [r.fitness_mean for r in RunDir(tmp_path / "plain").metrics()]
     # every reader takes the selected objective when not told which, and says so; RUN:mean picks the last mean
@@ -142,8 +147,8 @@ def test_the_start_is_selected_where_no_es_mean_beats_it_on_validation(tmp_path)
     checks = [r for r in rows if r.validation is not None]
     assert len(checks) == 2 and all(r.validation.mean < r.validation.start == 0.0 for r in checks)
     extra = json.loads((tmp_path / "run" / "objectives" / "selected.json").read_text())["extra"]
-    assert (extra["generation"], extra["candidate"], extra["scored_at"]) == (0, "start", completed(checks[0]))
-    assert extra["validation"]["score"] == 0.0 and "no ES mean scored higher" in extra["note"]
+    assert (extra["generation"], extra["candidate"], extra["validation"]["rescored_at"]) == (0, "start", 4)
+    assert extra["validation"]["score"] == 0.0 and "re-scored at the end" in extra["note"]
     start = trainer.objectives.start_params(cfg.seed)  # where the run starts: its one definition
     selected = load_objectives(tmp_path / "run" / "objectives" / "selected.json")[1]
     assert jax.tree.structure(selected) == jax.tree.structure(start)
@@ -169,11 +174,90 @@ def test_selection_takes_the_start_unless_an_es_mean_scores_strictly_higher_from
             checked(start=np.nan, mean=np.nan, generation=7)]
     chosen = selection(rows)
     assert (chosen.start, chosen.generation, chosen.score, chosen.record) == (True, 0, 1.0, rows[0])
-    for k in range(len(rows) + 1):  # resumed after k rows: the same selection
-        assert functools.reduce(select, rows[k:], selection(rows[:k])) == chosen
     later = selection([*rows, checked(start=1.2, mean=1.2, generation=9), checked(start=1.0, mean=1.3, generation=11)])
     assert (later.start, later.generation, later.score) == (False, 12, 1.3)
     tie = selection([checked(start=1.2, mean=1.2, generation=9)])  # at one check, the ES mean must beat the start
     assert tie.start and tie.generation == 0
     assert selection([checked(start=np.inf, mean=0.1)]).start is False  # an infinite start is no candidate
     assert selection([GenerationRecord(0)]).record is None
+
+
+def test_a_degenerate_es_mean_is_never_a_candidate():
+    """The checks' fold and the finalists skip an ES mean whose constraint checks failed at its check."""
+    bad = Violations(mean=(Violation("drift", "non-negative", "D < 0 at r = 2"),), best=())
+    rows = [dataclasses.replace(checked(start=0.0, mean=5.0, generation=1), violations=bad),
+            dataclasses.replace(checked(start=0.0, mean=1.0, generation=3), violations=Violations((), ()))]
+    chosen = selection(rows)
+    assert (chosen.start, chosen.generation) == (False, 4)
+    assert [f.generation for f in final_selection.finalists(rows)] == [0, 4]
+
+
+def test_a_diverged_seed_counts_as_a_failure_not_a_dropped_candidate():
+    """A finalist with one diverged seed keeps a finite score: that seed ties the worst finite seed of any
+    finalist on its problem, so a candidate that diverges on a seed cannot win by the seeds it kept."""
+    candidates = [final_selection.Finalist(0, 0.5), final_selection.Finalist(8, 0.9)]
+    per_seed = np.array([[[0.5, 0.5, 0.5]], [[2.0, 2.0, np.nan]]])  # [F, problems, S]
+    start, mean = final_selection.rescored(candidates, per_seed)
+    assert mean.score.value == pytest.approx((2.0 + 2.0 + 0.5) / 3) and np.isfinite(mean.score.low)
+    assert mean.vs_start.value == pytest.approx((1.5 + 1.5 + 0.0) / 3)
+    assert final_selection.chosen([start, mean]) == 1
+    # better than the start on the seed it kept (0.75 > 0.6), but it failed the other two: the start wins
+    worse = final_selection.rescored(candidates, np.array([[[0.5, 0.6, 0.7]], [[0.75, np.nan, np.nan]]]))
+    assert worse[1].score.value == pytest.approx((0.75 + 0.5 + 0.5) / 3) and final_selection.chosen(worse) == 0
+
+
+def test_re_scoring_the_finalists_removes_the_winners_curse():
+    """The known answer at realistic noise: the ES mean walks from the start (w = 0) past validation's optimum
+    (w = 0.02) to training's (0.05) over 16 checks, and each check's score carries seed noise about the size
+    of the differences between neighbouring checks. Over 400 runs of that walk, the checks' maximum (the old
+    rule) overstates the score of what it picks by far more than chance, while the finalists re-scored on
+    common seeds (measure.selection) store an unbiased score, and what they pick is nearer the optimum."""
+    rng = np.random.default_rng(0)
+    walk = np.linspace(0.0, 0.05, 17)  # w at generation g: the start, then 16 checks
+    true = -100 * np.square(walk - VALIDATION_TARGET)
+    noise, seeds = 0.02, 8
+    old_error, new_error, old_true, new_true = [], [], [], []
+    for _ in range(400):
+        checks = true + noise * rng.standard_normal((2, 17))  # each check: the start and the ES mean, fresh seeds
+        rows = [checked(start=checks[0, 0], mean=checks[1, g], generation=g - 1) for g in range(1, 17)]
+        old = selection(rows)
+        old_error.append(old.score - true[old.generation])
+        old_true.append(true[old.generation])
+        finalists = final_selection.finalists(rows)
+        common = noise * np.sqrt(2) * rng.standard_normal(seeds)  # what every finalist shares on a seed
+        per_seed = np.stack([true[f.generation] + common + noise * np.sqrt(2) * rng.standard_normal(seeds)
+                             for f in finalists])[:, None]  # [F, 1 problem, S]
+        scored = final_selection.rescored(finalists, per_seed)
+        new = scored[final_selection.chosen(scored)]
+        new_error.append(new.score.value - true[new.finalist.generation])
+        new_true.append(true[new.finalist.generation])
+    old_error, new_error = np.array(old_error), np.array(new_error)
+    se = lambda x: x.std(ddof=1) / np.sqrt(x.size)  # noqa: E731
+    assert old_error.mean() > 6 * se(old_error)  # the winner's curse, well beyond chance
+    assert new_error.mean() < old_error.mean() / 3  # re-scored: most of it gone (a pick among 4 keeps a little)
+    assert np.mean(new_true) > np.mean(old_true)  # and a better pick on average
+
+
+def test_overwrite_leaves_nothing_of_the_old_run_and_deletes_nothing_that_is_not_a_run(tmp_path):
+    """A new run --overwrite into a validated run's directory: no reader may take the old run's
+    selected.json (or its candidates, evaluations, distillations) for the new one's. A directory that is
+    not a run directory is refused, its files kept."""
+    cfg = validated()
+    run(cfg, tmp_path / "run", progress=False, trainer=trainer_for(cfg), log=lambda *a: None)
+    (tmp_path / "run" / "distil").mkdir()
+    (tmp_path / "run" / "distil" / "report.json").write_text("{}")
+    assert (tmp_path / "run" / "objectives" / "selected.json").is_file()
+    plain = tiny_config()
+    run(plain, tmp_path / "run", overwrite=True, progress=False, trainer=MetaTrainer(plain, trains=[quadratic_train]),
+        log=lambda *a: None)
+    left = sorted(p.relative_to(tmp_path / "run").as_posix() for p in (tmp_path / "run").rglob("*"))
+    assert "objectives/selected.json" not in left and not any(p.startswith(("distil", "objectives/candidates"))
+                                                                for p in left), left
+    assert api.chosen_objective(tmp_path / "run")[0] == "mean"
+    assert RunDir(tmp_path / "run").config() == plain
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep me")
+    with pytest.raises(RunDirError, match="not one"):
+        run(plain, tmp_path / "notes", overwrite=True, progress=False, trainer=MetaTrainer(plain, trains=[quadratic_train]),
+            log=lambda *a: None)
+    assert (tmp_path / "notes" / "mine.txt").read_text() == "keep me"

@@ -16,6 +16,9 @@ seed's: a stream is the root with its tag folded in (`key(seed, stream, *indices
     VALIDATION (index g)    the validation after g generations (RunConfig.validation): fresh seeds,
                             disjoint from the comparison's, for the ES mean, its start and PPO on
                             the validation problems; VALIDATION itself (no index): PPO's normaliser there
+    SELECTION (index g)     the end of a validated run after g generations: the common fresh seeds its
+                            finalists are re-scored on (measure.selection), training problems (index 0)
+                            and validation problems (index 1)
     DISTILLATION            the PPO states a closed form is fitted on (`metadisco distil`)
     EVALUATION              `metadisco evaluate --seed`: the evaluation seeds (index 0) and the
                             learning-rate tuning seeds (index 1), disjoint from each other
@@ -49,6 +52,7 @@ class Stream(IntEnum):
     ES_INIT = GENERATIONS + 5
     POPULATION = GENERATIONS + 6
     VALIDATION = GENERATIONS + 7
+    SELECTION = GENERATIONS + 8
 
 
 DRAW = 0x64726177  # folded into a generation's key: which envs, horizon and learning rates it trains on

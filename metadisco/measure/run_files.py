@@ -7,6 +7,8 @@ writing them (jax-free: `import metadisco.measure.run_files` starts no jax).
     RUN_DIR/baseline.json           PPO's returns used to normalise fitness (normalised fitness only)
     RUN_DIR/checkpoints/gen_NNNNNN.msgpack   the newest few checkpoints
     RUN_DIR/objectives/{best,mean}.json      meta_objectives files, loadable anywhere
+    RUN_DIR/objectives/selected.json         a validated run's choice (metadisco.measure.selection)
+    RUN_DIR/objectives/candidates/gen_NNNNNN.json   the ES mean at each validation check (its finalists)
     RUN_DIR/.lock                   held by the one process that writes the run (metadisco train)
 
 `RunFiles` is the schema both sides build on: the writer, metadisco.rundir.RunDir, which a run
@@ -89,12 +91,15 @@ def selected_words(start: bool, generation) -> str:
 def select(best: Selection, record: GenerationRecord) -> Selection:
     """`best` after `record`'s check: its candidates are the start (validation.start), then the ES mean
     (validation.mean), each taken where finite and strictly higher than the best so far (so the first
-    of equals is kept, and at one check the ES mean must beat the start)."""
+    of equals is kept, and at one check the ES mean must beat the start), the ES mean only where its
+    constraint checks at that check found nothing. Provisional: at the end of the run the finalists are
+    re-scored on common seeds (metadisco.measure.selection), which decides."""
     v = record.validation
     if v is None:
         return best
+    degenerate = bool(record.violations and record.violations.mean)  # an invalid ES mean is no candidate
     for score, start in ((v.start, True), (v.mean, False)):
-        if finite(score) and score > best.score:
+        if finite(score) and score > best.score and (start or not degenerate):
             best = Selection(score, record, start)
     return best
 
@@ -185,6 +190,11 @@ class RunFiles:
         if which not in WHICH:
             raise RunDirError(f"which must be one of {', '.join(WHICH)}, got {which!r}")
         return self.objectives_dir / f"{which}.json"
+
+    def candidate_path(self, generation: int) -> Path:
+        """RUN_DIR/objectives/candidates/gen_NNNNNN.json: the ES mean after `generation` generations, kept at
+        each validation check for the re-scoring of finalists at the end (metadisco.measure.selection)."""
+        return self.objectives_dir / "candidates" / f"gen_{generation:06d}.json"
 
     def default_which(self) -> str:
         """The objectives a reader takes from this run when not told which: "selected" (the ES mean of the
