@@ -15,7 +15,7 @@ from metadisco.core.fileio import atomic_write_text
 from metadisco.core.records import GenerationRecord, Violation
 from metadisco.core.strategies import searched_point
 from metadisco.measure import health as search_health
-from metadisco.measure.run_files import completed, selection
+from metadisco.measure.run_files import completed, selected_words, selection
 from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
 
 __all__ = ["CAPTIONS", "write_report"]
@@ -120,7 +120,7 @@ def write_report(path, run_dir, config, records: list[GenerationRecord], images:
         "<h2>Configuration</h2>", _table(_config_summary(config)),
     ]
     parts += _verdict_section(config, last_eval, run_dir)
-    parts += _validation_section(config, records)
+    parts += _validation_section(config, records, extra if which == "selected" else {})
     parts += _found_section(what_was_found or {}, which, run_dir)
     parts += _evaluation_section(evaluation, run_dir, path.parent)
     parts += _distillation_section(distillation or {}, run_dir, exported or [], path.parent)
@@ -163,13 +163,16 @@ def _verdict_section(config, last_eval: GenerationRecord | None, run_dir: Path) 
     return ["<h2>Verdict</h2>", f"<p>{html.escape(text)}</p>"]
 
 
-def _validation_section(config, records: list[GenerationRecord]) -> list[str]:
+def _validation_section(config, records: list[GenerationRecord], selected: dict) -> list[str]:
     """Validation beside training (RunConfig.validation): per generation that scored it, the ES mean on
     the training problems and on the validation problems (fresh seeds each), the start's, and which
-    objectives/selected.json holds (a generation's ES mean, or the start); [] for a run without validation."""
+    objectives/selected.json holds (a generation's ES mean, or the start), with the finalists' re-scoring
+    where the run ended (`selected`: selected.json's extra); [] for a run without validation."""
     rows = [r for r in records if r.validation is not None]
     if not rows:
         return []
+    if selected.get("finalists"):
+        return _final_selection_section(config, rows, selected)
     chosen = selection(rows)
     mark = "selected: its start" if chosen.start else "selected"
     head = ("<tr><th>generation</th><th>training: ES mean</th><th>training: PPO</th><th>validation: ES mean</th>"
@@ -185,6 +188,31 @@ def _validation_section(config, records: list[GenerationRecord]) -> list[str]:
              "evaluate, distil, export and plot take from this run." if chosen.record is not None else
              "No generation has a finite validation score yet.")
     return ["<h2>Validation</h2>", f"<p>{html.escape(text)}</p>", f"<table>{head}{body}</table>"]
+
+
+def _final_selection_section(config, rows: list[GenerationRecord], selected: dict) -> list[str]:
+    """A finished validated run: each check's scores (what nominated the finalists), then the finalists
+    re-scored on common fresh seeds, the chosen one marked (metadisco.measure.selection)."""
+    def interval(i):
+        return f"{_fmt(i['value'])} [{_fmt(i['low'])}, {_fmt(i['high'])}]"
+
+    checks = "".join(f"<tr><td>{completed(r)}</td><td>{_fmt(r.validation.mean)}</td><td>{_fmt(r.validation.start)}</td>"
+                     f"<td>{_fmt(r.validation.ppo)}</td></tr>" for r in rows)
+    finalists = "".join(
+        f"<tr><td>{'the start' if f['generation'] == 0 else 'ES mean of generation ' + str(f['generation'])}</td>"
+        f"<td>{_fmt(f['checked'])}</td><td>{interval(f['score'])}</td><td>{interval(f['vs_start'])}</td>"
+        f"<td>{'selected' if f['generation'] == selected['generation'] else ''}</td></tr>" for f in selected["finalists"])
+    v = selected["validation"]
+    text = (f"Validation on {', '.join(config.validation.envs)}, scored as the fitness ({config.fitness}), never used by "
+            f"the ES update. Each check ({config.validation.seeds} fresh seeds of its own) only nominates: at the end "
+            f"of the run the start and the best-checked ES means were re-scored together on {v['seeds']} common fresh "
+            "seeds, and objectives/selected.json holds the highest there (a maximum over checks would overstate it): "
+            f"{selected_words(selected['candidate'] == 'start', selected['generation'])}.")
+    return ["<h2>Validation</h2>", f"<p>{html.escape(text)}</p>",
+            "<table><tr><th>check after generation</th><th>ES mean</th><th>its start</th><th>PPO</th></tr>"
+            f"{checks}</table>",
+            "<table><tr><th>finalist</th><th>its check</th><th>re-scored [95% CI]</th><th>vs its start, paired</th>"
+            f"<th></th></tr>{finalists}</table>"]
 
 
 def _found_section(found: dict, which: str, run_dir: Path) -> list[str]:
