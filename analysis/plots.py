@@ -71,12 +71,12 @@ def newest_evaluation(run: Run) -> Path | None:
     return found[-1] if found else None
 
 
-def _distillation(run: Run, config) -> dict:
-    """{plug: distil's stored report, or None before `metadisco distil`} for each evolved plug point
-    with closed forms."""
+def _distillation(run: Run, config, which: str) -> dict:
+    """{plug: distil's stored report of the objective `which`, or None before `metadisco distil` (or where it
+    distilled another objective)} for each evolved plug point with closed forms."""
     from metadisco.analysis.distillation.run import DISTILLABLE, stored_report
 
-    return {plug: stored_report(run, plug) for plug in DISTILLABLE if plug in config.objectives.evolve}
+    return {plug: stored_report(run, plug, which) for plug in DISTILLABLE if plug in config.objectives.evolve}
 
 
 def _found(loaded, evolve) -> dict:
@@ -185,7 +185,7 @@ def plot_run(run_dir, out_dir=None, formats=("png", "pdf"), which: str | None = 
     if report:
         write_report(report_path, run.path, config, rows, images, written, notes, which,
                      loaded[2] if loaded is not None else {}, evaluation=newest_evaluation(run),
-                     distillation=_distillation(run, config),
+                     distillation=_distillation(run, config, which),
                      exported=sorted(p for p in run.export_dir.rglob("*") if p.is_file()) if run.export_dir.is_dir() else [],
                      what_was_found=_found(loaded, evolve))
         for png in images.values() if "png" not in formats else ():

@@ -193,7 +193,7 @@ def visited_error_span(run, which: str = "mean") -> float:
 
     from metadisco.analysis.distillation.run import stored_report
 
-    report = stored_report(run, "value_loss")
+    report = stored_report(run, "value_loss", which)
     if report is not None and report.data.error_std:
         return 3.0 * float(report.data.error_std)
     objectives, params, _ = run.objectives(which)
@@ -304,7 +304,7 @@ def export(run_dir: str | Path, which: str | None = None, *, expression: str | N
         if own is not None:  # a closed-form family (drift_mix, dpo_schedule): the member is its formula
             expressions[plug], sources[plug] = own, "the evolved member's own closed form, no fit"
             continue
-        report = stored_report(run, plug)
+        report = stored_report(run, plug, which)  # None where it was fitted to another objective: fitted anew
         if report is None:
             report = distil(run.path, which, plugs=(plug,))[plug]
             distilled.append(plug)

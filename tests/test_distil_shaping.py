@@ -99,3 +99,21 @@ def test_distil_and_export_a_trained_shaping_run(tmp_path, capsys):
 
     written = plot_run(path, formats=("png",))
     assert "shaping" in written and "drift_surface" not in written  # the fixed LPO is PPO-clip: not drawn
+
+    # A distillation belongs to the objective it was fitted to: once the run's objective changes (a resume, an
+    # extension, `distil --which` of another), export does not write the old closed form beside the new plugs.
+    import jax
+
+    from metadisco.analysis.distillation.run import stored_report
+    from metadisco.analysis.runs import Run
+    from metadisco.meta_objectives import save_objectives
+
+    assert stored_report(Run(path), "shaping") is not None
+    assert stored_report(Run(path), "shaping", "best") is None  # fitted to mean.json, not best.json
+    objectives, params, extra = load_objectives(path / "objectives" / "mean.json")
+    moved = {**params, "shaping": jax.tree.map(lambda x: x + 0.5, params["shaping"])}
+    save_objectives(path / "objectives" / "mean.json", objectives, moved, extra)
+    assert stored_report(Run(path), "shaping") is None
+    main(["export", str(path)])
+    refitted = json.loads((path / "distil" / "shaping.json").read_text())
+    assert refitted["source"]["params_digest"] != report["source"]["params_digest"]

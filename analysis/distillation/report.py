@@ -240,15 +240,17 @@ class Source:
     objective: Mapping[str, Any]
     n_rows: int
     prior_fraction: float | None = None
+    params_digest: str | None = None  # of the plug's parameters it was fitted to (None: written before it was kept)
 
     def to_json(self) -> dict:
         out = {"run_dir": self.run_dir, "which": self.which, self.plug: self.objective, "n_rows": self.n_rows}
-        return _put(out, "prior_fraction", self.prior_fraction)
+        return _put(_put(out, "prior_fraction", self.prior_fraction), "params_digest", self.params_digest)
 
     @classmethod
     def from_json(cls, obj: Mapping) -> Source:
-        (plug,) = set(obj) - {"run_dir", "which", "n_rows", "prior_fraction"}
-        return cls(obj["run_dir"], obj["which"], plug, obj[plug], obj["n_rows"], obj.get("prior_fraction"))
+        (plug,) = set(obj) - {"run_dir", "which", "n_rows", "prior_fraction", "params_digest"}
+        return cls(obj["run_dir"], obj["which"], plug, obj[plug], obj["n_rows"], obj.get("prior_fraction"),
+                   obj.get("params_digest"))
 
 
 @dataclass(frozen=True)

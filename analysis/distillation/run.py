@@ -155,7 +155,8 @@ def distil_run(run: Run, rows, objectives, params, which: str = "mean", symbolic
         n_rows = len(observations) if plug == "shaping" else len(rows)
         reports[plug] = report = replace(reports[plug], source=Source(
             run_dir=str(run.path), which=which, plug=plug, objective=getattr(objectives, plug).spec(),
-            n_rows=int(n_rows), prior_fraction=prior_fraction if plug == "drift" else None))
+            n_rows=int(n_rows), prior_fraction=prior_fraction if plug == "drift" else None,
+            params_digest=params_digest(params.get(plug, {}))))
         with writing(out / REPORT_FILES[plug]):
             write_report(report, out / REPORT_FILES[plug])
         _save_figure(pareto_figure(report, plug), out / PARETO_FIGURES[plug])
@@ -303,8 +304,35 @@ def distil_run_shaping(out, observations, objectives, params, seed, symbolic=Tru
     return report
 
 
-def stored_report(run: Run, plug: str) -> DistillationReport | None:
-    """RUN_DIR/distil/'s report for `plug`, or None when `metadisco distil` has not written it;
-    RunDirError naming the file when it is not a report."""
+def stored_report(run: Run, plug: str, which: str | None = None) -> DistillationReport | None:
+    """RUN_DIR/distil/'s report for `plug` where it was fitted to the run's objective `which` (default: the
+    one readers take, Run.default_which) as that objective is now; None when `metadisco distil` has not
+    written one, or wrote it for another objective (`distil --which`, or a run resumed or extended since:
+    its closed form is not this objective's). RunDirError naming the file when it is not a report."""
     path = run.distil_dir / REPORT_FILES[plug]
-    return read_report(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    report = read_report(path)
+    which = which or run.default_which()
+    source = report.source
+    if source is None or source.which != which or not run.objectives_path(which).is_file():
+        return None
+    if source.params_digest is not None:
+        _, params, _ = run.objectives(which)
+        if source.params_digest != params_digest(params.get(plug, {})):
+            return None
+    return report
+
+
+def params_digest(params) -> str:
+    """A digest of one plug's parameters (a pytree of arrays): what a distillation was fitted to."""
+    import hashlib
+
+    import jax
+    import numpy as np
+
+    h = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        a = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{jax.tree_util.keystr(path)}:{a.dtype}:{a.shape}".encode() + a.tobytes())
+    return h.hexdigest()[:16]

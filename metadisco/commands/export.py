@@ -17,13 +17,15 @@ import sys
 def run(args) -> None:
     from metadisco import api
     from metadisco.analysis.export import DISCOGEN_PROGRESS_LINES, drift_uses_progress
+    from metadisco.measure.run_files import RunFiles
 
     which, what = api.chosen_objective(args.run_dir, args.which)
     print(f"metadisco export: {args.run_dir}: {what} (objectives/{which}.json)", file=sys.stderr)
     exported = api.export(args.run_dir, which, expression=args.expression, value_loss=args.value_loss,
                           potential=args.potential, candidate=args.candidate, format=args.format, name=args.name)
     for plug in exported.distilled:
-        print(f"no {plug} distillation yet: ran `metadisco distil` first", file=sys.stderr)
+        print(f"no {plug} distillation of objectives/{which}.json as it is now: ran `metadisco distil` first",
+              file=sys.stderr)
     sources = {plug: "given on the command line" if source == "given" else source
                for plug, source in exported.sources.items()}
     _print_exported(exported.expressions, sources, exported.value_loss_base)
@@ -40,7 +42,7 @@ def run(args) -> None:
         return
     for kind, path in exported.paths.items():
         print(f"  {kind}: {path}")
-    print(f"evaluate it: metadisco evaluate {exported.paths['json']} --quick")
+    print(f"evaluate it beside the network: {RunFiles(args.run_dir).evaluate_command(exported.paths['json'])}")
 
 
 def _print_exported(expressions: dict, sources: dict, value_loss_base: dict | None) -> None:

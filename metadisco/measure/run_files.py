@@ -109,7 +109,7 @@ def selection(records) -> Selection:
     return functools.reduce(select, records, Selection())
 
 
-DISTILLED = {"drift", "value_loss"}  # the plug points `metadisco distil` fits closed forms to
+DISTILLED = {"drift", "value_loss", "shaping"}  # the plug points `metadisco distil` fits closed forms to
 WHICH = ("mean", "best", "selected")  # objectives/<which>.json: the ES mean, the best member, the validated choice
 
 
@@ -215,18 +215,23 @@ class RunFiles:
         return {"mean": "the ES mean of the last generation", "best": "the best single member seen"}[which]
 
     def next_steps(self) -> str:
-        """The line a finished run ends with: commands that work on this run as it is (a test runs each).
-        `evaluate` takes the held-out set the run declared; without one, a shaping is evaluated on the
-        run's own environments (its potential is sized to their observations, so the quick suite's other
-        shapes cannot run it), anything else on the quick suite."""
+        """The line a finished run ends with: commands that work on this run as it is (a test runs each)."""
         cfg, where = self.config(), shlex.quote(str(self.path))
-        evaluate = f"metadisco evaluate {where}"
-        if not cfg.heldout.envs:
-            evaluate += f" --envs {shlex.quote(','.join(cfg.envs))}" if "shaping" in cfg.objectives.evolve else " --quick"
-        steps = [f"metadisco plot {where}", evaluate]
+        steps = [f"metadisco plot {where}", self.evaluate_command()]
         if set(cfg.objectives.evolve) & DISTILLED:
             steps.append(f"metadisco distil {where}")
         return "next: " + "   |   ".join(steps)
+
+    def evaluate_command(self, *targets) -> str:
+        """`metadisco evaluate` of this run (and `targets`, e.g. its exported closed forms) as it works on
+        this run: on the held-out set it declared; without one, a shaping on the run's own environments
+        (its potential is sized to their observations, so the quick suite's other shapes cannot run it),
+        anything else on the quick suite."""
+        cfg = self.config()
+        words = ["metadisco evaluate", *(shlex.quote(str(t)) for t in (self.path, *targets))]
+        if not cfg.heldout.envs:
+            words += ["--envs", shlex.quote(",".join(cfg.envs))] if "shaping" in cfg.objectives.evolve else ["--quick"]
+        return " ".join(words)
 
     def is_run(self) -> bool:
         """A directory with a config.json: written by `metadisco train` (possibly still running)."""
