@@ -218,13 +218,14 @@ def _sigterm_interrupts():
 
 def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwrite: bool = False,
         progress: bool = True, stop_after: int | None = None, log=print, trainer: MetaTrainer | None = None,
-        time_limit: TimeLimit | None = None) -> Path:
+        time_limit: TimeLimit | None = None, allow_layout_change: bool = False) -> Path:
     """Run (or resume) a meta-training run in `run_dir`; returns the run directory.
 
     stop_after: stop (with a checkpoint) once this many generations are complete.
     time_limit: before each generation, stop (with a checkpoint) if it would not end inside the
     limit, by what this process has measured; raises RunInterrupted with EXIT_TIME_LIMIT.
     trainer: a prebuilt MetaTrainer for `cfg` (custom inner loops); built from the config if None.
+    allow_layout_change: resume on a device layout that changes the run's bits (check_layout) anyway.
     Raises RunDirError (missing, busy or non-empty directory, changed config), RunWriteError (a
     file could not be written) and RunInterrupted (Ctrl-C, SIGTERM, the time limit), each saying
     what to do.
@@ -241,12 +242,51 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
         refuse_invalid_start(trainer)
     with run.lock() if is_main else contextlib.nullcontext(), _sigterm_interrupts():
         try:
-            _run(run, cfg, resume, overwrite, progress, stop_after, log, trainer or MetaTrainer(cfg), time_limit)
+            _run(run, cfg, resume, overwrite, progress, stop_after, log, trainer or MetaTrainer(cfg), time_limit,
+                 allow_layout_change)
         except KeyboardInterrupt as e:
             raise _interrupted(run, cfg, e) from None
         except RunWriteError as e:
             raise RunWriteError(f"{e}. {_resume_hint(run, 'Fix that, then')}") from None
     return run.path
+
+
+def layout_of(trainer: MetaTrainer) -> dict:
+    """How this process runs `trainer`'s population (layout.json): what a member's bits may depend on."""
+    return {"devices": int(trainer.mesh.devices.size), "platform": jax.devices()[0].platform,
+            "processes": jax.process_count(), "members_per_batch": trainer.cfg.members_per_batch}
+
+
+def check_layout(run: RunDir, trainer: MetaTrainer, allow: bool = False) -> list[str]:
+    """Lines that say how this resume's device layout differs from the run's start (layout.json), or
+    RunDirError before any compute where the difference changes the run's bits (another platform; another
+    device count with member_batch = 0, each device's whole shard at once), unless `allow`."""
+    started, now = run.layout(), layout_of(trainer)
+    if started is None:
+        return [f"note: {run.path} did not record the devices it started on (a run from before layout.json); "
+                f"resuming on {now['devices']} {now['platform']} device(s), {_batch_words(now)}"]
+    differs = [f"{key} {started.get(key)} -> {now[key]}" for key in now if started.get(key) != now[key]]
+    if not differs:
+        return []
+    changes_bits = (started.get("platform") != now["platform"] or started.get("members_per_batch") != now["members_per_batch"]
+                    or (not now["members_per_batch"] and started.get("devices") != now["devices"]))
+    if not changes_bits:
+        return [f"note: resuming on another layout ({', '.join(differs)}); {_batch_words(now)} fixes each member's "
+                "bits, so the run continues as it began"]
+    if not allow:
+        raise RunDirError(
+            f"refusing to resume {run.path} on another device layout ({', '.join(differs)}): with "
+            f"{_batch_words(now)} on another platform or device count a member's last bits change, so the resumed run "
+            f"would not equal the one it began. Resume where it started ({started.get('devices')} "
+            f"{started.get('platform')} device(s): on a CPU, --host-devices {started.get('devices')}), or pass "
+            "--allow-layout-change to continue anyway (its results then differ in the last bits from an uninterrupted run).")
+    return [f"warning: resuming on another device layout ({', '.join(differs)}), as asked (--allow-layout-change): "
+            "from here its bits differ from an uninterrupted run's"]
+
+
+def _batch_words(layout: dict) -> str:
+    n = layout["members_per_batch"]
+    return f"{n} members at a time (member_batch)" if n else "each device's whole shard at once (member_batch = 0)"
 
 
 def refuse_invalid_start(trainer: MetaTrainer) -> None:
@@ -328,9 +368,11 @@ def _out_of_time(run: RunDir, cfg, gen: int, time_limit: TimeLimit, evaluates: b
 
 
 def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer: MetaTrainer,
-         time_limit: TimeLimit | None = None) -> None:
+         time_limit: TimeLimit | None = None, allow_layout_change: bool = False) -> None:
     is_main = jax.process_index() == 0
     if resume:
+        for line in check_layout(run, trainer, allow_layout_change):
+            log(line)
         state, baseline, warnings = load_state(run, trainer)
         for w in warnings:
             log(f"warning: {w}")
@@ -349,6 +391,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         baseline = trainer.baseline()  # before anything is written: a refused normaliser leaves no run behind
         if is_main:
             run.create(cfg, overwrite=overwrite)
+            run.write_json("layout.json", layout_of(trainer))
         state = trainer.init()
         if is_main and fitness_of(cfg.fitness).normalised:
             b = fetch(baseline)

@@ -434,3 +434,45 @@ def test_a_field_the_schema_gained_since_a_run_began_neither_blocks_its_resume_n
     run(tiny_config(generations=3, eval_every=0), path, resume=True, progress=False, trainer=trainer, log=lambda *a: None)
     assert json.loads((path / "config.json").read_text()) == {**older, "generations": 3}
     assert len(RunDir(path).metrics()) == 3
+
+
+def test_resume_on_a_layout_that_changes_the_bits_is_refused_unless_asked(tmp_path):
+    """A run records the device layout it started on; a resume says what differs, refuses before any compute
+    where a member's bits would change (member_batch = 0 on another device count; another platform), and
+    continues with a warning when asked. With member batches, another device count is only a note."""
+    whole = tiny_config(member_batch=0)
+    trainer = MetaTrainer(whole, trains=[quadratic_train])
+    path = tmp_path / "whole"
+    run(whole, path, progress=False, stop_after=1, log=lambda *a: None, trainer=trainer)
+    layout = json.loads((path / "layout.json").read_text())
+    assert layout == {"devices": trainer.mesh.devices.size, "platform": "cpu", "processes": 1, "members_per_batch": 0}
+    (path / "layout.json").write_text(json.dumps({**layout, "devices": layout["devices"] + 2}))  # started elsewhere
+    rows = (path / "metrics.jsonl").read_text()
+    n = layout["devices"]
+    with pytest.raises(RunDirError, match=rf"another device layout \(devices {n + 2} -> {n}\).*--host-devices {n + 2}"):
+        run(None, path, resume=True, progress=False, log=lambda *a: None, trainer=trainer)
+    assert (path / "metrics.jsonl").read_text() == rows  # nothing ran, nothing was lost
+    lines = []
+    run(None, path, resume=True, progress=False, log=lines.append, trainer=trainer, allow_layout_change=True)
+    assert any(line.startswith("warning: resuming on another device layout") for line in lines)
+    # fixed member batches: the device count does not change the bits, and the resume says so
+    batched = tiny_config()
+    trainer = MetaTrainer(batched, trains=[quadratic_train])
+    path = tmp_path / "batched"
+    run(batched, path, progress=False, stop_after=1, log=lambda *a: None, trainer=trainer)
+    layout = json.loads((path / "layout.json").read_text())
+    (path / "layout.json").write_text(json.dumps({**layout, "devices": 1}))
+    lines = []
+    run(None, path, resume=True, progress=False, log=lines.append, trainer=trainer)
+    assert any(line.startswith(f"note: resuming on another layout (devices 1 -> {trainer.mesh.devices.size})")
+               and "fixes each member's bits" in line
+               for line in lines)
+
+
+def test_a_stored_run_from_before_member_batch_resumes_as_it_ran(tmp_path):
+    """config.json without member_batch: the run trained each device's whole shard at once, and resumes so
+    (the field's default today, 4, would be another program)."""
+    stored = tiny_config().to_dict()
+    del stored["member_batch"]
+    (tmp_path / "config.json").write_text(json.dumps(stored))
+    assert RunDir(tmp_path).config().member_batch == 0

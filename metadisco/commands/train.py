@@ -35,7 +35,7 @@ def run(args) -> None:
 
     options = {"progress": not args.no_progress, "stop_after": args.stop_after, "time_limit": time_limit}
     if args.resume:
-        train_run(cfg, args.resume, resume=True, **options)
+        train_run(cfg, args.resume, resume=True, allow_layout_change=args.allow_layout_change, **options)
     else:
         train_run(cfg, args.run_dir or default_run_dir(cfg), overwrite=args.overwrite, **options)
 
@@ -76,6 +76,9 @@ def add(subparsers) -> None:
                    help="stop with a checkpoint at the last generation boundary that ends inside DURATION (600, "
                         "9m, 1h30m, 01:30:00), predicted from this process's measured generation and comparison "
                         "times; exit status 75 then, so a job script can requeue with --resume")
+    p.add_argument("--allow-layout-change", action="store_true",
+                   help="resume on a device layout that changes the run's last bits (another platform, or another "
+                        "device count with member_batch=0), which --resume refuses otherwise")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--host-devices", type=int, help="CPU devices to split the population over (default: the cores, at least 2; "
                    "from 2 on, the count does not change the results)")

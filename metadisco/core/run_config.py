@@ -286,10 +286,13 @@ class RunConfig:
     def from_stored(cls, d: dict) -> RunConfig:
         """From a run directory's config.json (`metadisco.analysis.runs.Run.config`): `from_dict`,
         where a versioned family that the file does not pin ran its first version
-        (metadisco.core.plugs.VERSIONED). Checked by `check_run_config`: a value `metadisco train`
-        refuses is refused here with the same ConfigError."""
+        (metadisco.core.plugs.VERSIONED) and a file without member_batch ran as member_batch = 0 (before the
+        field, every device trained its whole shard at once): a stored run resumes as it ran. Checked by
+        `check_run_config`: a value `metadisco train` refuses is refused here with the same ConfigError."""
         if isinstance(d.get("objectives"), dict):
             d = {**d, "objectives": upgrade_section(d["objectives"], stored=True)}
+        if "member_batch" not in d:  # a run from before member_batch trained each device's whole shard at once
+            d = {**d, "member_batch": 0}
         cfg = cls.from_dict(d)
         check_run_config(cfg)
         return cfg

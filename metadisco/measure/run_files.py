@@ -5,6 +5,8 @@ writing them (jax-free: `import metadisco.measure.run_files` starts no jax).
     RUN_DIR/config.digest           RunConfig.digest of the config the run started with (`--resume` compares)
     RUN_DIR/metrics.jsonl           one JSON line per generation (metadisco.core.records.GenerationRecord)
     RUN_DIR/baseline.json           PPO's returns used to normalise fitness (normalised fitness only)
+    RUN_DIR/layout.json             the device layout it started on (devices, platform, processes, members per
+                                    batch): a resume says what differs, and refuses where the bits would change
     RUN_DIR/checkpoints/gen_NNNNNN.msgpack   the newest few checkpoints
     RUN_DIR/objectives/{best,mean}.json      meta_objectives files, loadable anywhere
     RUN_DIR/objectives/selected.json         a validated run's choice (metadisco.measure.selection)
@@ -190,6 +192,15 @@ class RunFiles:
         if which not in WHICH:
             raise RunDirError(f"which must be one of {', '.join(WHICH)}, got {which!r}")
         return self.objectives_dir / f"{which}.json"
+
+    @property
+    def layout_path(self) -> Path:
+        return self.path / "layout.json"
+
+    def layout(self) -> dict | None:
+        """How the run was started on its devices (layout.json: devices, platform, processes, members per
+        batch), or None for a run from before it was kept."""
+        return self.read_json("layout.json") if self.layout_path.is_file() else None
 
     def candidate_path(self, generation: int) -> Path:
         """RUN_DIR/objectives/candidates/gen_NNNNNN.json: the ES mean after `generation` generations, kept at
