@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-pytho
 
 demo: $(STAMP)
 	$(VENV)/bin/metadisco train $(ARGS)
+	@echo "metadisco: the command is $(VENV)/bin/metadisco (after 'source $(VENV)/bin/activate': metadisco)"
 
 # The suite runs in one pytest-xdist worker per core (its time: docs/developing.md); PYTEST_WORKERS=0 runs it
 # in this process. --dist loadfile keeps a file's tests on one worker, so a module-scoped fixture (a

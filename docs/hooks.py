@@ -9,6 +9,10 @@
   `metadisco` itself builds, and the evaluation suites from their one table (analysis.suites).
 - index.md, the front page: README.md, and changelog.md: CHANGELOG.md, with their links made
   relative to docs/ (a link to a file outside docs/ becomes its path as code).
+
+docs/ holds a stub of each generated page that a page links to (config.md, cli.md, ...), which says
+where its content comes from, so that the link works in a clone and on a code host too; the
+generated page replaces it on the site.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ link_layout()
 def on_files(files, config):
     for name, render in (("index.md", front_page), ("config.md", config_reference), ("objectives.md", objectives_reference),
                          ("cli.md", cli_reference), ("changelog.md", changelog)):
+        stub = files.get_file_from_path(name)
+        if stub is not None:
+            files.remove(stub)
         files.append(File.generated(config, name, content=render()))
     return files
 

@@ -1,4 +1,4 @@
-"""The `metadisco` command: train, evaluate, plot, distil, export, envs, objectives, check, zoo.
+"""The `metadisco` command: train, evaluate, plot, distil, export, experiments, envs, objectives, check, zoo.
 
 Device layout is decided here, before jax is imported: on a CPU-only machine the population is
 split over one host device per core (XLA reads --xla_force_host_platform_device_count only at

@@ -41,8 +41,8 @@ from metadisco.core.scores import fitness_of
 __all__ = [
     "DEMO_ENV_BOUND", "DEMO_EXPERIMENT", "EXPERIMENTS", "DistributionConfig", "ESConfig", "ExpectConfig", "HeldoutConfig",
     "InnerConfig", "ObjectivesConfig", "PlugChoice", "RunConfig", "ValidationConfig", "check_static", "demo", "diff",
-    "inner_config", "list_experiments", "load_experiment", "nest_overrides", "objectives_of", "override", "parse_overrides",
-    "ppo_config", "resolve", "typed_objectives", "validate", "validation_ppo_config",
+    "experiment_purpose", "inner_config", "list_experiments", "load_experiment", "nest_overrides", "objectives_of",
+    "override", "parse_overrides", "ppo_config", "resolve", "typed_objectives", "validate", "validation_ppo_config",
 ]
 
 # Overrides: a mapping of typed values ({"es": {"population_size": 4}, "inner.hidden": (64, 64)}),
@@ -70,6 +70,13 @@ def _merge(base: dict, update: dict) -> dict:
 def list_experiments() -> list[str]:
     """The named experiments that ship with metadisco (experiments/*.toml, installed as package data)."""
     return resources.names(EXPERIMENTS, ".toml")
+
+
+def experiment_purpose(name: str) -> str:
+    """What a shipped experiment is for, in one line: its file's first line, a comment (TOML
+    ignores it, so it is in no config); "" where the file does not start with one."""
+    first = resources.read_text(EXPERIMENTS, f"{name}.toml").partition("\n")[0]
+    return first.removeprefix("#").strip() if first.startswith("#") else ""
 
 
 def load_experiment(name_or_path: str) -> dict:

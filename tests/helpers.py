@@ -36,10 +36,10 @@ TINY = ["inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64", 
         "es.population_size=4", "eval_every=0", "member_batch=2", "eval_seeds=2", "baseline_seeds=2"]
 
 
-def metadisco(*args, timeout=300) -> subprocess.CompletedProcess:
-    """`metadisco ARGS...` to completion, output captured as text."""
+def metadisco(*args, timeout=300, cwd=None) -> subprocess.CompletedProcess:
+    """`metadisco ARGS...` to completion (in folder `cwd`, default this one), output captured as text."""
     return subprocess.run([sys.executable, "-m", "metadisco.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
 
 
 def metadisco_in_process(argv, capsys) -> tuple[int, str, str]:

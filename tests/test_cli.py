@@ -1,6 +1,7 @@
 """The `metadisco` command end to end, as a user runs it (subprocesses, tiny scale)."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -33,6 +34,19 @@ def test_help_lists_experiments_and_overrides(capsys):
     code, out, _ = cli("train", "--help", capsys=capsys)
     assert code == 0
     assert "lpo_cartpole_cpu" in out and "es.population_size" in out
+
+
+def test_experiments_says_what_each_named_experiment_is_for(capsys):
+    """One line each, from its file's first comment line: what it is, not its version or history."""
+    from metadisco.config import experiment_purpose
+
+    code, out, _ = cli("experiments", capsys=capsys)
+    assert code == 0
+    lines = out.splitlines()
+    for name in list_experiments():
+        purpose = experiment_purpose(name)
+        assert purpose and len(purpose) <= 110 and not re.match(r"v\d|.*\bissue\b", purpose, re.I), (name, purpose)
+        assert any(line.split()[:1] == [name] and line.endswith(purpose) for line in lines), name
 
 
 def test_the_cli_docstring_names_every_verb():

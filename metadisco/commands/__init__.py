@@ -6,6 +6,6 @@ the one place that turns it into a message and an exit code. No module here impo
 time: the CLI builds its parser before it sets XLA_FLAGS (the device layout).
 """
 
-from metadisco.commands import check, distil, envs, evaluate, export, objectives, plot, train, zoo
+from metadisco.commands import check, distil, envs, evaluate, experiments, export, objectives, plot, train, zoo
 
-VERBS = (train, evaluate, plot, distil, export, envs, objectives, check, zoo)
+VERBS = (train, evaluate, plot, distil, export, experiments, envs, objectives, check, zoo)

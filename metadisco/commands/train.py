@@ -44,7 +44,7 @@ def _epilog() -> str:
     from metadisco.config import DEMO_EXPERIMENT, list_experiments
 
     return textwrap.dedent(f"""\
-        experiments: {', '.join(list_experiments()) or '(none)'}
+        experiments (`metadisco experiments` says what each is for): {', '.join(list_experiments()) or '(none)'}
         with no experiment: the demo, {DEMO_EXPERIMENT} (a learned shaping potential for MountainCar's sparse reward);
         overrides without an experiment apply to the demo; on other envs, without what is MountainCar's
         (its potential's observation scale, held-out set and expectation)
