@@ -199,6 +199,7 @@ INVARIANT = ["rediscover_shaping", "generations=2", "eval_every=2", "eval_seeds=
 
 
 @pytest.mark.slow
+@pytest.mark.optimised  # the build users run, too (Makefile, test)
 def test_the_device_count_does_not_change_a_single_bit(tmp_path, capsys):
     # Real PPO, so that a different program would show in the last bits (it did before member
     # batches: 52.42 vs 52.29 in the demo's first generation on 1 and 2 devices).

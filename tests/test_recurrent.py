@@ -4,6 +4,7 @@ it started from, minibatches are whole sequences of environments, a truncated st
 the carry that saw its final observation, and it remembers what a feed-forward policy cannot.
 """
 
+import contextlib
 import functools
 
 import jax
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from metadisco.inner_loops import PPOConfig, make_env, networks
+from metadisco.inner_loops import ppo as ppo_module
 from metadisco.inner_loops.ppo import (
     PPO,
     Batch,
@@ -82,6 +84,33 @@ def test_a_step_bootstraps_with_the_carry_that_saw_its_final_observation(network
     np.testing.assert_allclose(np.asarray(traj.next_value)[:-1][~done[:-1]], np.asarray(traj.value)[1:][~done[:-1]],
                                atol=1e-5)
     assert np.asarray(traj.first)[1:][done[:-1]].all() and not np.asarray(traj.first)[1:][~done[:-1]].any()
+    # The truncated steps themselves: the same rollout with every bootstrap taken from a fresh carry differs
+    # there (so the episode's carry is what values them), and equals the carried one nowhere it matters less.
+    truncated = np.asarray(traj.truncated) & ~np.asarray(traj.terminated)
+    assert truncated.sum() >= 4
+    with monkeypatch_bootstrap(fresh=True):
+        _rollout.cache_clear()
+        _, (_, _, fresh_traj) = _rollout(network, 7)
+    _rollout.cache_clear()
+    np.testing.assert_array_equal(np.asarray(fresh_traj.value), np.asarray(traj.value))  # the same rollout
+    carried, fresh = np.asarray(traj.next_value)[truncated], np.asarray(fresh_traj.next_value)[truncated]
+    assert np.abs(carried - fresh).min() > 1e-4, (carried, fresh)
+
+
+@contextlib.contextmanager
+def monkeypatch_bootstrap(fresh: bool):
+    """inner_loops.ppo.bootstrap_value valuing each final observation from a fresh carry (an episode's
+    start) instead of the carry that acted on the step."""
+    original = ppo_module.bootstrap_value
+
+    def from_fresh_carry(ppo, params, hstate, obs):
+        return original(ppo, params, jax.tree.map(jnp.zeros_like, hstate), obs)
+
+    ppo_module.bootstrap_value = from_fresh_carry if fresh else original
+    try:
+        yield
+    finally:
+        ppo_module.bootstrap_value = original
 
 
 def test_minibatches_are_whole_sequences_of_environments():
