@@ -41,6 +41,7 @@ from metadisco.core.strategies import POPULATION_STRATEGIES, searched_point
 from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
 from metadisco.measure import health
 from metadisco.measure import selection as final_selection
+from metadisco.measure.registration import changed_rule_note
 from metadisco.measure.run_files import Selection, completed, select, selected_words, selection
 from metadisco.measure.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
 from metadisco.meta_objectives import load_objectives, save_objectives
@@ -506,6 +507,9 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
         log(f"  expected answer (stated before the run): {cfg.expect.answer}")
     if cfg.expect.beats:
         log(f"  pass criterion: {pass_criterion(cfg.expect, searched_point(cfg.es.strategy))}")
+    changed = changed_rule_note(cfg)
+    if changed:
+        log(f"  {changed}")
     if cfg.es.strategy in POPULATION_STRATEGIES:
         log(f"  {cfg.es.strategy} evolves a population without a mean: mean.json and the comparisons on fresh seeds "
             "are the best member seen, and search health has no gradient to measure (its rank correlation stays)")
@@ -639,6 +643,9 @@ def _summary(run: RunDir, cfg, log, violations: Violations, final: FinalSelectio
         line = verdict(e, cfg.expect, subject)
         if line:
             log(line if final is None else f"{line} [the last {subject}]")
+    changed = changed_rule_note(cfg)
+    if changed and (evals or final is not None):
+        log(changed)
     if final is not None:  # what every reader takes: its own verdict, on the training problems' fresh seeds
         named = f"selected objective ({final.describe().split(' (')[0]})"
         log(f"re-scored at the end: {es_mean_vs_ppo(final.comparison, named)}")

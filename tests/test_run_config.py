@@ -212,3 +212,29 @@ def test_an_experiment_in_the_working_folders_experiments_is_found_by_name(tmp_p
     assert resolve("experiments/my_exp.toml").name == "mine"
     with pytest.raises(ConfigError, match=r"no file experiments/nope.toml here .* A path to a TOML file works too"):
         resolve("nope")
+
+
+def test_every_experiment_is_registered_with_the_pass_rule_and_held_out_set_it_declares():
+    """experiments/registered.json freezes each experiment's pass rule and held-out set by a digest: a change
+    to either is an edit of the register too, made before a run (an experiment that has run gets a new name)."""
+    from metadisco.config import list_experiments
+    from metadisco.measure.registration import registered, rule_digest
+
+    register = registered()
+    assert sorted(register) == list_experiments()
+    for name in list_experiments():
+        cfg = resolve(name)
+        assert register[name] == {"name": cfg.name, "rule": rule_digest(cfg)}, (
+            f"experiments/{name}.toml's pass rule or held-out set is not the one it registered: give it a new "
+            "version (a new name) if it has run, else update experiments/registered.json")
+    assert len({entry["name"] for entry in register.values()}) == len(register)  # a run names its experiment
+
+
+def test_a_run_under_another_rule_than_its_experiment_registered_says_so():
+    from metadisco.measure.registration import changed_rule_note
+
+    assert changed_rule_note(resolve("rediscover_shaping")) is None
+    note = changed_rule_note(resolve("rediscover_shaping", ["heldout.seeds=4"]))
+    assert note and "experiments/rediscover_shaping.toml registered before its first run" in note
+    assert "changed rule" in changed_rule_note(resolve("rediscover_shaping", ["expect.beats=start"]))
+
