@@ -84,7 +84,9 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
 
     inner: PPO settings for every environment, a dict of typed values ({"num_envs": 64, "hidden":
     (64, 64)}) or FIELD=VALUE strings, read and checked as `metadisco train` reads inner.FIELD=VALUE, over the
-    first run target's own inner settings (except its budget) when `inner_from_run`.
+    first run target's own inner settings (except its budget) when `inner_from_run`. Run targets
+    found with a recurrent network (inner.network gru or lstm) are evaluated with it, every method
+    (PPO and DPO included) on any environments, unless `inner` names the network.
     With no `envs`, `suite` or `quick`, the held-out set the first run target declared before it
     ran (its config's `heldout`: envs, timesteps, seeds, inner_from_run) is used, and said on
     stderr; options given win over it.
@@ -124,7 +126,7 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
             steps = options["budget"]
             print(f"evaluating on the held-out set {run_dir} declared before it ran: {','.join(envs)}"
                   f"{f' at {steps:,} steps' if isinstance(steps, int) else ''} (config: heldout)", file=sys.stderr)
-    options["inner"] = _inner_settings(inner, resolved if inner_from_run else ())
+    options["inner"] = _inner_settings(inner, resolved, inner_from_run)
     out_dir = render.check_out_dir(out) if out else render.default_out_dir(resolved)
     options.setdefault("progress", False)
     results = evaluation.evaluate(resolved, envs=envs, **options)
@@ -134,25 +136,57 @@ def evaluate(targets: Sequence[str | Path] | str | Path, envs: Sequence[str] | s
     return results.saved(saved)
 
 
-def _inner_settings(inner: dict | Sequence[str] | None, targets) -> dict:
-    """PPO overrides for every environment: the first run target's `inner` section when `targets`
-    are given (inner_from_run; its total_timesteps stays out, the budget sets it), then `inner`
+def _network_of(targets) -> dict:
+    """The recurrent network (inner.network gru or lstm, and its rnn_size) that the run targets'
+    objectives were found with, which every method of the evaluation then trains with (an
+    environment has one PPO config: PPO and DPO get the same network), said on stderr; {} where no
+    run target trained one. Run targets found with different networks are refused: no one network
+    evaluates them all as they ran."""
+    from metadisco.analysis.runs import Run
+    from metadisco.core.ppo_config import RECURRENT
+
+    found = {}
+    for target in targets:
+        if target.run_dir:
+            stored = Run(target.run_dir).config().inner
+            found[target.spec] = {"network": stored.network or "mlp",
+                                  **({"rnn_size": stored.rnn_size} if stored.rnn_size is not None else {})}
+    networks = {tuple(sorted(n.items())): n for n in found.values()}
+    if not any(n["network"] in RECURRENT for n in networks.values()):
+        return {}
+    if len(networks) > 1:
+        raise ConfigError("the run targets were found with different networks ("
+                          + ", ".join(f"{spec}: {n['network']}" for spec, n in found.items())
+                          + "): evaluate them separately, or name the one network every method trains with "
+                            "(--inner network=NAME)")
+    (network,) = networks.values()
+    print(f"every method, PPO and DPO included, trains with the recurrent network the run's objectives were "
+          f"found with ({', '.join(f'{k}={v}' for k, v in network.items())}; --inner network=NAME for another)",
+          file=sys.stderr)
+    return network
+
+
+def _inner_settings(inner: dict | Sequence[str] | None, targets=(), from_run: bool = False) -> dict:
+    """PPO overrides for every environment: the recurrent network the run targets were found with
+    (`_network_of`, unless `inner` names one), then the first run target's `inner` section where
+    `from_run` (inner_from_run; its total_timesteps stays out, the budget sets it), then `inner`
     (typed values by field, or FIELD=VALUE items), read and checked as `metadisco train` reads inner.FIELD=VALUE."""
     from metadisco.analysis.runs import Run
     from metadisco.config import inner_config
 
-    base: dict = {}
-    if targets:
+    try:
+        given = inner_config({}, inner or ()).overrides()
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"--inner (inner): {e}; fields: see the documentation site's configuration reference") from None
+    base = {} if "network" in given else _network_of(targets)
+    if from_run:
         runs = [t for t in targets if t.run_dir]
         if not runs:
             raise ConfigError("--inner-from-run (inner_from_run) needs a RUN_DIR target, or a file in a run directory "
                               "(RUN_DIR/export/*.json, RUN_DIR/objectives/*.json)")
         stored = Run(runs[0].run_dir).config().inner.overrides()
-        base = {k: v for k, v in stored.items() if k != "total_timesteps"}
-    try:
-        return inner_config(base, inner or ()).overrides()
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"--inner (inner): {e}; fields: see the documentation site's configuration reference") from None
+        base |= {k: v for k, v in stored.items() if k != "total_timesteps"}
+    return {**base, **given}
 
 
 def chosen_objective(run_dir: str | Path, which: str | None = None) -> tuple[str, str]:

@@ -782,6 +782,48 @@ def test_the_cli_and_the_api_evaluate_a_run_on_its_declared_set_alike(tiny_run, 
         assert f"held-out set {run} declared before it ran: Catch-bsuite at 2,048 steps" in err
 
 
+def test_a_recurrent_run_is_evaluated_with_its_own_network_on_any_environments(tiny_run, tmp_path, capsys, monkeypatch):
+    """A run found with a GRU is evaluated with that GRU on environments it did not declare (not
+    only with --inner-from-run on its declared set), and so are PPO and DPO beside it (one PPO
+    config an environment), said on stderr; --inner network=NAME chooses another; a GRU run and an
+    MLP run together are refused."""
+    import shutil
+
+    from metadisco.analysis.evaluation.plan import plan
+    from metadisco.analysis.evaluation.protocol import resolve_protocol
+
+    def copy(name, **inner):
+        run = tmp_path / name
+        shutil.copytree(tiny_run, run)
+        config = json.loads((run / "config.json").read_text())
+        config["inner"].update(inner)
+        (run / "config.json").write_text(json.dumps(config))
+        return str(run)
+
+    gru, mlp = copy("gru", network="gru", rnn_size=16), copy("mlp")
+    jobs = []
+    monkeypatch.setattr(evaluation, "evaluate", lambda targets, **kw: jobs.append(plan(
+        targets, Programs(), resolve_protocol("default", False, None), kw["envs"], kw["seeds"], kw["budget"],
+        inner=kw["inner"]).jobs) or UNSAVED)
+    monkeypatch.setattr(render, "save", lambda results, out: out)
+    monkeypatch.setattr(render, "to_markdown", lambda results: "")
+
+    def evaluate(*argv):
+        code, _, err = cli(["evaluate", *argv, "--envs", "Acrobot-v1", *TINY, "--out", str(tmp_path / "out")], capsys)
+        return code, err
+
+    code, err = evaluate(gru, "ppo")
+    assert code == 0, err
+    (job,) = jobs[-1]
+    assert (job.config.network, job.config.rnn_size, job.budget) == ("gru", 16, 4096)
+    assert "PPO and DPO included, trains with the recurrent network the run's objectives were found with " \
+           "(network=gru, rnn_size=16" in err
+    assert evaluate(gru, "--inner", "network=mlp")[0] == 0 and jobs[-1][0].config.network == "mlp"
+    assert evaluate(mlp)[0] == 0 and jobs[-1][0].config.network == "mlp"  # an MLP run: the preset's, as before
+    code, err = evaluate(gru, mlp)
+    assert code == 2 and f"found with different networks ({gru}: gru, {mlp}: mlp)" in err and len(jobs) == 3
+
+
 def test_a_held_out_set_that_overlaps_meta_training_is_refused_before_training():
     from metadisco.config import HeldoutConfig, validate
 
