@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.resources
 import json
 
 from metadisco.core.run_config import RunConfig
 
-REGISTER = "registered.json"  # in the experiments data folder (metadisco.resources)
+REGISTER = "registered.json"  # in the experiments data folder (package data of metadisco.experiments)
 
 
 def rule_digest(cfg: RunConfig) -> str:
@@ -33,12 +34,8 @@ def rule_digest(cfg: RunConfig) -> str:
 
 def registered() -> dict:
     """The committed register: {experiment file stem: {"name": its run name, "rule": rule_digest}}."""
-    from metadisco import resources
-
-    try:
-        return json.loads(resources.read_text("experiments", REGISTER))
-    except FileNotFoundError:
-        return {}
+    entry = importlib.resources.files("metadisco.experiments") / REGISTER  # metadisco.resources' folder, by name
+    return json.loads(entry.read_text(encoding="utf-8")) if entry.is_file() else {}
 
 
 def changed_rule_note(cfg: RunConfig) -> str | None:
