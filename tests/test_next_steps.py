@@ -1,0 +1,86 @@
+"""Every command a run prints works on that run: the `next:` line a finished `train` ends with, the export
+that `distil` names and the evaluation that `export` names, run as printed (at a tiny budget), on a run of
+each plug point and on a recurrent one."""
+
+import shlex
+from types import SimpleNamespace
+
+import pytest
+
+from tests.helpers import metadisco_in_process as cli
+
+pytestmark = pytest.mark.timeout(600)
+
+TINY = ["generations=1", "eval_every=0", "es.population_size=4", "seeds_per_member=1", "member_batch=2",
+        "inner.total_timesteps=1024", "inner.num_envs=4", "inner.num_steps=32"]
+RUNS = {  # a run of each plug point, and a recurrent one: experiment and overrides
+    "drift": ["lpo_cartpole_cpu", "objectives.drift.hidden=8"],
+    "value_loss": ["value_loss_cartpole_cpu"],
+    "shaping": ["objectives.shaping.hidden=8"],  # the demo (no experiment named): its declared held-out set
+    "recurrent": ["lpo_cartpole_cpu", "objectives.drift.hidden=8", "inner.network=gru", "inner.rnn_size=8",
+                  "inner.num_minibatches=2"],
+}
+# what each verb adds to the printed line to stay tiny (it changes the size, never what runs)
+SMALL = {"evaluate": ["--seeds", "2", "--timesteps", "512", "--no-progress"], "plot": ["--formats", "png"],
+         "distil": ["--no-symbolic"], "export": []}
+
+
+def printed(text: str, lead: str) -> list[list[str]]:
+    """The commands after `lead` on the last line of `text` that holds it (split at "|", each without the
+    optional "[...]" words it lists), each as argv without `metadisco`."""
+    line = [ln for ln in text.splitlines() if lead in ln][-1]
+    commands = [shlex.split(part.strip().split(" [")[0]) for part in line.split(lead, 1)[1].split("|")]
+    assert all(c[0] == "metadisco" for c in commands), line
+    return [c[1:] for c in commands]
+
+
+def run_ok(argv, capsys) -> str:
+    code, out, err = cli([*argv, *SMALL.get(argv[0], [])], capsys)
+    assert code == 0, (argv, err[-2000:])
+    return out + err
+
+
+@pytest.fixture
+def planned_evaluations(monkeypatch):
+    """`metadisco evaluate` that resolves its targets, checks them and plans every environment and method (where
+    a target that cannot run on an environment is refused) but trains nothing: [the plan's jobs, ...]."""
+    from metadisco.analysis.evaluation import render
+    from metadisco.analysis.evaluation import run as evaluation
+    from metadisco.analysis.evaluation.plan import plan
+    from metadisco.analysis.evaluation.programs import Programs
+    from metadisco.analysis.evaluation.protocol import resolve_protocol
+
+    plans = []
+
+    def planned(targets, **kw):
+        plans.append(plan(targets, Programs(), resolve_protocol("default", False, None), kw["envs"], kw["seeds"],
+                          kw["budget"], kw.get("quick"), kw.get("suite"), kw.get("lr"), inner=kw["inner"]).jobs)
+        unsaved = SimpleNamespace(out_dir=None)
+        unsaved.saved = lambda out: SimpleNamespace(out_dir=out)
+        return unsaved
+
+    monkeypatch.setattr(evaluation, "evaluate", planned)
+    monkeypatch.setattr("metadisco.api.refresh_report", lambda run_dir: None)
+    monkeypatch.setattr(render, "save", lambda results, out: out)
+    monkeypatch.setattr(render, "to_markdown", lambda results: "")
+    return plans
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plug", list(RUNS))
+def test_every_command_a_run_prints_works_on_that_run(plug, tmp_path, capsys, planned_evaluations):
+    """train's next line (plot, evaluate, distil), distil's (export) and export's (evaluate the closed form beside
+    the network): plot, distil and export run whole; the evaluations are planned (targets resolved and
+    checked, every environment and method planned: where the demo's line failed), not trained."""
+    out = run_ok(["train", *RUNS[plug], *TINY, "--run-dir", str(tmp_path / plug), "--no-progress"], capsys)
+    steps = printed(out, "next: ")
+    assert [s[0] for s in steps] == ["plot", "evaluate", "distil"], steps
+    if plug == "shaping":  # its potential reads MountainCar's two numbers: evaluated on the set it declared
+        assert steps[1] == ["evaluate", str(tmp_path / plug)]
+    for step in steps:
+        said = run_ok(step, capsys)
+    (export,) = printed(said, "next: ")  # distil's last line names the export
+    (evaluate,) = printed(run_ok(export, capsys), "evaluate it beside the network: ")
+    run_ok(evaluate, capsys)
+    first, closed_form = planned_evaluations
+    assert first and len(closed_form) == len(first)  # every environment planned, the closed form beside the run
