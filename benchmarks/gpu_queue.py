@@ -282,6 +282,17 @@ def pack(state: Path, names: list[str], target: Path) -> None:
                 tar.add(state / name, arcname=name, filter=lambda t: None if t.name.endswith(".lock") else t)
 
 
+def project_commit() -> str:
+    """The commit of this project's checkout: git's where ROOT is the top of a repository (never that of a
+    repository a copy of it sits in), else METADISCO_COMMIT (what the caller that copied it says), else
+    unknown."""
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, cwd=ROOT)
+    if top.returncode == 0 and Path(top.stdout.strip()).resolve() == ROOT.resolve():
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+        return head.stdout.strip() or "unknown"
+    return os.environ.get("METADISCO_COMMIT") or "unknown (not a git checkout of its own; set METADISCO_COMMIT)"
+
+
 def unpack(archive: Path, state: Path) -> list[str]:
     """Put back the run directories of a call's state.tar.gz under `state`, each replacing its old
     copy whole (a plain `tar x` would leave the old copy's pruned checkpoints beside the new ones).
@@ -334,8 +345,7 @@ def main(argv=None) -> int:
                 continue
             if not advance(entry, args.state, call, log, queue if args.smoke else None):
                 break
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    summary = {"device": device_name(), "commit": commit.stdout.strip() or "unknown",
+    summary = {"device": device_name(), "commit": project_commit(),
                "date": time.strftime("%Y-%m-%d %H:%M"), "smoke": args.smoke,
                "budget": format_duration(call.budget_s), "used": format_duration(call.budget_s - call.left()),
                "stopped": call.stopped, "deferred": call.deferred, "steps": [vars(s) for s in call.steps],

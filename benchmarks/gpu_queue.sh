@@ -4,6 +4,10 @@
 #   OUT=DIR benchmarks/gpu_queue.sh [--budget 9m]   # the next unfinished *_gpu experiment, then its evaluation
 #   OUT=DIR benchmarks/gpu_queue.sh --smoke         # the same path on the CPU at a tiny size (state in OUT/state)
 #
+# On a copy of the project without .git of its own (a lent GPU machine gets one), give the commit it is:
+#   METADISCO_COMMIT=<git rev-parse --short HEAD, as the caller computed it> OUT=DIR benchmarks/gpu_queue.sh
+# (else its summary says the commit is unknown; it never names an enclosing repository's).
+#
 # Exit status 0 when every command it ran finished or stopped on time, 1 when one failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

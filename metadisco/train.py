@@ -144,7 +144,13 @@ def finalise_selection(run: RunDir, trainer: MetaTrainer, baseline: Baseline, do
         log("note: selection re-scores its finalists in single-process runs only; selected.json is the checks' "
             "best (a maximum over noisy checks)")
         return None
-    candidates = final_selection.finalists(run.metrics())
+    records = run.metrics()
+    # a check from before candidates were kept has no file to re-score: it cannot be a finalist
+    kept = [r for r in records if r.validation is None or run.candidate_path(completed(r)).is_file()]
+    if len(kept) < len(records):
+        log(f"note: {len(records) - len(kept)} check(s) from before candidates were kept cannot be re-scored; "
+            "the finalists come from the others and the start")
+    candidates = final_selection.finalists(kept)
     solutions = [trainer.initial_solution if c.start else _evolved(trainer, run.candidate_path(c.generation))
                  for c in candidates]
     t = time.perf_counter()

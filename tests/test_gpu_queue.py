@@ -147,3 +147,21 @@ def test_unpack_replaces_each_run_directory_whole_and_leaves_the_others(tmp_path
     assert sorted(p.name for p in (state / "a" / "checkpoints").iterdir()) == ["gen_3.msgpack"]
     assert sorted(p.name for p in (state / "b" / "checkpoints").iterdir()) == ["gen_9.msgpack"]
     assert sorted(p.name for p in state.iterdir()) == ["a", "b"]  # no staging folder left behind
+
+
+def test_the_summary_names_this_projects_commit_not_an_enclosing_repositorys(tmp_path, monkeypatch):
+    """A copy without .git of its own inside another repository (as a GPU machine receives it) must not
+    name that repository's commit: it names what the caller says (METADISCO_COMMIT), else unknown."""
+    outer = tmp_path / "outer"
+    copy = outer / "project"
+    copy.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    subprocess.run(["git", "-C", str(outer), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q",
+                    "--allow-empty", "-m", "outer"], check=True)
+    monkeypatch.setattr(gpu_queue, "ROOT", copy)
+    monkeypatch.delenv("METADISCO_COMMIT", raising=False)
+    assert gpu_queue.project_commit().startswith("unknown")
+    monkeypatch.setenv("METADISCO_COMMIT", "7f73e29")
+    assert gpu_queue.project_commit() == "7f73e29"
+    monkeypatch.setattr(gpu_queue, "ROOT", outer)  # a checkout of its own: git's own answer
+    assert gpu_queue.project_commit() != "7f73e29" and not gpu_queue.project_commit().startswith("unknown")
