@@ -219,6 +219,11 @@ def entry_summary(entry: Entry, state: Path) -> dict:
         row["comparison"] = f"after generation {completed(evals[-1])}: {es_mean_vs_ppo(evals[-1].comparison)}"
         if len(metrics) == cfg.generations:
             row["verdict"] = verdict(evals[-1], cfg.expect)
+            selected = run.objectives_path("selected")
+            if selected.is_file():  # a validated run returns its selected objective: its own verdict beside
+                extra = json.loads(selected.read_text()).get("extra", {})
+                if extra.get("verdict"):
+                    row["verdict"] = f"{extra['verdict']} [the selected objective]; {row['verdict']} [the last ES mean]"
     results = run.evaluation_dir / "queue" / "results.json"
     if results.exists():
         data = read_results(results)

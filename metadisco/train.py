@@ -130,6 +130,10 @@ class FinalSelection:
     def describe(self) -> str:
         return selected_words(self.chosen.finalist.start, self.chosen.finalist.generation)
 
+    def named(self) -> str:
+        """The chosen objective, as its comparison and verdict lines name it."""
+        return f"selected objective ({self.describe().split(' (')[0]})"
+
     def record(self) -> GenerationRecord:
         """A metrics-row view of the chosen objective's re-scoring, as verdicts read one."""
         return GenerationRecord(self.completed - 1, comparison=self.comparison, violations=self.violations)
@@ -161,6 +165,7 @@ def finalise_selection(run: RunDir, trainer: MetaTrainer, baseline: Baseline, do
                                                      trainer.evolve)))
     final = FinalSelection(finalists, index, scored[index][0], violations, done)
     chosen = final.chosen
+    named = final.named()
     extra = {"generation": chosen.finalist.generation, "candidate": "start" if chosen.finalist.start else "mean",
              "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve), "fitness": trainer.cfg.fitness,
              "validation": {"envs": list(trainer.cfg.validation.envs), "score": chosen.score.value,
@@ -168,6 +173,8 @@ def finalise_selection(run: RunDir, trainer: MetaTrainer, baseline: Baseline, do
                             "vs_start": final_selection.interval_json(chosen.vs_start),
                             "seeds": trainer.cfg.validation.seeds, "rescored_at": done},
              "finalists": [f.to_json() for f in finalists],
+             "comparison": es_mean_vs_ppo(final.comparison, named),
+             "verdict": verdict(final.record(), trainer.cfg.expect, named),
              "note": f"re-scored at the end of the run (generation {done}) with the other finalists (the start and the "
                      f"{len(finalists) - 1} best-checked ES means free of violations) on common fresh seeds, never "
                      "used by the ES update: the highest there; what evaluate, distil, export and plot take"}
@@ -653,7 +660,7 @@ def _summary(run: RunDir, cfg, log, violations: Violations, final: FinalSelectio
     if changed and (evals or final is not None):
         log(changed)
     if final is not None:  # what every reader takes: its own verdict, on the training problems' fresh seeds
-        named = f"selected objective ({final.describe().split(' (')[0]})"
+        named = final.named()
         log(f"re-scored at the end: {es_mean_vs_ppo(final.comparison, named)}")
         line = verdict(final.record(), cfg.expect, named)
         if line:

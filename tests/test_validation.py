@@ -100,6 +100,7 @@ def test_validation_keeps_its_best_candidate_and_never_moves_the_es(tmp_path):
     report = (tmp_path / "run" / "report.html").read_text()
     assert "<h2>Validation</h2>" in report and "objectives: <b>selected</b>" in report
     assert "re-scored together on 2 common fresh seeds" in report and report.count("<td>selected</td>") == 1
+    assert selected["extra"]["comparison"].startswith("selected objective (")  # what the queue's summary reads
 
 
 def test_stop_and_resume_with_validation_equals_uninterrupted(tmp_path):
