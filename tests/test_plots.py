@@ -502,8 +502,9 @@ def test_the_report_carries_the_verdict_the_held_out_results_and_the_distillatio
     import dataclasses
     import shutil
 
-    from metadisco.analysis.distillation.report import Candidate, DistillationReport, Errors, FitPoints
+    from metadisco.analysis.distillation.report import Candidate, DistillationReport, Errors, FitPoints, Source
     from metadisco.analysis.distillation.report import write_report as write_distillation
+    from metadisco.analysis.distillation.run import params_digest
     from metadisco.analysis.report import write_report
     from metadisco.analysis.runs import Run
     from metadisco.core.run_config import ExpectConfig
@@ -515,15 +516,17 @@ def test_the_report_carries_the_verdict_the_held_out_results_and_the_distillatio
     run.distil_dir.mkdir()
     chosen = Candidate("sparse", "(r - 1)**2*Abs(A)", 5, 1, 1.0, 0.0, 0.0, Errors(1.0, 0.0, 0.0), None, 0.0,
                        violations=(), score=0.005)
-    write_distillation(DistillationReport((chosen,), (0,), chosen, "value", FitPoints("prior", 8, {}, 1.0), 1e-3),
-                       run.distil_dir / "drift.json")
+    objectives, params, _ = run.objectives("mean")  # a report names the objective it was fitted to
+    source = Source(str(run.path), "mean", "drift", objectives.drift.spec(), 8, params_digest=params_digest(params["drift"]))
+    write_distillation(DistillationReport((chosen,), (0,), chosen, "value", FitPoints("prior", 8, {}, 1.0), 1e-3,
+                                          source=source), run.distil_dir / "drift.json")
     config = dataclasses.replace(run.config(), expect=ExpectConfig(beats="ppo"))
     rows = run.metrics()
     rows[-1] = dataclasses.replace(rows[-1], comparison=dataclasses.replace(rows[-1].comparison,
                                                                             diff=Interval(2.5, 0.5, 4.5)),
                                    violations=Violations((), ()))  # checked, and nothing failed
     page = write_report(tmp_path / "report.html", run.path, config, rows, {}, {}, [], "mean", {},
-                        evaluation=plots.newest_evaluation(run), distillation=plots._distillation(run, config))
+                        evaluation=plots.newest_evaluation(run), distillation=plots._distillation(run, config, "mean"))
     text = page.read_text()
     assert "verdict: FOUND after generation 3" in text
     assert "| CartPole-v1 | 1.5 |" in text and "an older table" not in text  # the newest evaluation
