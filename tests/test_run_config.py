@@ -238,3 +238,24 @@ def test_a_run_under_another_rule_than_its_experiment_registered_says_so():
     assert note and "experiments/rediscover_shaping.toml registered before its first run" in note
     assert "changed rule" in changed_rule_note(resolve("rediscover_shaping", ["expect.beats=start"]))
 
+
+DEMO_RECORD = sorted((ROOT / "docs" / "results" / "demo").glob("seed*"))
+
+
+def test_the_demo_record_is_what_metadisco_train_builds_today_at_one_commit():
+    """scripts/demo-record's runs: each seed's config.json is what `metadisco train seed=S` builds now (a
+    change to the demo's defaults cannot leave the record behind unseen), every seed and its control ran at
+    the one commit it names, and the README quotes its summary."""
+    from metadisco.config import demo
+
+    assert len(DEMO_RECORD) == 5
+    commits = {(d / "commit").read_text().strip() for d in DEMO_RECORD}
+    assert len(commits) == 1, commits
+    def built(*overrides):  # as config.json holds it
+        return json.loads(json.dumps(demo(list(overrides)).to_dict()))
+
+    for d in DEMO_RECORD:
+        seed = int(d.name[4:])
+        assert json.loads((d / "run" / "config.json").read_text()) == built(f"seed={seed}"), d
+        assert json.loads((d / "control" / "config.json").read_text()) == built(
+            f"seed={seed}", "objectives.shaping.obs_scale=1e9,1e9"), d
