@@ -650,15 +650,15 @@ def _summary(run: RunDir, cfg, log, violations: Violations, final: FinalSelectio
     if violations.best:
         log(f"warning: best.json (the highest single-generation score) is not a valid objective: "
             f"{degenerate(violations.best)}")
+    changed = changed_rule_note(cfg)
+    if changed and (evals or final is not None):  # before the verdicts: a run's last line is its verdict
+        log(changed)
     if evals:
         e = evals[-1]
         log(f"after generation {completed(e)}: {es_mean_vs_ppo(e.comparison, subject)}")
         line = verdict(e, cfg.expect, subject)
         if line:
             log(line if final is None else f"{line} [the last {subject}]")
-    changed = changed_rule_note(cfg)
-    if changed and (evals or final is not None):
-        log(changed)
     if final is not None:  # what every reader takes: its own verdict, on the training problems' fresh seeds
         named = final.named()
         log(f"re-scored at the end: {es_mean_vs_ppo(final.comparison, named)}")

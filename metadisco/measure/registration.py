@@ -22,6 +22,7 @@ import json
 
 from metadisco.core.run_config import RunConfig
 
+DEFAULT_NAME = RunConfig.__dataclass_fields__["name"].default  # what a config without a name of its own is called
 REGISTER = "registered.json"  # in the experiments data folder (package data of metadisco.experiments)
 
 
@@ -42,7 +43,7 @@ def changed_rule_note(cfg: RunConfig) -> str | None:
     """Where `cfg` runs a named experiment (by its run name) under a pass rule or held-out set other than the
     one that experiment registered, the line that says so; None where it is the registered one, or the run
     is no registered experiment's (its expectation was dropped by overrides, or it is a user's own)."""
-    if cfg.expect.not_applied:
+    if cfg.expect.not_applied or cfg.name == DEFAULT_NAME:  # a config that names no run of its own is no experiment's
         return None
     for experiment, entry in registered().items():
         if entry["name"] == cfg.name and entry["rule"] != rule_digest(cfg):
