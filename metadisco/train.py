@@ -94,7 +94,8 @@ def save_selected(run: RunDir, trainer: MetaTrainer, state: RunState, chosen: Se
              "note": ("the run's start: no ES mean scored higher on the validation problems" if chosen.start else
                       "the ES mean of the generation with the best validation score")
                      + f" (RunConfig.validation, fresh seeds, never used by the ES update; scored at generation "
-                       f"{completed(chosen.record)}): what evaluate, distil, export and plot take from this run"}
+                       f"{completed(chosen.record)}); provisional: the end of the run re-scores the finalists on common "
+                       "seeds and keeps the highest (metadisco.measure.selection)"}
     solution = trainer.initial_solution if chosen.start else fetch(trainer.mean_params(fetch(state)))
     run.write_file(run.objectives_path("selected"), save_objectives, trainer.objectives,
                    trainer.full_params(solution), extra)
