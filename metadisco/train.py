@@ -32,13 +32,15 @@ import jax
 import numpy as np
 
 from metadisco import config as config_lib
+from metadisco.checks import Baseline
 from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.plugs import PLUGS
 from metadisco.core.records import Comparison, GenerationRecord, Health, Violations, finite
 from metadisco.core.run_config import config_digest
 from metadisco.core.scores import fitness_of
 from metadisco.core.strategies import POPULATION_STRATEGIES, searched_point
-from metadisco.engine import Baseline, MetaTrainer, RunState, fetch
+from metadisco.engine import MetaTrainer
+from metadisco.es_step import RunState
 from metadisco.measure import health
 from metadisco.measure import selection as final_selection
 from metadisco.measure.registration import changed_rule_note
@@ -48,6 +50,7 @@ from metadisco.meta_objectives import load_objectives, save_objectives
 from metadisco.meta_objectives.constraints import check_evolved, require_valid
 from metadisco.mirrors import Mirrors
 from metadisco.rundir import RunDir, RunDirError, RunWriteError
+from metadisco.scoring import fetch
 from metadisco.time_limit import TimeLimit
 
 

@@ -9,11 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from metadisco.checks import fitness_from
 from metadisco.config import DistributionConfig, ESConfig, InnerConfig, RunConfig, resolve, validate
 from metadisco.core.strategies import STRATEGIES, UNSUPPORTED_STRATEGIES
-from metadisco.engine import MetaTrainer, centered_ranks, fetch, mirrored
+from metadisco.engine import MetaTrainer
+from metadisco.es_step import centered_ranks, mirrored
 from metadisco.inner_loops import preset_for
 from metadisco.rundir import RunDir
+from metadisco.scoring import fetch
 from metadisco.strategy import is_population_based, make_strategy
 from metadisco.train import run
 from tests.helpers import constant_train, metric_rows, stand_in_result, tiny_config
@@ -60,14 +63,13 @@ def stand_in_trainer(cfg, make=reporting, **kwargs) -> MetaTrainer:
 
 
 def population_fitness(trainer, index):
-    """Generation `index`'s population and its draw, scored as the generation scores them."""
-    state = trainer.init()
-    k_ask, k_seeds, _ = jax.random.split(trainer.generation_key(index), 3)
-    pop, _ = trainer.es.ask(k_ask, state.es_state, trainer.es_params)
-    seeds = jax.random.split(k_seeds, trainer.cfg.seeds_per_member)
-    draw = trainer.draw_of(index)
-    fitness, _ = trainer.members_fitness(pop, draw, seeds, trainer.baseline_template())  # [P, k, S]
-    return pop, fetch(draw), np.asarray(fitness).mean(-1)
+    """Generation `index`'s population and its draw, scored as the generation scores them: fitness [P, k]."""
+    state = trainer.replicate(fetch(trainer.init()))
+    asked = trainer.step.ask(state, trainer.replicate(jax.random.key_data(trainer.generation_key(index))))
+    baseline = trainer.baseline_template()
+    fitness = np.stack([np.asarray(fitness_from(fetch(run), trainer.cfg.fitness, baseline, 0))
+                        for run in trainer.train_members(asked)], axis=1)  # [P, k, S]
+    return fetch(asked.pop), fetch(asked.draw), fitness.mean(-1)
 
 
 @pytest.mark.parametrize("lr_draw", ["pair", "generation"])

@@ -13,14 +13,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from metadisco.checks import Baseline, NormaliserError, fitness_from
 from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
 from metadisco.core.errors import EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.records import Interval
 from metadisco.core.run_config import config_digest
 from metadisco.core.scores import FITNESS_KINDS
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES, WEIGHTED_STRATEGIES
-from metadisco.engine import Baseline, MetaTrainer, NormaliserError, devices_for, fetch, fitness_from
+from metadisco.engine import MetaTrainer, devices_for
 from metadisco.rundir import RunDir, RunDirError
+from metadisco.scoring import RunScores, fetch
 from metadisco.strategy import make_strategy
 from metadisco.time_limit import TimeLimit
 from metadisco.train import run
@@ -307,8 +309,8 @@ def test_weighted_strategies_keep_their_own_fitness_shaping():
 def test_every_fitness_kind_the_config_accepts_is_scored(kind):
     """Raw kinds score the result; a *_norm kind scores the initial policy 0 and PPO 1."""
     ppo = stand_in_result(jnp.linspace(10.0, 50.0, 8), jnp.float32(45.0), jnp.float32(10.0))
-    baseline = Baseline.of(jax.tree.map(lambda x: x[None], ppo))  # one training problem
-    score = float(fitness_from(ppo, kind, baseline, 0))
+    baseline = Baseline.of(RunScores.of(jax.tree.map(lambda x: x[None], ppo)))  # one training problem
+    score = float(fitness_from(RunScores.of(ppo), kind, baseline, 0))
     want = {"final_eval": 45.0, "greedy_eval": 45.0, "auc": 30.0, "final": 50.0}
     assert score == pytest.approx(1.0 if kind.endswith("_norm") else want[kind])
     assert RunConfig().fitness == "final_eval"  # the field's: the final policy's evaluation
@@ -388,10 +390,10 @@ def test_bad_configs_fail_before_any_compute(override, message):
 @pytest.mark.slow
 def test_a_start_point_that_is_ppo_exactly_is_trained_once_in_the_comparisons_on_fresh_seeds():
     """drift_mix starts at PPO-clip bit for bit (Objectives.params_reproducing), so the comparison trains the
-    start once, as PPO: the same row as training it separately, one training program fewer."""
+    start once, as PPO: the same row as training it separately."""
     cfg = tiny_config(generations=1, objectives=ObjectivesConfig(drift="drift_mix"))
     shared, separate = MetaTrainer(cfg), MetaTrainer(cfg)
-    separate.start_is_ppo = False
+    separate.checks.start_is_ppo = False
     assert shared.start_is_ppo and MetaTrainer(tiny_config()).start_is_ppo  # LPO's seed-0 start is its default_params
     assert not MetaTrainer(tiny_config(seed=1)).start_is_ppo  # another seed's hidden layer: not the params compared
     state, baseline = shared.replicate(fetch(shared.init())), shared.replicate(shared.baseline_template())

@@ -12,10 +12,12 @@ import pytest
 from metadisco.analysis.evaluation import summary
 from metadisco.analysis.evaluation.plan import EnvJob
 from metadisco.analysis.evaluation.protocol import LABELS, Protocol, resolve_protocol
+from metadisco.checks import Baseline, fitness_from
 from metadisco.core import scores
-from metadisco.engine import Baseline, centered_ranks, fitness_from
+from metadisco.es_step import centered_ranks
 from metadisco.inner_loops import preset_for
 from metadisco.inner_loops.ppo import TrainResult
+from metadisco.scoring import RunScores
 
 SEEDS, UPDATES = 6, 20
 
@@ -49,15 +51,16 @@ def test_meta_training_and_evaluation_score_a_run_alike(kind):
     statistics give the same numbers: one registry, one normalisation, one zero."""
     rng = np.random.default_rng(0)
     ppo, method = train_result(rng, 100.0), train_result(rng, 60.0)
-    baseline = Baseline.of(jax.tree.map(lambda x: x[None], ppo)).mean()  # one training problem
+    baseline = Baseline.of(RunScores.of(jax.tree.map(lambda x: x[None], ppo))).mean()  # one training problem
     env = env_stats({"ppo": as_run(ppo), "m": as_run(method)}, scores.SCORES[kind].label)
     assert env.excluded_from_aggregate is None
     entry = env.methods["m"]
-    np.testing.assert_allclose(entry.scores, fitness_from(method, kind, None, 0), rtol=1e-12)
-    np.testing.assert_allclose(entry.normalized, fitness_from(method, kind + "_norm", baseline, 0), rtol=1e-12)
-    assert entry.columns[scores.SCORES[kind].label] == pytest.approx(float(np.mean(fitness_from(method, kind, None, 0))))
+    np.testing.assert_allclose(entry.scores, fitness_from(RunScores.of(method), kind, None, 0), rtol=1e-12)
+    np.testing.assert_allclose(entry.normalized, fitness_from(RunScores.of(method), kind + "_norm", baseline, 0), rtol=1e-12)
+    raw = fitness_from(RunScores.of(method), kind, None, 0)
+    assert entry.columns[scores.SCORES[kind].label] == pytest.approx(float(np.mean(raw)))
     # PPO is 1 in both, the initial policy 0
-    np.testing.assert_allclose(np.mean(fitness_from(ppo, kind + "_norm", baseline, 0)), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(np.mean(fitness_from(RunScores.of(ppo), kind + "_norm", baseline, 0)), 1.0, rtol=1e-12)
     np.testing.assert_allclose(np.mean(env.methods["ppo"].normalized), 1.0, rtol=1e-12)
 
 

@@ -1,0 +1,203 @@
+"""The checks of a run, on the host around the scoring program (metadisco.scoring): PPO's baseline
+(the normaliser of `*_norm` fitness), the comparisons on fresh seeds (the ES mean against PPO and
+against the run's start), meta-validation, and the end's re-scoring of selection's finalists.
+
+Each trains its candidates through the run's one program, and each gets its scores raw: the
+normalisation, paired differences and intervals are computed here, in numpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from metadisco.core import scores, streams
+from metadisco.core.errors import MetadiscoError
+from metadisco.core.records import Comparison, Interval, ProblemScores
+from metadisco.core.scores import GUARD_SE
+from metadisco.measure.stats import gap_closed_ci, mean_ci
+from metadisco.scoring import RunScores, ScoringProgram
+
+
+class NormaliserError(MetadiscoError):
+    """A normalised fitness on an environment where PPO does not beat its initial policy."""
+
+
+@struct.dataclass
+class Baseline:
+    """PPO (default objectives) on each problem (env, or env and horizon; then the validation
+    problems), the normaliser of *_norm fitness.
+
+    Each field is [num_problems], a mean over the baseline seeds ([num_problems, seeds] before `mean`).
+    """
+
+    init_eval: jax.Array  # the initial policy's evaluation, sampled actions
+    init_eval_greedy: jax.Array  # the same, greedy
+    final_eval: jax.Array  # the final policy's evaluation, sampled
+    greedy_eval: jax.Array  # the final policy's evaluation, greedy
+    auc: jax.Array  # mean return over training (the learning curve)
+    final: jax.Array  # mean of the last 10% of the learning curve
+
+    @classmethod
+    def of(cls, run: RunScores) -> Baseline:
+        """The fields of RunScores (any leading axes)."""
+        return cls(**{name: getattr(run, name) for name in cls.__dataclass_fields__})
+
+    @classmethod
+    def template(cls, n: int) -> Baseline:
+        """A Baseline of `n` problems that normalises nothing: 0 for the initial policy, 1 for PPO."""
+        return cls(*(np.zeros(n, np.float32) if f.startswith("init") else np.ones(n, np.float32)
+                     for f in cls.__dataclass_fields__))
+
+    def normaliser(self, kind: str):
+        """(PPO's score, the initial policy's) for fitness `kind`: the 1 and the 0 of its `_norm` twin."""
+        init = self.init_eval_greedy if scores.score_of(kind).greedy else self.init_eval
+        return getattr(self, scores.score_of(kind).name), init
+
+    def mean(self) -> Baseline:
+        return jax.tree.map(lambda x: x.mean(-1), self)
+
+    def as_dict(self, envs) -> dict:
+        """{name: {field: value}} (baseline.json), one name per problem."""
+        return {env: {k: float(v[i]) for k, v in vars(self).items()} for i, env in enumerate(envs)}
+
+
+def fitness_from(run: RunScores, kind: str, baseline: Baseline | None, index):
+    """RunScores (any leading axes) -> fitness of the same shape: the score of `kind`
+    (core.scores), NaN where a run diverged, normalised for `*_norm` kinds so that the initial
+    policy scores 0 and PPO 1 on problem `index` (its row in the Baseline; may be traced)."""
+    raw = run.value(kind)
+    if scores.fitness_of(kind).normalised:
+        ppo, init = baseline.normaliser(kind)
+        raw = scores.normalise(raw, ppo[index], init[index])
+    return raw
+
+
+def check_normaliser(per_seed: Baseline, kind: str, envs) -> None:
+    """Refuse a normalised fitness where PPO's gain over its initial policy is within noise.
+
+    per_seed: fields [num_problems, seeds]; envs: their names. On each env PPO's gain over its initial
+    policy must be significant (scores.normaliser_gain, the guard evaluation applies too). Raises
+    NormaliserError naming every env where it is not, with advice.
+    """
+    ppo, init = (np.asarray(x) for x in per_seed.normaliser(kind))
+    mean, se, usable = scores.normaliser_gain(ppo, init)
+    bad = [
+        f"{env}: PPO {float(np.mean(ppo[i])):.4g} vs its initial policy "
+        f"{float(np.mean(init[i])):.4g}, gain {mean[i]:+.4g} +- {se[i]:.3g} (standard error)"
+        for i, env in enumerate(envs)
+        if not usable[i]
+    ]
+    if bad:
+        raise NormaliserError(
+            f"fitness={kind} divides by PPO's gain over its initial policy, but PPO does not improve beyond "
+            f"noise ({GUARD_SE:g} standard errors over {ppo.shape[-1]} baseline seeds) on:\n  " + "\n  ".join(bad)
+            + "\nGive PPO a budget it learns in (inner.total_timesteps, inner.lr), raise baseline_seeds if the "
+            "gain is real but noisy, or drop that environment from envs (env@fraction: that horizon from "
+            "distribution.horizons)."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedProblem:
+    """A problem as the checks train it: its branch of the program, and PPO's."""
+
+    name: str
+    branch: int  # the run's objectives on it
+    reference: int | None  # PPO's own branch, or None: PPO is `branch` at Checks.ppo_params
+    row: int  # its row in a Baseline
+
+
+class Checks:
+    """The checks of a run over `program`: `training` and `validation` problems, the run's start and
+    PPO as full meta-parameters (ppo_params None: PPO trains on each problem's reference branch;
+    start_is_ppo: the start is PPO exactly, trained once for both)."""
+
+    def __init__(self, program: ScoringProgram, training, validation, cfg, start_params, ppo_params,
+                 start_is_ppo: bool):
+        self.program, self.training, self.validation, self.cfg = program, tuple(training), tuple(validation), cfg
+        self.start_params, self.ppo_params, self.start_is_ppo = start_params, ppo_params, start_is_ppo
+
+    @property
+    def problems(self) -> tuple[CheckedProblem, ...]:
+        return self.training + self.validation
+
+    def _ppo(self, problem: CheckedProblem, seeds) -> np.ndarray:
+        """RunScores [E] of PPO on `problem`'s `seeds`."""
+        if problem.reference is None:
+            return self.program.score_candidates(problem.branch, [self.ppo_params], seeds)
+        return self.program.score_candidates(problem.reference, [self.start_params], seeds)
+
+    # ---------------------------------------------------------------- the baseline
+    def baseline(self) -> Baseline:
+        """PPO on every problem (each at its preset lr), fields [num_problems, baseline_seeds]: the
+        training problems on seeds of the BASELINE stream, the validation problems on the VALIDATION
+        stream's. Not checked: `check_normaliser` says whether it normalises."""
+        runs = []
+        for problems, stream in ((self.training, streams.Stream.BASELINE), (self.validation, streams.Stream.VALIDATION)):
+            seeds = seeds_of(streams.key(self.cfg.seed, stream), self.cfg.baseline_seeds)
+            runs += [self._ppo(problem, seeds) for problem in problems]
+        return Baseline.of(jax.tree.map(lambda *x: np.concatenate(x), *runs))
+
+    # ---------------------------------------------------------------- comparisons on fresh seeds
+    def compare(self, solution_params, baseline: Baseline, keys) -> tuple[Comparison, Comparison | None, np.ndarray]:
+        """`solution_params` (full meta-parameters, host) against the start and PPO, all on the same
+        fresh seeds: keys = (the training problems' key, the validation problems'), `eval_seeds` and
+        `validation.seeds` seeds of each. Returns (the Comparison on the training problems, the same
+        on the validation problems or None, the solution's per-seed validation fitness
+        [validation problems, seeds], NaN where a seed diverged)."""
+        training = self._scored(self.training, solution_params, baseline, seeds_of(keys[0], self.cfg.eval_seeds))
+        validation = self._scored(self.validation, solution_params, baseline,
+                                  seeds_of(keys[1], self.cfg.validation.seeds))
+        per_seed = np.stack([ours for ours, _, _ in validation]) if validation else np.zeros((0, 0))
+        return (comparison(self.training, training),
+                comparison(self.validation, validation) if self.validation else None, per_seed)
+
+    def _scored(self, problems, params, baseline: Baseline, seeds) -> list[tuple[np.ndarray, ...]]:
+        """[(ours, start, ppo) fitness, each [E], NaN where a seed diverged] per problem."""
+        out = []
+        for problem in problems:
+            both = problem.reference is None and not self.start_is_ppo
+            candidates = [params, self.start_params] + ([self.ppo_params] if both else [])
+            runs = self.program.score_candidates(problem.branch, candidates, seeds)
+            fitness = np.asarray(fitness_from(runs, self.cfg.fitness, baseline, problem.row), np.float64)
+            if both:
+                ppo = fitness[2]
+            elif self.start_is_ppo:
+                ppo = fitness[1]
+            else:
+                ppo = np.asarray(fitness_from(self._ppo(problem, seeds), self.cfg.fitness, baseline,
+                                              problem.row), np.float64)[0]
+            out.append((fitness[0], fitness[1], ppo))
+        return out
+
+
+def seeds_of(key, n: int) -> np.ndarray:
+    """`n` seeds split from `key`, as key data on the host: [n, key data]."""
+    return np.asarray(jax.random.key_data(jax.random.split(key, n)))
+
+
+def comparison(problems, scored) -> Comparison:
+    """A Comparison from [(ours, start, ppo) per-seed fitness, each [E]] on `problems` (paired by seed)."""
+    out = [tuple(np.asarray(x, np.float64) for x in s) for s in scored]
+    rows = tuple(ProblemScores(problem.name, *(float(np.mean(x)) for x in s)) for problem, s in zip(problems, out))
+    mean_scores, start, ppo = (np.mean([s[j] for s in out], axis=0) for j in range(3))  # [E]
+
+    def paired(other) -> Interval:  # paired by seed (all trained on the same seeds); a diverged seed has no score
+        diff = (mean_scores - other)[np.isfinite(mean_scores - other)]
+        return Interval(*(mean_ci(diff) if diff.size else (np.nan,) * 3))
+
+    ok = np.isfinite(mean_scores) & np.isfinite(start) & np.isfinite(ppo)
+    closed = gap_closed_ci(mean_scores[ok], start[ok], ppo[ok]) if ok.sum() >= 2 else (np.nan,) * 3
+    return Comparison(rows, mean=float(np.mean(mean_scores)), start=float(np.mean(start)),
+                      ppo=float(np.mean(ppo)), diff=paired(ppo), vs_start=paired(start), gap_closed=Interval(*closed))
+
+
+def as_array(tree) -> Any:
+    """Host numbers -> jnp arrays (a Baseline for the device)."""
+    return jax.tree.map(jnp.asarray, tree)
