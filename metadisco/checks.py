@@ -9,10 +9,8 @@ normalisation, paired differences and intervals are computed here, in numpy.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
@@ -185,19 +183,20 @@ def seeds_of(key, n: int) -> np.ndarray:
 def comparison(problems, scored) -> Comparison:
     """A Comparison from [(ours, start, ppo) per-seed fitness, each [E]] on `problems` (paired by seed)."""
     out = [tuple(np.asarray(x, np.float64) for x in s) for s in scored]
-    rows = tuple(ProblemScores(problem.name, *(float(np.mean(x)) for x in s)) for problem, s in zip(problems, out))
+    rows = tuple(ProblemScores(problem.name, *(float(np.mean(x)) for x in s), diff=paired(s[0], s[2]),
+                               vs_start=paired(s[0], s[1])) for problem, s in zip(problems, out))
     mean_scores, start, ppo = (np.mean([s[j] for s in out], axis=0) for j in range(3))  # [E]
-
-    def paired(other) -> Interval:  # paired by seed (all trained on the same seeds); a diverged seed has no score
-        diff = (mean_scores - other)[np.isfinite(mean_scores - other)]
-        return Interval(*(mean_ci(diff) if diff.size else (np.nan,) * 3))
 
     ok = np.isfinite(mean_scores) & np.isfinite(start) & np.isfinite(ppo)
     closed = gap_closed_ci(mean_scores[ok], start[ok], ppo[ok]) if ok.sum() >= 2 else (np.nan,) * 3
     return Comparison(rows, mean=float(np.mean(mean_scores)), start=float(np.mean(start)),
-                      ppo=float(np.mean(ppo)), diff=paired(ppo), vs_start=paired(start), gap_closed=Interval(*closed))
+                      ppo=float(np.mean(ppo)), diff=paired(mean_scores, ppo), vs_start=paired(mean_scores, start),
+                      gap_closed=Interval(*closed))
 
 
-def as_array(tree) -> Any:
-    """Host numbers -> jnp arrays (a Baseline for the device)."""
-    return jax.tree.map(jnp.asarray, tree)
+def paired(ours, other) -> Interval:
+    """ours - other [E], paired by seed (all trained on the same seeds; a diverged seed has no score):
+    the mean difference with its 95% t-interval."""
+    diff = (ours - other)[np.isfinite(ours - other)]
+    return Interval(*(mean_ci(diff) if diff.size else (np.nan,) * 3))
+

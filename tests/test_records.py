@@ -33,7 +33,9 @@ STORED = sorted((ROOT / "docs").rglob("*metrics.jsonl"))  # run directories' and
 def full_record(**changes) -> GenerationRecord:
     """A generation with every part: draws, health, a comparison over two problems, violations."""
     comparison = Comparison(
-        problems=(ProblemScores("CartPole-v1@0.5", 1.0, 0.5, 2.0), ProblemScores("Acrobot-v1@1", -3.0, -4.0, -2.5)),
+        problems=(ProblemScores("CartPole-v1@0.5", 1.0, 0.5, 2.0, diff=Interval(-1.0, -1.5, -0.5)),
+                  ProblemScores("Acrobot-v1@1", -3.0, -4.0, -2.5, diff=Interval(-0.5, -1.0, 0.0),
+                                vs_start=Interval(1.0, 0.5, 1.5))),
         mean=-1.0, start=-1.75, ppo=-0.25, diff=Interval(-0.75, -1.5, 0.0), vs_start=Interval(0.75, 0.25, 1.25),
         gap_closed=Interval(0.5, 0.125, 0.875))
     record = GenerationRecord(
@@ -72,7 +74,10 @@ def test_a_record_round_trips_through_its_row_and_writes_the_stored_order():
         "fitness_max", "fitness_mean", "fitness_min", "fitness_std", "health/grad_cos", "health/rank_corr",
         "health/undefined", "num_diverged", "sigma", "wall_time_s", "env_steps_per_s",
         "eval/CartPole-v1@0.5/mean", "eval/CartPole-v1@0.5/start", "eval/CartPole-v1@0.5/ppo",
+        "eval/CartPole-v1@0.5/diff", "eval/CartPole-v1@0.5/diff_low", "eval/CartPole-v1@0.5/diff_high",
         "eval/Acrobot-v1@1/mean", "eval/Acrobot-v1@1/start", "eval/Acrobot-v1@1/ppo",
+        "eval/Acrobot-v1@1/diff", "eval/Acrobot-v1@1/diff_low", "eval/Acrobot-v1@1/diff_high",
+        "eval/Acrobot-v1@1/vs_start", "eval/Acrobot-v1@1/vs_start_low", "eval/Acrobot-v1@1/vs_start_high",
         "eval_mean_fitness", "eval_start_fitness", "eval_ppo_fitness", "eval_diff", "eval_diff_low", "eval_diff_high",
         "eval_vs_start", "eval_vs_start_low", "eval_vs_start_high", "eval_gap_closed", "eval_gap_closed_low",
         "eval_gap_closed_high", "eval_mean_violations", "eval_best_violations"]
@@ -176,3 +181,25 @@ def test_a_violation_is_stored_as_an_object_and_reads_back_as_the_same_violation
                                                                           "message": "m", "why": "x"}):
         with pytest.raises(ValueError, match="a violation is an object"):
             Violation.from_json(bad)
+
+
+def test_a_verdict_names_each_game_and_warns_of_a_search_that_traded_one_for_another():
+    """The H200 run's pattern: the mean over two games level with PPO, one game better, the other worse.
+    The verdict line gives each game's interval and says it was a trade, with both intervals."""
+    games = (ProblemScores("Breakout-MinAtar", 1.20, 1.0, 1.04, diff=Interval(0.16, 0.05, 0.27)),
+             ProblemScores("Freeway-MinAtar", 0.84, 1.0, 1.09, diff=Interval(-0.25, -0.4, -0.1)))
+    c = Comparison(problems=games, mean=1.02, start=1.0, ppo=1.065, diff=Interval(-0.045, -0.15, 0.06))
+    row = GenerationRecord(generation=99, comparison=c, violations=Violations((), ()))
+    line = verdict(row, ExpectConfig(beats="ppo"))
+    assert line.startswith("verdict: NOT FOUND after generation 100")
+    assert "per problem: Breakout-MinAtar +0.16 [+0.05, +0.27], Freeway-MinAtar -0.25 [-0.4, -0.1]" in line
+    assert "a trade, not a gain: it improves Breakout-MinAtar +0.16 [+0.05, +0.27] while Freeway-MinAtar " \
+           "-0.25 [-0.4, -0.1] gets worse" in line
+    # both games inside noise: the games are named, no trade is claimed
+    level = dataclasses.replace(c, problems=tuple(dataclasses.replace(g, diff=Interval(g.diff.value, -0.5, 0.5))
+                                                  for g in games))
+    line = verdict(dataclasses.replace(row, comparison=level), ExpectConfig(beats="ppo"))
+    assert "per problem: Breakout-MinAtar" in line and "trade" not in line
+    # a single game: the line is as it was
+    one = dataclasses.replace(c, problems=games[:1])
+    assert "per problem" not in verdict(dataclasses.replace(row, comparison=one), ExpectConfig(beats="ppo"))

@@ -88,6 +88,8 @@ class ProblemScores:
     mean: float | None = None  # the ES mean
     start: float | None = None  # the run's start point (its initial solution)
     ppo: float | None = None  # PPO with its own objectives
+    diff: Interval | None = None  # ES mean - PPO on this problem, paired by seed (95% t-interval)
+    vs_start: Interval | None = None  # ES mean - its start on this problem, paired by seed
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,9 @@ class Comparison:
         for p in self.problems:
             for part, value in zip(_PROBLEM_PARTS, (p.mean, p.start, p.ppo)):
                 _put(row, f"{prefix}/{p.name}/{part}", value)
+            for interval, key in ((p.diff, "diff"), (p.vs_start, "vs_start")):
+                if interval is not None:
+                    interval._put(row, f"{prefix}/{p.name}/{key}")
         _put(row, f"{prefix}_mean_fitness", self.mean)
         _put(row, f"{prefix}_start_fitness", self.start)
         _put(row, f"{prefix}_ppo_fitness", self.ppo)
@@ -136,7 +141,9 @@ class Comparison:
             name = head.removeprefix(f"{prefix}/")
             if head.startswith(f"{prefix}/") and name and part in _PROBLEM_PARTS:
                 parts.setdefault(name, {})[part] = _number(row, key)
-        found = cls(problems=tuple(ProblemScores(name, **scores) for name, scores in parts.items()),
+        found = cls(problems=tuple(ProblemScores(name, **scores, diff=Interval._from_row(row, f"{prefix}/{name}/diff"),
+                                                 vs_start=Interval._from_row(row, f"{prefix}/{name}/vs_start"))
+                                   for name, scores in parts.items()),
                     mean=_number(row, f"{prefix}_mean_fitness"), start=_number(row, f"{prefix}_start_fitness"),
                     ppo=_number(row, f"{prefix}_ppo_fitness"), diff=Interval._from_row(row, f"{prefix}_diff"),
                     vs_start=Interval._from_row(row, f"{prefix}_vs_start"),

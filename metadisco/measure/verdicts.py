@@ -45,6 +45,30 @@ def es_mean_vs_ppo(comparison: Comparison, subject: str = "ES mean") -> str:
     return text
 
 
+def per_problem(comparison: Comparison, beats: str) -> str | None:
+    """Each training problem's comparison (against its start point where beats == "start", else against
+    PPO), with its paired 95% interval, for a run of several problems; None for one problem (or a
+    row from before per-problem intervals were recorded)."""
+    key = "vs_start" if beats == "start" else "diff"
+    parts = [(p.name, getattr(p, key)) for p in comparison.problems]
+    if len(parts) < 2 or not all(_bounded(i) for _, i in parts):
+        return None
+    return ", ".join(f"{name} {_interval(i)}" for name, i in parts)
+
+
+def trade(comparison: Comparison, beats: str) -> str | None:
+    """The warning for a search that traded one problem for another: some problem's interval (against
+    the start where beats == "start", else PPO) above 0 while another's is below 0; None otherwise."""
+    key = "vs_start" if beats == "start" else "diff"
+    parts = [(p.name, getattr(p, key)) for p in comparison.problems if _bounded(getattr(p, key))]
+    better = [f"{name} {_interval(i)}" for name, i in parts if i.low > 0]
+    worse = [f"{name} {_interval(i)}" for name, i in parts if i.high < 0]
+    if not (better and worse):
+        return None
+    return (f"warning: a trade, not a gain: it improves {', '.join(better)} while {', '.join(worse)} gets worse "
+            "(paired 95% intervals); the mean over problems hides it")
+
+
 def degenerate(violations: Sequence[Violation] | None) -> str | None:
     """The DEGENERATE verdict's reason from the ES mean's violations (the Violations of a metrics
     row, as metadisco.train records them), or None when there are none."""
@@ -90,6 +114,12 @@ def verdict(record: GenerationRecord, expect, subject: str = "ES mean") -> str |
         if not has_gap:
             text += " (no gap to close: its start is not below PPO)"
         found = found and has_gap and c.gap_closed.value >= expect.gap_closed
+    games = per_problem(c, expect.beats)
+    if games:
+        text += f"; per problem: {games}"
+    warning = trade(c, expect.beats)
+    if warning:
+        text += f"; {warning}"
     if found and record.violations is None:  # a score alone never makes a discovery
         return (f"verdict: UNCHECKED {after}: {text}, but no constraint check of what was found was recorded "
                 f"with this comparison, so it is not called found (pass: {pass_criterion(expect, subject)}); "
