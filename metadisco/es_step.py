@@ -72,6 +72,7 @@ class GenerationMetrics:
     num_diverged: jax.Array  # int
     draw: dict  # what was drawn (GenerationRecord.draw), only the levers the run uses
     health: Health | None  # measure.health.split_half's; None with one seed per member
+    game_health: Health | None  # the same per env of cfg.envs, arrays [n] (NaN where not drawn); None with one env
 
 
 def mirrored(es_cfg) -> bool:
@@ -192,6 +193,7 @@ class EsStep:
             draw=self._draw_metrics(draw),
             health=self._health_metrics(pop, asked.es_state, per_seed, diverged,
                                         fitness_or_worst if self._by_mean else es_fitness),
+            game_health=self._game_health(pop, asked.es_state, per_seed, diverged, draw),
         )
         return new_state, metrics
 
@@ -237,6 +239,23 @@ class EsStep:
         weights = strategies.update_weights(self.es, self.es_params, flat, es_state)
         return health.split_half(flat - flat.mean(0), es_fitness_a, es_fitness_b, weights=weights, scores=scores,
                                  scale=scale)
+
+    def _game_health(self, pop, es_state, per_seed, diverged, draw: Draw) -> Health | None:
+        """Search health of each env alone (the generation's seeds of that env split in halves, the ES
+        told of that env only): which game moves the gradient and which is seed noise. Arrays [n] over
+        cfg.envs, NaN (undefined: NOT_DRAWN) where the generation did not draw the env; None for a run
+        of one env or one seed per member."""
+        n = len(self.cfg.envs)
+        if n < 2 or per_seed.shape[-1] < 2:
+            return None
+        slots = [self._health_metrics(pop, es_state, per_seed[:, i: i + 1], diverged,
+                                      at_worst(jnp.nanmean(per_seed[:, i], -1), diverged))
+                 for i in range(per_seed.shape[1])]
+        stacked = Health(*(jnp.stack(x) for x in zip(*slots)))  # each [k]
+        match = draw.envs[:, None] == jnp.arange(n)[None, :]  # [k, n]: at most one slot per env (no replacement)
+        slot, drawn = jnp.argmax(match, 0), match.any(0)
+        return Health(jnp.where(drawn, stacked.grad_cos[slot], jnp.nan), jnp.where(drawn, stacked.rank_corr[slot], jnp.nan),
+                      jnp.where(drawn, stacked.undefined[slot], health.NOT_DRAWN).astype(jnp.int32))
 
     def _draw_metrics(self, draw: Draw) -> dict:
         """What was drawn, for the metrics row (GenerationRecord.draw: only the levers the run uses)."""

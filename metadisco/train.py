@@ -585,11 +585,13 @@ def health_line(records: list[GenerationRecord], window: int = 10) -> str | None
                      if ranks is not None and ranks.defined else "")
         return (f"search health: n/a over the last {sum(recent.undefined.values())} generation(s)"
                 f"{undefined}{rank_note}")
+    games = health.by_game(records, window=window)
+    games = f"; each game alone: {games}" if games else ""
     warning = health.advice(recent.mean, recent.defined)
     if warning:
-        return f"warning: {warning}{undefined}"
+        return f"warning: {warning}{undefined}{games}"
     return (f"search health: split-half gradient cosine {recent.mean:+.2f} over the last {recent.defined} "
-            f"generation(s) that define it{undefined}, {health.share_text(recent.mean)} of the ES gradient")
+            f"generation(s) that define it{undefined}, {health.share_text(recent.mean)} of the ES gradient{games}")
 
 
 def found_violations(trainer: MetaTrainer, state: RunState) -> Violations:

@@ -41,7 +41,7 @@ def full_record(**changes) -> GenerationRecord:
     record = GenerationRecord(
         generation=7, fitness_mean=0.25, fitness_max=0.5, fitness_min=0.0, fitness_std=0.125, best_fitness=0.75,
         sigma=0.01, num_diverged=1, draw={"Acrobot-v1": 1.0, "CartPole-v1": 0.0, "horizon": 0.5, "lr_factor": 1.25},
-        health=Health(0.5, 0.25, 0), wall_time_s=2.0, env_steps_per_s=1e5, comparison=comparison,
+        health=Health(0.5, 0.25, 0), game_health={"Acrobot-v1": Health(0.75, 0.5, 0)}, wall_time_s=2.0, env_steps_per_s=1e5, comparison=comparison,
         violations=Violations(mean=(Violation("value_loss", "trains_the_critic", "0 everywhere"),), best=()))
     return dataclasses.replace(record, **changes)
 
@@ -72,7 +72,8 @@ def test_a_record_round_trips_through_its_row_and_writes_the_stored_order():
     assert list(row) == [
         "generation", "best_fitness", "draw/Acrobot-v1", "draw/CartPole-v1", "draw/horizon", "draw/lr_factor",
         "fitness_max", "fitness_mean", "fitness_min", "fitness_std", "health/grad_cos", "health/rank_corr",
-        "health/undefined", "num_diverged", "sigma", "wall_time_s", "env_steps_per_s",
+        "health/undefined", "health/Acrobot-v1/grad_cos", "health/Acrobot-v1/rank_corr",
+        "health/Acrobot-v1/undefined", "num_diverged", "sigma", "wall_time_s", "env_steps_per_s",
         "eval/CartPole-v1@0.5/mean", "eval/CartPole-v1@0.5/start", "eval/CartPole-v1@0.5/ppo",
         "eval/CartPole-v1@0.5/diff", "eval/CartPole-v1@0.5/diff_low", "eval/CartPole-v1@0.5/diff_high",
         "eval/Acrobot-v1@1/mean", "eval/Acrobot-v1@1/start", "eval/Acrobot-v1@1/ppo",

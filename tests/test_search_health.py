@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metadisco.config import ESConfig, ExpectConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.config import DistributionConfig, ESConfig, ExpectConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
 from metadisco.core.records import Comparison, GenerationRecord, Health, Interval, Violations
 from metadisco.engine import MetaTrainer
 from metadisco.measure import health as search_health
@@ -231,6 +231,27 @@ def test_the_engine_reports_signal_and_noise_every_generation(tmp_path):
         else:
             assert any(line.startswith("warning: search health") for line in logged)
     assert abs(means[1e5]) < 0.2 and means[0.0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_each_game_records_its_own_health_so_a_game_of_seed_noise_shows_while_the_run_runs(tmp_path):
+    """Two games, one drawn per generation (the H200 run's layout): one carries the signal, the other is
+    seed noise. Each generation records the drawn game's own split-half cosine, and the health line
+    names each game, so which game moves the gradient is visible at every check, not only at the end."""
+    cfg = tiny(generations=12, es=ESConfig(population_size=32), eval_every=4, envs=("CartPole-v1", "Acrobot-v1"),
+               fitness="final_eval_norm",
+               distribution=DistributionConfig(envs_per_generation=1))
+    logged = []
+    trainer = MetaTrainer(cfg, trains=[linear_train(0.0), linear_train(1e5)], ppo_trains=[constant_ppo] * 2)
+    run(cfg, tmp_path / "r", progress=False, trainer=trainer, log=logged.append)
+    rows = RunDir(tmp_path / "r").metrics()
+    for r in rows:  # the drawn game only
+        assert list(r.game_health) == [env for env, drawn in r.draw.items() if drawn == 1.0]
+    clean = [r.game_health["CartPole-v1"].grad_cos for r in rows if "CartPole-v1" in r.game_health]
+    noisy = [r.game_health["Acrobot-v1"].grad_cos for r in rows if "Acrobot-v1" in r.game_health]
+    assert clean and noisy and np.allclose(clean, 1.0, atol=1e-5) and abs(np.mean(noisy)) < 0.3
+    line = next(line for line in logged if "each game alone:" in line)
+    assert "CartPole-v1 +1.00 over" in line
+    assert "Acrobot-v1" in line
 
 
 def test_a_population_tied_beside_diverged_members_reads_as_collapsed_and_warns(tmp_path):

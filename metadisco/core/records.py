@@ -235,6 +235,8 @@ class GenerationRecord:
     # drawn else 0.0} (a subset of envs), "horizon" (its fraction), "lr_factor" (the geometric mean)
     draw: Mapping[str, float] = field(default_factory=dict)
     health: Health | None = None  # None: not measured (one seed per member)
+    # each drawn env's own search health (health/<env>/grad_cos, ...), for a run of several envs
+    game_health: Mapping[str, Health] = field(default_factory=dict)
     wall_time_s: float | None = None  # the generation's wall time
     env_steps_per_s: float | None = None  # environment steps (expected over the draw) per second
     comparison: Comparison | None = None  # the check on fresh seeds, every eval_every generations and at the last
@@ -255,6 +257,9 @@ class GenerationRecord:
         if self.health is not None:
             for name in _HEALTH_FIELDS:
                 _put(row, f"{_HEALTH_PREFIX}{name}", getattr(self.health, name))
+        for env, game in self.game_health.items():
+            for name in _HEALTH_FIELDS:
+                _put(row, f"{_HEALTH_PREFIX}{env}/{name}", getattr(game, name))
         _put(row, "num_diverged", self.num_diverged)
         _put(row, "sigma", self.sigma)
         _put(row, "wall_time_s", self.wall_time_s)
@@ -277,6 +282,11 @@ class GenerationRecord:
         if not isinstance(generation, int) or isinstance(generation, bool):
             raise ValueError(f"a metrics row needs an integer generation, got {generation!r}")
         health = {name: _number(row, f"{_HEALTH_PREFIX}{name}") for name in _HEALTH_FIELDS}
+        games: dict[str, dict] = {}
+        for key in row:
+            env, _, name = key.removeprefix(_HEALTH_PREFIX).rpartition("/")
+            if key.startswith(_HEALTH_PREFIX) and env and name in _HEALTH_FIELDS:
+                games.setdefault(env, {})[name] = _number(row, key)
         mean, best = _violations(row, "eval_mean_violations"), _violations(row, "eval_best_violations")
         record = cls(
             generation=generation,
@@ -286,6 +296,7 @@ class GenerationRecord:
             num_diverged=_number(row, "num_diverged"),
             draw={key.removeprefix(_DRAW_PREFIX): _number(row, key) for key in row if key.startswith(_DRAW_PREFIX)},
             health=Health(**health) if any(v is not None for v in health.values()) else None,
+            game_health={env: Health(**fields) for env, fields in games.items()},
             wall_time_s=_number(row, "wall_time_s"), env_steps_per_s=_number(row, "env_steps_per_s"),
             comparison=Comparison.from_row(row), validation=Comparison.from_row(row, VAL),
             violations=Violations(mean, best) if mean is not None or best is not None else None,

@@ -50,12 +50,13 @@ NOISY_COSINE = 0.2
 
 # Why a generation's health is undefined: the code in its `Health.undefined` (0: defined) -> (a
 # short label for the progress bar, the reason in words).
-DEFINED, COLLAPSED, ONE_PARAMETER, FLAT_HALF, NO_GRADIENT = 0, 1, 2, 3, 4
+DEFINED, COLLAPSED, ONE_PARAMETER, FLAT_HALF, NO_GRADIENT, NOT_DRAWN = 0, 1, 2, 3, 4, 5
 UNDEFINED = {
     COLLAPSED: ("collapsed", "every member scored the same (collapsed population)"),
     ONE_PARAMETER: ("one parameter", "one meta-parameter: the cosine is ±1 by construction"),
     FLAT_HALF: ("flat half", "one half of the seeds scored every member the same (its ES gradient is zero)"),
     NO_GRADIENT: ("no gradient", "a population-based strategy takes no gradient step (a genetic algorithm, a swarm)"),
+    NOT_DRAWN: ("not drawn", "the generation did not train on this environment (a game's own health only)"),
 }
 
 # Scores whose spread is within this many float32 rounding steps (ulps, relative to their
@@ -176,13 +177,14 @@ class Window(NamedTuple):
     undefined: dict  # reason in words -> generations undefined for it
 
 
-def recent(records: list[GenerationRecord], measure: str = "grad_cos", window: int = 10) -> Window | None:
+def recent(records: list[GenerationRecord], measure: str = "grad_cos", window: int = 10,
+           game: str | None = None) -> Window | None:
     """Health's `measure` (a field of Health: grad_cos or rank_corr) over the last `window`
-    generations that measured it: the mean of the defined (finite) values, how many, and why the
-    others are undefined; None where no generation measured it. NaN generations (null in
-    metrics.jsonl) are counted, never averaged."""
-    values = [(r.health, getattr(r.health, measure)) for r in records
-              if r.health is not None and getattr(r.health, measure) is not None][-window:]
+    generations that measured it (of env `game` alone: GenerationRecord.game_health): the mean of
+    the defined (finite) values, how many, and why the others are undefined; None where no
+    generation measured it. NaN generations (null in metrics.jsonl) are counted, never averaged."""
+    healths = [r.game_health.get(game) if game else r.health for r in records]
+    values = [(h, getattr(h, measure)) for h in healths if h is not None and getattr(h, measure) is not None][-window:]
     if not values:
         return None
     defined = [v for _, v in values if finite(v)]
@@ -192,6 +194,19 @@ def recent(records: list[GenerationRecord], measure: str = "grad_cos", window: i
             reason = why_undefined(health) or "not a number"
             undefined[reason] = undefined.get(reason, 0) + 1
     return Window(sum(defined) / len(defined) if defined else math.nan, len(defined), undefined)
+
+
+def by_game(records: list[GenerationRecord], window: int = 10) -> str | None:
+    """Each env's own split-half gradient cosine over the last `window` generations that drew it, in
+    one phrase ("Breakout-MinAtar +0.31 over 5, Freeway-MinAtar +0.02 over 5"): which game moves the
+    ES gradient and which is seed noise; None for a run that does not record it (one env)."""
+    games = list(dict.fromkeys(env for r in records for env in r.game_health))
+    parts = []
+    for env in games:
+        w = recent(records, window=window, game=env)
+        if w is not None:
+            parts.append(f"{env} {w.mean:+.2f} over {w.defined}" if w.defined else f"{env} n/a")
+    return ", ".join(parts) or None
 
 
 def undefined_text(undefined: dict) -> str:
