@@ -201,8 +201,19 @@ class EsStep:
         """The fitness the ES is told for each member [P] (higher is better), from fitness [P]
         (diverged members at the worst), per_env [P, k] and diverged [P]."""
         # the mean over envs, or (env_fitness=rank) the mean of each env's ranks, so that no env
-        # dominates by the spread of its fitness
-        es_fitness = fitness if self._by_mean else centered_ranks(per_env, diverged).mean(1)
+        # dominates by the spread of its fitness, or (worst) the worst env's, so that no env is traded
+        how = self.cfg.distribution.env_fitness
+        if how == "rank":
+            es_fitness = centered_ranks(per_env, diverged).mean(1)
+        elif how == "worst":
+            es_fitness = at_worst(jnp.min(per_env, axis=1), diverged)
+        else:
+            es_fitness = fitness
+        if self.cfg.es.fitness_shaping == "pairwise":
+            # TA-LPG's: each antithetic pair (+z at i, -z at i + P/2) against each other, whatever the scale
+            half = es_fitness.shape[0] // 2
+            better = jnp.sign(es_fitness[:half] - es_fitness[half:]) / 2
+            return jnp.concatenate([better, -better])
         if self.cfg.distribution.lr_range and self.cfg.distribution.lr_draw == "pair" and self.paired:
             # Each pair trained at its own rate, which moves both members' fitness alike. The pair's
             # mean is a control variate: the mirrored gradient sum_i f_i z_i is unchanged by it, but
@@ -213,7 +224,8 @@ class EsStep:
 
     @property
     def _by_mean(self) -> bool:
-        return self.cfg.distribution.env_fitness == "mean"
+        """Whether the ES is told scores in fitness units (not ranks, not pairs: their ties are judged as they are)."""
+        return self.cfg.distribution.env_fitness != "rank" and self.cfg.es.fitness_shaping != "pairwise"
 
     def _health_metrics(self, pop, es_state, per_seed, diverged, scores) -> Health | None:
         """Search health (metadisco.measure.health): the agreement of the ES gradients and rankings from

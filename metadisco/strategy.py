@@ -21,6 +21,8 @@ def _shaping_fn(name: str):
         "z_score": shaping.standardize_fitness_shaping_fn,
         "normalize": shaping.normalize_fitness_shaping_fn,
         "raw": shaping.identity_fitness_shaping_fn,
+        # the pair's comparison is made before tell (metadisco.es_step.EsStep.es_fitness): +-1/2 per member
+        "pairwise": shaping.identity_fitness_shaping_fn,
     }[name]
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from metadisco.checks import fitness_from
 from metadisco.config import DistributionConfig, ESConfig, InnerConfig, RunConfig, resolve, validate
+from metadisco.core.errors import ConfigError
 from metadisco.core.strategies import STRATEGIES, UNSUPPORTED_STRATEGIES
 from metadisco.engine import MetaTrainer
 from metadisco.es_step import centered_ranks, mirrored
@@ -231,6 +232,25 @@ def test_rank_fitness_keeps_one_environment_from_dominating():
     assert 0.02 < rank < 0.08, rank
 
 
+def test_the_worst_game_and_pairwise_scoring_tell_the_es_what_they_say():
+    """env_fitness=worst tells the ES each member's lowest game (diverged members at the worst);
+    fitness_shaping=pairwise tells each antithetic pair (i, i + P/2) +1/2 for the better, -1/2 for
+    the other, whatever the scale of the gap."""
+    envs = dict(envs=TWO_ENVS, fitness="final_eval_norm", eval_every=0, es=ESConfig(population_size=4))
+    ppo = [constant_train(0.0, 1.0)] * 2
+    worst = MetaTrainer(tiny_config(**envs, distribution=DistributionConfig(env_fitness="worst")),
+                        trains=[quadratic(0.0)] * 2, ppo_trains=ppo).step
+    per_env = jnp.array([[1.0, 3.0], [2.0, -1.0], [5.0, 4.0], [jnp.nan, jnp.nan]])
+    diverged = jnp.array([False, False, False, True])
+    np.testing.assert_allclose(worst.es_fitness(per_env.mean(1), per_env, diverged), [1.0, -1.0, 4.0, -1.0])
+    pairwise = MetaTrainer(tiny_config(**{**envs, "es": ESConfig(population_size=4, fitness_shaping="pairwise")}),
+                           trains=[quadratic(0.0)] * 2, ppo_trains=ppo).step
+    fitness = jnp.array([1.0, 1e6, 0.5, 1e6 + 1.0])
+    np.testing.assert_allclose(pairwise.es_fitness(fitness, fitness[:, None], diverged), [0.5, -0.5, -0.5, 0.5])
+    with pytest.raises(ConfigError, match="pairwise scores each antithetic pair"):
+        tiny_config(es=ESConfig(strategy="CMA_ES", population_size=4, fitness_shaping="pairwise"))
+
+
 def test_centered_ranks_per_environment():
     fitness = jnp.array([[1.0, 5.0], [3.0, 5.0], [2.0, -1.0], [jnp.nan, 0.0]])
     ranks = centered_ranks(fitness, jnp.array([False, False, False, True]))
@@ -288,7 +308,7 @@ def test_an_experiment_file_declares_the_distribution():
     (dict(horizons=(0.0, 1.0)), r"horizons = \[0.0, 1.0\] must be distinct fractions in \(0, 1\]"),
     (dict(horizons=(0.5, 1.5)), "distinct fractions"),
     (dict(horizons=(0.5, 0.5)), "distinct fractions"),
-    (dict(env_fitness="median"), "env_fitness must be one of mean, rank"),
+    (dict(env_fitness="median"), "env_fitness must be one of mean, rank, worst"),
     (dict(horizons=(0.01, 1.0)), r"horizons: 0.01 of the run's length on CartPole-v1.*less than one rollout"),
 ])
 def test_bad_distributions_fail_before_any_compute(dist, message):

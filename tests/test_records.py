@@ -41,7 +41,8 @@ def full_record(**changes) -> GenerationRecord:
     record = GenerationRecord(
         generation=7, fitness_mean=0.25, fitness_max=0.5, fitness_min=0.0, fitness_std=0.125, best_fitness=0.75,
         sigma=0.01, num_diverged=1, draw={"Acrobot-v1": 1.0, "CartPole-v1": 0.0, "horizon": 0.5, "lr_factor": 1.25},
-        health=Health(0.5, 0.25, 0), game_health={"Acrobot-v1": Health(0.75, 0.5, 0)}, wall_time_s=2.0, env_steps_per_s=1e5, comparison=comparison,
+        health=Health(0.5, 0.25, 0), game_health={"Acrobot-v1": Health(0.75, 0.5, 0)},
+        wall_time_s=2.0, env_steps_per_s=1e5, comparison=comparison,
         violations=Violations(mean=(Violation("value_loss", "trains_the_critic", "0 everywhere"),), best=()))
     return dataclasses.replace(record, **changes)
 

@@ -26,7 +26,7 @@ from metadisco.core.strategies import (
 
 # How DistributionConfig's draws are shared and how per-environment fitness is combined.
 LR_DRAWS = ("pair", "generation")
-ENV_FITNESS = ("mean", "rank")
+ENV_FITNESS = ("mean", "rank", "worst")
 
 # Which comparison on fresh seeds a run's pass criterion reads (ExpectConfig.beats).
 EXPECT_BEATS = ("", "start", "ppo")
@@ -115,6 +115,11 @@ def _check_es(es) -> None:
         raise ConfigError(f"es.optimizer must be adam or sgd, got {es.optimizer!r}")
     if es.fitness_shaping not in FITNESS_SHAPING:
         raise ConfigError(f"es.fitness_shaping must be one of {', '.join(FITNESS_SHAPING)}")
+    if es.fitness_shaping == "pairwise" and not (es.antithetic and es.strategy in ANTITHETIC_STRATEGIES):
+        raise ConfigError(
+            f"es.fitness_shaping=pairwise scores each antithetic pair (+z, -z) against each other, but {es.strategy}"
+            f"{' with es.antithetic=false' if not es.antithetic else ''} samples no pairs; use an antithetic "
+            f"strategy ({', '.join(sorted(ANTITHETIC_STRATEGIES))}) with es.antithetic=true")
     if es.fitness_shaping not in ("auto", "default") and es.strategy in WEIGHTED_STRATEGIES:
         raise ConfigError(
             f"es.fitness_shaping={es.fitness_shaping} does not apply to {es.strategy}: its update takes "

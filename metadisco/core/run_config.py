@@ -42,7 +42,8 @@ class ESConfig:
     lr_limit: float = 0.0001  # lr decays no lower than this
     optimizer: str = "adam"  # the ES optimizer on the search mean: adam | sgd
     antithetic: bool = True  # mirrored sampling (members +z and -z) where the strategy takes it
-    fitness_shaping: str = "auto"  # centered ranks, or the strategy's own weights (CMA-ES, NES); see strategy.py
+    fitness_shaping: str = "auto"  # centered ranks, or the strategy's own weights (CMA-ES, NES); see strategy.py;
+    # pairwise: each antithetic pair scored against each other, +1/2 to the better, -1/2 to the other (TA-LPG)
 
 
 # PPOConfig's fields a run does not set: fixed by the inner loop's caller (record_samples: distil;
@@ -205,7 +206,8 @@ class DistributionConfig:
     lr_range: tuple[float, ...] = ()  # (low, high) factors on each env's lr, drawn log-uniformly; (): the preset
     lr_draw: str = "pair"  # pair: one factor per antithetic pair (per member without pairs); generation: one for all
     horizons: tuple[float, ...] = ()  # fractions of inner.total_timesteps, one drawn per generation; (): 1.0 only
-    env_fitness: str = "mean"  # mean: the ES ranks the mean over envs; rank: the mean of per-env centred ranks
+    env_fitness: str = "mean"  # mean: the ES ranks the mean over envs; rank: the mean of per-env centred ranks;
+    # worst: the lowest of the envs (a member is as good as its worst game)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ UNSUPPORTED_STRATEGIES = {
 # which keep their own recombination weights; "default": always the strategy's own evosax default
 # (centered ranks for Open_ES and PGPE, raw fitness for ARS and the
 # genetic algorithms, recombination weights for CMA-ES and the NES family).
-FITNESS_SHAPING = ("auto", "default", "centered_rank", "z_score", "normalize", "raw")
+FITNESS_SHAPING = ("auto", "default", "centered_rank", "z_score", "normalize", "raw", "pairwise")
 ES_OPTIMIZERS = ("adam", "sgd")
 # The strategies whose ask mirrors members i and i + P/2 (+z, -z) always, beside those that do it
 # with es.antithetic (ANTITHETIC_STRATEGIES); tests/test_distributions.py checks the layout against evosax.
