@@ -19,6 +19,7 @@ from metadisco.core.errors import MetadiscoError
 from metadisco.core.records import Comparison, Interval, ProblemScores
 from metadisco.core.scores import GUARD_SE
 from metadisco.measure.stats import gap_closed_ci, mean_ci
+from metadisco.meta_objectives.base import same_params
 from metadisco.scoring import RunScores, ScoringProgram
 
 
@@ -112,24 +113,32 @@ class CheckedProblem:
 
 
 class Checks:
-    """The checks of a run over `program`: `training` and `validation` problems, the run's start and
-    PPO as full meta-parameters (ppo_params None: PPO trains on each problem's reference branch;
-    start_is_ppo: the start is PPO exactly, trained once for both)."""
+    """The checks of a run over `program`: `training` and `validation` problems, the plugs that
+    `evolve`, the run's start and PPO as every plug's parameters (ppo_params None: PPO trains on
+    each problem's reference branch; start_is_ppo: the start is PPO exactly, trained once for both)."""
 
-    def __init__(self, program: ScoringProgram, training, validation, cfg, start_params, ppo_params,
+    def __init__(self, program: ScoringProgram, training, validation, cfg, evolve, start_params, ppo_params,
                  start_is_ppo: bool):
         self.program, self.training, self.validation, self.cfg = program, tuple(training), tuple(validation), cfg
-        self.start_params, self.ppo_params, self.start_is_ppo = start_params, ppo_params, start_is_ppo
+        self.evolve, self.start_params, self.ppo_params, self.start_is_ppo = evolve, start_params, ppo_params, start_is_ppo
+        # PPO beside the candidates in one call where its fixed plugs are the start's (else a call of its own)
+        self.ppo_joins = ppo_params is not None and same_params(
+            {p: v for p, v in ppo_params.items() if p not in evolve}, {p: v for p, v in start_params.items() if p not in evolve})
+
+    def evolved(self, params) -> dict:
+        """The evolved plugs' part of every plug's parameters: what a row of the program carries."""
+        return {plug: params[plug] for plug in self.evolve}
 
     @property
     def problems(self) -> tuple[CheckedProblem, ...]:
         return self.training + self.validation
 
     def _ppo(self, problem: CheckedProblem, seeds) -> np.ndarray:
-        """RunScores [E] of PPO on `problem`'s `seeds`."""
+        """RunScores [1, E] of PPO on `problem`'s `seeds`."""
         if problem.reference is None:
-            return self.program.score_candidates(problem.branch, [self.ppo_params], seeds)
-        return self.program.score_candidates(problem.reference, [self.start_params], seeds)
+            return self.program.score_candidates(problem.branch, [self.evolved(self.ppo_params)], self.ppo_params, seeds)
+        return self.program.score_candidates(problem.reference, [self.evolved(self.start_params)], self.start_params,
+                                             seeds)
 
     # ---------------------------------------------------------------- the baseline
     def baseline(self) -> Baseline:
@@ -143,14 +152,14 @@ class Checks:
         return Baseline.of(jax.tree.map(lambda *x: np.concatenate(x), *runs))
 
     # ---------------------------------------------------------------- comparisons on fresh seeds
-    def compare(self, solution_params, baseline: Baseline, keys) -> tuple[Comparison, Comparison | None, np.ndarray]:
-        """`solution_params` (full meta-parameters, host) against the start and PPO, all on the same
+    def compare(self, solution, baseline: Baseline, keys) -> tuple[Comparison, Comparison | None, np.ndarray]:
+        """`solution` (an ES solution: the evolved plugs, host) against the start and PPO, all on the same
         fresh seeds: keys = (the training problems' key, the validation problems'), `eval_seeds` and
         `validation.seeds` seeds of each. Returns (the Comparison on the training problems, the same
         on the validation problems or None, the solution's per-seed validation fitness
         [validation problems, seeds], NaN where a seed diverged)."""
-        training = self._scored(self.training, solution_params, baseline, seeds_of(keys[0], self.cfg.eval_seeds))
-        validation = self._scored(self.validation, solution_params, baseline,
+        training = self._scored(self.training, solution, baseline, seeds_of(keys[0], self.cfg.eval_seeds))
+        validation = self._scored(self.validation, solution, baseline,
                                   seeds_of(keys[1], self.cfg.validation.seeds))
         per_seed = np.stack([ours for ours, _, _ in validation]) if validation else np.zeros((0, 0))
         return (comparison(self.training, training),
@@ -160,9 +169,9 @@ class Checks:
         """[(ours, start, ppo) fitness, each [E], NaN where a seed diverged] per problem."""
         out = []
         for problem in problems:
-            both = problem.reference is None and not self.start_is_ppo
-            candidates = [params, self.start_params] + ([self.ppo_params] if both else [])
-            runs = self.program.score_candidates(problem.branch, candidates, seeds)
+            both = problem.reference is None and not self.start_is_ppo and self.ppo_joins
+            candidates = [params, self.evolved(self.start_params)] + ([self.evolved(self.ppo_params)] if both else [])
+            runs = self.program.score_candidates(problem.branch, candidates, self.start_params, seeds)
             fitness = np.asarray(fitness_from(runs, self.cfg.fitness, baseline, problem.row), np.float64)
             if both:
                 ppo = fitness[2]

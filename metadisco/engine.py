@@ -133,11 +133,11 @@ class MetaTrainer:
         self.steps_per_generation = round(cfg.es.population_size * cfg.seeds_per_member * self.env_slots / len(cfg.envs)
                                           * sum(p.ppo_config.steps_per_run for p in self.problems) / len(self.horizons))
         self.program, checked = self._program()
-        self.step = EsStep(cfg, self.es, self.es_params, self.initial_solution, self.full_params, self.horizons,
-                           self.env_slots, NamedSharding(self.mesh, P()))
+        self.step = EsStep(cfg, self.es, self.es_params, self.initial_solution, self.horizons, self.env_slots,
+                           NamedSharding(self.mesh, P()))
         self.num_params = self.step.num_params
         self.checks = Checks(self.program, checked[: len(self.problems)], checked[len(self.problems):], cfg,
-                             self.default_params, self.ppo_params, self.start_is_ppo)
+                             self.evolve, self.default_params, self.ppo_params, self.start_is_ppo)
 
     def _training_problems(self, trains, ppo_trains) -> tuple[TrainingProblem, ...]:
         """Every (env, horizon) pair, env-major, with its trains: `trains` / `ppo_trains` where
@@ -179,8 +179,8 @@ class MetaTrainer:
         if own:
             branches += [Branch(f"{p.name} (PPO)", functools.partial(_ppo_reference, p.ppo_train)) for p in both]
         checked = [CheckedProblem(p.name, i, len(both) + i if own else None, i) for i, p in enumerate(both)]
-        program = ScoringProgram(branches, self.mesh, cfg.es.population_size, cfg.seeds_per_member,
-                                 cfg.members_per_batch)
+        program = ScoringProgram(branches, self.objectives.merge, self.mesh, cfg.es.population_size,
+                                 cfg.seeds_per_member, cfg.members_per_batch)
         return program, checked
 
     @property
@@ -242,7 +242,10 @@ class MetaTrainer:
         [P, S] each (on device)."""
         envs, horizon = fetch((asked.draw.envs, asked.draw.horizon))  # which branches: the host picks
         nh = len(self.horizons)
-        return tuple(self.program.score(self.replicate(np.int32(e * nh + horizon)), asked.params,
+        # every plug's parameters from the one source (start_params(seed), as the comparisons and the saved
+        # objectives): a plug that does not evolve must not fall back to a train's own defaults
+        defaults = self.replicate(self.default_params)
+        return tuple(self.program.score(self.replicate(np.int32(e * nh + horizon)), asked.pop, defaults,
                                         asked.draw.lr_factor, asked.seeds) for e in np.asarray(envs).tolist())
 
     def record(self, index: int, metrics: GenerationMetrics, wall_time_s: float) -> GenerationRecord:
@@ -282,7 +285,7 @@ class MetaTrainer:
         keys = (streams.key(self.cfg.seed, streams.Stream.COMPARISON, completed),
                 streams.key(self.cfg.seed, streams.Stream.VALIDATION, completed))
         mean = fetch(self.mean_params(fetch(state)))  # host-side: same in every process
-        return self.checks.compare(self.full_params(mean), fetch(baseline), keys)[:2]
+        return self.checks.compare(mean, fetch(baseline), keys)[:2]
 
     def rescore(self, solution, baseline: Baseline, completed: int) -> tuple[Comparison, np.ndarray]:
         """A finalist of selection (metadisco.measure.selection), an ES solution (evolved plugs only),
@@ -291,7 +294,7 @@ class MetaTrainer:
         [validation problems, validation.seeds], NaN where a seed diverged)."""
         keys = (streams.key(self.cfg.seed, streams.Stream.SELECTION, completed, 0),
                 streams.key(self.cfg.seed, streams.Stream.SELECTION, completed, 1))
-        training, _, per_seed = self.checks.compare(self.full_params(fetch(solution)), fetch(baseline), keys)
+        training, _, per_seed = self.checks.compare(fetch(solution), fetch(baseline), keys)
         return training, per_seed
 
 

@@ -54,7 +54,6 @@ class Asked:
 
     pop: Any  # the population, leaves [P, ...] (evolved plugs only)
     es_state: Any  # the strategy's state after ask: what tell is given
-    params: Any  # each member's full meta-parameters, leaves [P, ...]
     seeds: jax.Array  # [P, S, key data]: every member the same S seeds (common random numbers)
     draw: Draw
 
@@ -93,12 +92,11 @@ def centered_ranks(fitness, diverged):
 
 class EsStep:
     """A run's ask and tell: cfg (RunConfig), the strategy `es` with `es_params`, the solution it
-    starts from, `full_params` (evolved plugs -> every plug's parameters), the run's `horizons`
-    and how many envs a generation draws (`env_slots`)."""
+    starts from, the run's `horizons` and how many envs a generation draws (`env_slots`)."""
 
-    def __init__(self, cfg, es, es_params, initial_solution, full_params, horizons, env_slots: int, replicated):
+    def __init__(self, cfg, es, es_params, initial_solution, horizons, env_slots: int, replicated):
         self.cfg, self.es, self.es_params = cfg, es, es_params
-        self.initial_solution, self.full_params = initial_solution, full_params
+        self.initial_solution = initial_solution
         self.horizons, self.env_slots, self.paired = horizons, env_slots, mirrored(cfg.es)
         self.num_params = int(sum(x.size for x in jax.tree.leaves(initial_solution)))
         self.ask = jax.jit(self._ask, in_shardings=replicated, out_shardings=replicated)
@@ -153,10 +151,7 @@ class EsStep:
         # generation, and the two members of an antithetic pair on the same learning rate
         seeds = jax.random.key_data(jax.random.split(k_seeds, self.cfg.seeds_per_member))
         size = self.cfg.es.population_size
-        # every plug's parameters from the one source (start_params(seed), as the comparisons and the saved
-        # objectives): a plug that does not evolve must not fall back to a train's own defaults
-        params = jax.vmap(self.full_params)(pop)
-        return Asked(pop, es_state, params, jnp.broadcast_to(seeds, (size, *seeds.shape)),
+        return Asked(pop, es_state, jnp.broadcast_to(seeds, (size, *seeds.shape)),
                      self.draw(jax.random.fold_in(key, streams.DRAW)))
 
     # ---------------------------------------------------------------- tell
