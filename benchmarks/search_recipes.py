@@ -29,7 +29,9 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from _common import REPO, machine_info, write_json
 
@@ -52,17 +54,24 @@ RECIPES = {
     "pairwise": {"es.fitness_shaping": "pairwise"},
     "horizons": {"distribution.horizons": "0.25,0.5,1.0"},
 }
-JUDGED_AT = 4  # x the searched budget
+JUDGED_AT = 4  # x the searched budget (a recipe's longest horizon is its budget: 1.0 here)
 JUDGE_SEEDS = 16
+# Every recipe's ES mean judged alike: the problem at 4x the budget, 16 fresh seeds per game, its start
+# (PPO) and PPO's normaliser trained once for all (seed 0 of the judge's own streams)
+JUDGE = PROBLEM | {"inner.total_timesteps": str(int(PROBLEM["inner.total_timesteps"]) * JUDGED_AT),
+                   "eval_seeds": str(JUDGE_SEEDS), "seed": "0"}
 
 CHILD = r"""
 import json, sys, time
+from pathlib import Path
+from metadisco import compile_cache
+compile_cache.configure()  # before jax: a recipe's later seeds, and every judge, reuse the programs
 import numpy as np
 from metadisco.config import resolve
 from metadisco.engine import MetaTrainer
 from metadisco.scoring import fetch
 from metadisco.core import streams
-overrides, seconds, judged_at, judge_seeds = json.loads(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+overrides, seconds = json.loads(sys.argv[1]), float(sys.argv[2])
 cfg = resolve(None, [f"{k}={v}" for k, v in overrides.items()])
 trainer = MetaTrainer(cfg)
 baseline = trainer.replicate(fetch(trainer.baseline()))
@@ -80,15 +89,18 @@ while True:
     if sum(walls) >= seconds:
         break
 mean = fetch(trainer.mean_params(fetch(state)))
-longest = max(cfg.distribution.horizons or (1.0,))
-judge = {k: v for k, v in overrides.items() if not k.startswith("distribution.")}
-judge |= {"inner.total_timesteps": str(int(int(overrides["inner.total_timesteps"]) * longest * judged_at)),
-          "eval_seeds": str(judge_seeds)}
+judge = json.loads(sys.argv[4])  # one judge for every run: the same program, fresh seeds and PPO
 judge_cfg = resolve(None, [f"{k}={v}" for k, v in judge.items()])
 judge_trainer = MetaTrainer(judge_cfg)
-judge_baseline = judge_trainer.baseline()
-keys = (streams.key(cfg.seed, streams.Stream.COMPARISON, 10**6), streams.key(cfg.seed, streams.Stream.VALIDATION, 10**6))
-c, _, _ = judge_trainer.checks.compare(judge_trainer.full_params(mean), fetch(judge_baseline), keys)
+stored = Path(sys.argv[3])  # the judge's PPO baseline, computed by the first run that needs it
+if stored.exists():
+    from metadisco.checks import Baseline
+    judge_baseline = Baseline(**{k: np.asarray(v) for k, v in json.loads(stored.read_text()).items()})
+else:
+    judge_baseline = fetch(judge_trainer.baseline())
+    stored.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in vars(judge_baseline).items()}))
+keys = (streams.key(judge_cfg.seed, streams.Stream.COMPARISON, 0), streams.key(judge_cfg.seed, streams.Stream.VALIDATION, 0))
+c, _, _ = judge_trainer.checks.compare(mean, judge_baseline, keys)
 print("RESULT " + json.dumps({
     "generations": g, "search_s": sum(walls), "s_per_generation": sum(walls) / len(walls),
     "cosine": float(np.mean(cosines)) if cosines else None,
@@ -98,11 +110,11 @@ print("RESULT " + json.dumps({
 """
 
 
-def one(recipe: str, seed: int, seconds: float) -> dict:
+def one(recipe: str, seed: int, seconds: float, judge_baseline: Path) -> dict:
     overrides = PROBLEM | BASE | RECIPES[recipe] | {"seed": str(seed)}
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(overrides), str(seconds), str(JUDGED_AT),
-                           str(JUDGE_SEEDS)], cwd=REPO, capture_output=True, text=True, timeout=3600)
+    args = [json.dumps(overrides), str(seconds), str(judge_baseline), json.dumps(JUDGE)]
+    proc = subprocess.run([sys.executable, "-c", CHILD, *args], cwd=REPO, capture_output=True, text=True, timeout=3600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
         return {"recipe": recipe, "seed": seed, "error": proc.stderr[-2000:]}
@@ -149,9 +161,10 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown recipes {unknown}; known: {', '.join(RECIPES)}")
     records = []
+    judge_baseline = Path(tempfile.mkdtemp(prefix="recipes-")) / "judge_baseline.json"
     for seed in range(args.seeds):  # seed-major: drift on the machine spreads over every recipe alike
         for recipe in recipes:
-            records.append(one(recipe, seed, args.seconds))
+            records.append(one(recipe, seed, args.seconds, judge_baseline))
             print(json.dumps(records[-1]), flush=True)
             if args.out:
                 write_json(args.out, {"machine": machine_info(), "problem": PROBLEM, "base": BASE, "recipes": RECIPES,
