@@ -1,7 +1,7 @@
 """A fresh sitting's first minutes: what compiles before the search runs, two checkouts side by side.
 
     python benchmarks/sitting.py --before /tmp/old --after . --reps 3 --out FILE.json [FIELD=VALUE ...]
-    python benchmarks/sitting.py --before /tmp/old --after . --reps 1 --experiment discobench_loss_gpu   # on a GPU
+    python benchmarks/sitting.py --after . --reps 1 --experiment discobench_loss_gpu   # on a GPU, this checkout alone
 
 In one process per checkout and repetition, alternating, with the persistent compile cache off (every
 program compiled): the demo's run config (`metadisco train`'s; or --experiment's), FIELD=VALUE overrides on top, is built
@@ -99,26 +99,28 @@ def sitting(tree: Path, experiment: str, overrides: list[str]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", type=Path, required=True)
+    parser.add_argument("--before", type=Path, help="an older checkout to time beside --after (none: --after alone)")
     parser.add_argument("--after", type=Path, required=True)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--experiment", default="", help="a named experiment instead of the demo")
     parser.add_argument("--out", type=Path)
     parser.add_argument("overrides", nargs="*", default=["eval_every=2"])
     args = parser.parse_args()
-    records = {"before": [], "after": []}
+    sides = ("before", "after") if args.before else ("after",)
+    records = {side: [] for side in sides}
     for rep in range(args.reps):
-        for side in ("before", "after") if rep % 2 == 0 else ("after", "before"):
+        for side in sides if rep % 2 == 0 else sides[::-1]:
             records[side].append(sitting(getattr(args, side).resolve(), args.experiment, args.overrides))
             print(side, json.dumps(records[side][-1]), flush=True)
-    print(f"\n| step | before: median [min-max] s (programs) | after: median [min-max] s (programs) |\n|---|---|---|")
+    print("\n| step | " + " | ".join(f"{side}: median [min-max] s (programs)" for side in sides) + " |")
+    print("|---|" + "---|" * len(sides))
     for step in STEPS:
         cells = []
-        for side in ("before", "after"):
+        for side in sides:
             s = [r[step]["s"] for r in records[side]]
             n = sorted({r[step]["compiled"] for r in records[side]})
             cells.append(f"{median(s):.1f} [{min(s):.1f}-{max(s):.1f}] ({'/'.join(map(str, n))})")
-        print(f"| {step} | {cells[0]} | {cells[1]} |")
+        print(f"| {step} | " + " | ".join(cells) + " |")
     if args.out:
         write_json(args.out, {"machine": machine_info(), "overrides": args.overrides, "records": records})
 
