@@ -1,11 +1,13 @@
 """A fresh sitting's first minutes: what compiles before the search runs, two checkouts side by side.
 
     python benchmarks/sitting.py --before /tmp/old --after . --reps 3 --out FILE.json [FIELD=VALUE ...]
-    python benchmarks/sitting.py --after . --reps 1 --experiment discobench_loss_gpu   # on a GPU, this checkout alone
+    python benchmarks/sitting.py --after . --reps 1 --experiment discobench_loss_gpu --cache C   # on a GPU, twice:
+                                                                                   # cold, then resumed (C filled)
 
 In one process per checkout and repetition, alternating, with the persistent compile cache off (every
-program compiled): the demo's run config (`metadisco train`'s; or --experiment's), FIELD=VALUE overrides on top, is built
-and then, as `metadisco train` calls them, timed one by one (each to its result on the host):
+program compiled; --cache: that cache instead), the demo's run config (`metadisco train`'s; or
+--experiment's), FIELD=VALUE overrides on top, is built and then, as `metadisco train` calls them,
+timed one by one (each to its result on the host):
 
     baseline      PPO on every problem (the normaliser; only for a `*_norm` fitness)
     generation 1  the first generation (compiles what a generation runs)
@@ -35,6 +37,7 @@ LINK_LAYOUT = Path(__file__).resolve().parent.parent / "scripts" / "link-layout"
 LAYOUTS = Path(tempfile.mkdtemp(prefix="metadisco-layouts-"))
 STEPS = ("baseline", "generation 1", "generation 2", "comparison 1", "comparison 2", "generation 3", "steady generation")
 
+CHILD_CACHE = "from metadisco import compile_cache; compile_cache.configure()\n"
 # Run in the checkout's own process: its metadisco, the same calls in every version since the
 # engine's public calls (baseline, generation, check) were fixed.
 CHILD = r"""
@@ -80,17 +83,19 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _env(tree: Path) -> dict:
+def _env(tree: Path, cache: Path | None) -> dict:
     layout = LAYOUTS / tree.as_posix().strip("/").replace("/", "_")
     if not (layout / "metadisco").is_dir():
         subprocess.run([sys.executable, str(LINK_LAYOUT), str(layout), str(tree)], check=True, capture_output=True)
-    return os.environ | {"METADISCO_CACHE_DIR": "off", "JAX_ENABLE_COMPILATION_CACHE": "0", "PYTHONUNBUFFERED": "1",
-                         "PYTHONPATH": str(layout), "PYTHONSAFEPATH": "1"}
+    caching = {"METADISCO_CACHE_DIR": str(cache)} if cache else {"METADISCO_CACHE_DIR": "off",
+                                                                 "JAX_ENABLE_COMPILATION_CACHE": "0"}
+    return os.environ | caching | {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(layout), "PYTHONSAFEPATH": "1"}
 
 
-def sitting(tree: Path, experiment: str, overrides: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, experiment, *overrides], cwd=tree, env=_env(tree), capture_output=True,
-                          text=True, timeout=1800)
+def sitting(tree: Path, experiment: str, overrides: list[str], cache: Path | None = None) -> dict:
+    child = (CHILD_CACHE if cache else "") + CHILD
+    proc = subprocess.run([sys.executable, "-c", child, experiment, *overrides], cwd=tree, env=_env(tree, cache),
+                          capture_output=True, text=True, timeout=1800)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
         raise SystemExit(f"{tree}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
@@ -104,13 +109,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--experiment", default="", help="a named experiment instead of the demo")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--cache", type=Path, help="a persistent compile cache to use (run twice: cold, then resumed)")
     parser.add_argument("overrides", nargs="*", default=["eval_every=2"])
     args = parser.parse_args()
     sides = ("before", "after") if args.before else ("after",)
     records = {side: [] for side in sides}
     for rep in range(args.reps):
         for side in sides if rep % 2 == 0 else sides[::-1]:
-            records[side].append(sitting(getattr(args, side).resolve(), args.experiment, args.overrides))
+            records[side].append(sitting(getattr(args, side).resolve(), args.experiment, args.overrides, args.cache))
             print(side, json.dumps(records[side][-1]), flush=True)
     print("\n| step | " + " | ".join(f"{side}: median [min-max] s (programs)" for side in sides) + " |")
     print("|---|" + "---|" * len(sides))
