@@ -3,7 +3,8 @@ declared evaluation, and write one summary. Started by benchmarks/gpu_queue.sh (
 the locked wheels on a host without package access):
 
     OUT=DIR benchmarks/gpu_queue.sh [--budget 9m] [--state docs/results/gpu_runs] [--max-runs N]
-    OUT=DIR benchmarks/gpu_queue.sh --smoke          # the same path on the CPU at a tiny size, its state in OUT/state
+    OUT=DIR benchmarks/gpu_queue.sh --smoke          # every entry on the CPU at a tiny size, its state in OUT/state
+    OUT=DIR benchmarks/gpu_queue.sh --cache-from PREVIOUS_OUT/compile_cache.tar.gz   # a fresh machine, warm
 
 Each entry of benchmarks/gpu_queue.toml, in order, is a run directory STATE/NAME:
     missing                 -> `metadisco train EXPERIMENT OVERRIDES --run-dir STATE/NAME --time-limit T`
@@ -16,15 +17,26 @@ T is what is left of the budget less a reserve for the summary. Training that re
 limit stops with a checkpoint (exit status 75) and the queue ends there; the next call resumes it.
 
 OUT receives: summary.md and summary.json (device, minutes, verdicts with their intervals, search
-health, held-out results), queue.log (every command's output), metrics.jsonl (the last entry's),
-results.md (its held-out evaluation, when run) and state.tar.gz (the run directories this call
-touched, relative to STATE: `gpu_queue.py --unpack OUT/state.tar.gz` puts them back). This process imports no
-jax: each command runs in its own process, which holds the accelerator alone.
+health, held-out results, the compile cache's size), queue.log (every command's output), metrics.jsonl
+(the last entry's), results.md (its held-out evaluation, when run), state.tar.gz (the run directories
+this call touched, relative to STATE: `gpu_queue.py --unpack OUT/state.tar.gz` puts them back) and
+compile_cache.tar.gz (see below). This process imports no jax: each command runs in its own process,
+which holds the accelerator alone.
+
+The compile cache travels with the queue. Its commands share a jax compilation cache of their own
+(JAX_COMPILATION_CACHE_DIR, a fresh folder each call; every program stored, however short its
+compile), restored before the first command from --cache-from (default OUT/compile_cache.tar.gz when
+it is there: a later call with the same OUT) and packed into OUT/compile_cache.tar.gz at the end:
+only this queue's programs, never the user's cache. Entries are keyed on the program, jax and the
+device, so a resumed sitting on the same device kind and jax loads every program and compiles
+nothing; on another device or jax it compiles as if there were no cache. Past --cache-limit the
+programs of experiments with no unfinished entry are left out of the archive.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -51,6 +63,8 @@ QUEUE = ROOT / "benchmarks" / "gpu_queue.toml"
 STATE = ROOT / "docs" / "results" / "gpu_runs"
 RESERVE_S = 30.0  # kept from training for the summary and the packing
 MIN_LEG_S = 90.0  # a leg shorter than this would spend itself compiling
+CACHE_ARCHIVE = "compile_cache.tar.gz"
+CACHE_LIMIT_MB = 48.0  # what the archive may hold before finished experiments' programs are left out
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,8 @@ class Entry:
     minutes: float = 10.0
     eval_minutes: float = 5.0
     measured: str = ""
+    smoke: tuple[str, ...] = ()  # with --smoke: after the queue's `smoke`, for an entry they do not fit
+    smoke_evaluate: tuple[str, ...] = ()  # with --smoke: after the queue's `smoke_evaluate`
 
 
 @dataclass(frozen=True)
@@ -104,6 +120,7 @@ class Step:
     exit_code: int
     seconds: float
     note: str = ""
+    compiled: int = 0  # programs it compiled and stored in the queue's compile cache (0: it loaded every one)
 
 
 @dataclass
@@ -121,15 +138,95 @@ class Call:
         return self.budget_s - (time.monotonic() - self.started)
 
 
+class CompileCache:
+    """The queue's own jax compilation cache: a fresh folder its commands share
+    (JAX_COMPILATION_CACHE_DIR), filled from a previous call's archive and packed for the next.
+    `origin` names, for each file (its path in the folder), the experiment whose command stored it,
+    so that finished experiments' programs can be left out of an archive that grew past its limit."""
+
+    MANIFEST = "manifest.json"
+
+    def __init__(self):
+        self.root = Path(tempfile.mkdtemp(prefix="metadisco-queue-cache-"))
+        self.path = self.root / "jax"
+        self.path.mkdir()
+        self.origin: dict[str, str] = {}
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def env(self) -> dict[str, str]:
+        """What a command's environment gets: this cache, and every program stored in it (jax stores
+        only those that took 1 s to compile, the CLI those of 0.1 s: a short one left out would be
+        compiled again by every call)."""
+        return {"JAX_COMPILATION_CACHE_DIR": str(self.path), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+    def entries(self) -> set[str]:
+        return {str(f.relative_to(self.path)) for f in self.path.rglob("*") if f.is_file()}
+
+    @staticmethod
+    def programs(names) -> int:
+        """How many compiled programs `names` hold (jax's KEY-cache files; the rest, such as XLA's GPU
+        autotuning results, serve them)."""
+        return sum(1 for n in names if n.endswith("-cache"))
+
+    def took(self, before: set[str], experiment: str) -> int:
+        """After a command of `experiment`: the programs it compiled (stored since `before`)."""
+        new = self.entries() - before
+        self.origin |= dict.fromkeys(new, experiment)
+        return self.programs(new)
+
+    def restore(self, archive: Path) -> int:
+        """Put back a call's compile_cache.tar.gz; the programs it held. A missing or unreadable archive
+        is not fatal: the call compiles as if there were none (and says so)."""
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                members = tar.getmembers()
+                if any(m.name != self.MANIFEST and Path(m.name).parts[0] != "jax" for m in members):
+                    raise tarfile.TarError("not a queue compile-cache archive")
+                tar.extractall(self.root, filter="data")
+            manifest = self.root / self.MANIFEST
+            if manifest.exists():
+                self.origin = json.loads(manifest.read_text()).get("origin", {})
+                manifest.unlink()
+        except (OSError, tarfile.TarError, ValueError) as e:
+            print(f"compile cache: {archive} not restored ({e}); this call compiles every program", file=sys.stderr)
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.origin = {}
+        return self.programs(self.entries())
+
+    def pack(self, target: Path, unfinished: set[str], limit_bytes: float) -> dict:
+        """The cache into `target` (.tar.gz, with the manifest of origins); past `limit_bytes` without
+        the files of experiments not in `unfinished`. What it holds: programs, bytes, left out."""
+        names = sorted(self.entries())
+        left_out = []
+        if sum((self.path / n).stat().st_size for n in names) > limit_bytes:
+            left_out = [n for n in names if self.origin.get(n) not in unfinished]
+            names = [n for n in names if self.origin.get(n) in unfinished]
+        manifest = json.dumps({"origin": {n: self.origin[n] for n in names if n in self.origin}}).encode()
+        partial = target.with_name(target.name + ".partial")
+        with tarfile.open(partial, "w:gz") as tar:
+            for name in names:
+                tar.add(self.path / name, arcname=f"jax/{name}")
+            info = tarfile.TarInfo(self.MANIFEST)
+            info.size = len(manifest)
+            tar.addfile(info, io.BytesIO(manifest))
+        partial.replace(target)
+        return {"programs": self.programs(names), "bytes": target.stat().st_size,
+                "left_out": self.programs(left_out)}
+
+
 def metadisco_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "metadisco.cli", *args]
 
 
-def run_logged(command: list[str], log) -> int:
-    """Run `command`, its output to stdout and to `log` line by line; its exit status."""
+def run_logged(command: list[str], log, env: dict[str, str] | None = None) -> int:
+    """Run `command` (with `env` added to the environment), its output to stdout and to `log` line by
+    line; its exit status."""
     log.write(f"$ {' '.join(command)}\n")
     log.flush()
-    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    env = os.environ | {"PYTHONUNBUFFERED": "1"} | (env or {})
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                           cwd=ROOT) as proc:
         for line in proc.stdout:
@@ -153,7 +250,7 @@ def next_step(entry: Entry, state: Path, left_s: float, smoke: Queue | None = No
         if limit < MIN_LEG_S:
             return "stop", f"{format_duration(left_s)} left: too little for a training leg of {entry.name}"
         if where == "new":
-            args = ["train", entry.experiment, *entry.overrides, *(smoke.smoke if smoke else ()),
+            args = ["train", entry.experiment, *entry.overrides, *((*smoke.smoke, *entry.smoke) if smoke else ()),
                     "--run-dir", str(run_dir), *(["--overwrite"] if run_dir.exists() else [])]
         else:
             args = ["train", "--resume", str(run_dir)]
@@ -163,13 +260,13 @@ def next_step(entry: Entry, state: Path, left_s: float, smoke: Queue | None = No
         if left_s < 60 * entry.eval_minutes and not smoke:
             return "defer", (f"{entry.name} trained; its evaluation ({entry.eval_minutes:g} min) did not fit in the "
                              f"{format_duration(left_s)} left: a later call runs it")
-        flags = smoke.smoke_evaluate if smoke else entry.evaluate
+        flags = (*smoke.smoke_evaluate, *entry.smoke_evaluate) if smoke else entry.evaluate
         out = Run(run_dir).evaluation_dir / "queue"
         return "evaluate", metadisco_command("evaluate", str(run_dir), *flags, "--out", str(out), "--no-progress")
     return "done", ""
 
 
-def advance(entry: Entry, state: Path, call: Call, log, smoke: Queue | None) -> bool:
+def advance(entry: Entry, state: Path, call: Call, log, smoke: Queue | None, cache: CompileCache | None = None) -> bool:
     """Train (or resume) and evaluate one entry as far as the budget allows; True when the queue
     may go on to the next entry (this one done, or only its evaluation left for a later call)."""
     while True:
@@ -185,9 +282,10 @@ def advance(entry: Entry, state: Path, call: Call, log, smoke: Queue | None) -> 
             call.touched.append(entry.name)
         if kind == "evaluate":
             shutil.rmtree(Run(state / entry.name).evaluation_dir / "queue", ignore_errors=True)  # a cut-off one
-        t = time.monotonic()
-        code = run_logged(command, log)
-        call.steps.append(Step(entry.name, kind, command, code, time.monotonic() - t))
+        t, stored = time.monotonic(), cache.entries() if cache else set()
+        code = run_logged(command, log, cache.env() if cache else None)
+        compiled = cache.took(stored, entry.experiment) if cache else 0
+        call.steps.append(Step(entry.name, kind, command, code, time.monotonic() - t, compiled=compiled))
         if code == EXIT_TIME_LIMIT:
             call.stopped = f"{entry.name} stopped on time with a checkpoint: the next call resumes it"
             return False
@@ -253,14 +351,23 @@ def _interval(x: dict | None) -> str:
     return "-" if not x else f"{x['point']:.2f} [{x['low']:.2f}, {x['high']:.2f}]"
 
 
+def cache_line(c: dict) -> str:
+    restored = f"{c['restored']} programs restored from {c['from']}" if c["from"] else "nothing to restore"
+    left_out = (f", {c['left_out']} programs of finished experiments left out (past {c['limit_mb']:g} MB)"
+                if c["left_out"] else "")
+    return (f"Compile cache: {restored}; this call compiled {c['compiled']}; {CACHE_ARCHIVE} holds {c['programs']} "
+            f"programs, {c['bytes'] / 2**20:.1f} MB{left_out}.")
+
+
 def render(summary: dict) -> str:
     lines = [f"# GPU queue: {summary['device']}", "",
              f"Commit {summary['commit']}, {summary['date']}; budget {summary['budget']}, used "
              f"{summary['used']}{' (smoke: tiny sizes on the CPU)' if summary['smoke'] else ''}. "
              f"Stopped: {summary['stopped'] or 'the queue is done'}."
-             + "".join(f" Deferred: {d}." for d in summary["deferred"]), "",
-             "## This call", "", "| entry | step | exit | minutes | command |", "|---|---|---:|---:|---|"]
-    lines += [f"| {s['entry']} | {s['kind']} | {s['exit_code']} | {s['seconds'] / 60:.1f} | "
+             + "".join(f" Deferred: {d}." for d in summary["deferred"]), "", cache_line(summary["compile_cache"]), "",
+             "## This call", "", "| entry | step | exit | minutes | programs compiled | command |",
+             "|---|---|---:|---:|---:|---|"]
+    lines += [f"| {s['entry']} | {s['kind']} | {s['exit_code']} | {s['seconds'] / 60:.1f} | {s['compiled']} | "
               f"`{' '.join(s['command'][2:])}` |" for s in summary["steps"]]
     lines += ["", "## Every entry", "",
               "| entry | stage | generations | generation minutes | verdict on fresh seeds | health (mean) | "
@@ -317,7 +424,8 @@ def unpack(archive: Path, state: Path) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--budget", default="9m", help="wall time for this call (600, 9m, 1h30m; default 9m)")
+    p.add_argument("--budget", default=None,
+                   help="wall time for this call (600, 9m, 1h30m; default 9m, with --smoke 1h: every entry runs)")
     p.add_argument("--state", type=Path, default=None,
                    help=f"the queue's run directories (default {STATE.relative_to(ROOT)}; with --smoke, OUT/state: a "
                         "smoke never touches the committed runs)")
@@ -325,11 +433,19 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
     p.add_argument("--max-runs", type=int, default=None, help="stop after this many entries were advanced")
     p.add_argument("--smoke", action="store_true", help="the same path on the CPU at a tiny size (`smoke` overrides)")
+    p.add_argument("--cache-from", type=Path, metavar="COMPILE_CACHE_TAR_GZ",
+                   help=f"a previous call's {CACHE_ARCHIVE}, restored before the first command (default "
+                        f"OUT/{CACHE_ARCHIVE} when it is there)")
+    p.add_argument("--cache-limit", type=float, default=CACHE_LIMIT_MB, metavar="MB",
+                   help="past this size the archive leaves out the programs of experiments with no unfinished "
+                        f"entry (default {CACHE_LIMIT_MB:g})")
     p.add_argument("--unpack", type=Path, metavar="STATE_TAR_GZ",
                    help="only put back a call's state.tar.gz under --state, each run directory replaced whole")
     args = p.parse_args(argv)
     if args.state is None:
         args.state = args.out / "state" if args.smoke else STATE
+    if args.budget is None:
+        args.budget = "1h" if args.smoke else "9m"
     if args.unpack:
         args.state.mkdir(parents=True, exist_ok=True)
         print("unpacked:", ", ".join(unpack(args.unpack, args.state)), "into", args.state)
@@ -341,20 +457,30 @@ def main(argv=None) -> int:
     queue = load_queue(args.queue)
     args.out.mkdir(parents=True, exist_ok=True)
     args.state.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "queue.log", "a") as log:
-        for entry in queue.entries:
-            if args.max_runs is not None and len(call.touched) >= args.max_runs:
-                call.stopped = call.stopped or f"--max-runs {args.max_runs}"
-                break
-            if stage(args.state / entry.name) == "done":
-                continue
-            if not advance(entry, args.state, call, log, queue if args.smoke else None):
-                break
+    cache_source = args.cache_from or (args.out / CACHE_ARCHIVE if (args.out / CACHE_ARCHIVE).exists() else None)
+    cache = CompileCache()
+    try:
+        restored = cache.restore(cache_source) if cache_source else 0
+        with open(args.out / "queue.log", "a") as log:
+            for entry in queue.entries:
+                if args.max_runs is not None and len(call.touched) >= args.max_runs:
+                    call.stopped = call.stopped or f"--max-runs {args.max_runs}"
+                    break
+                if stage(args.state / entry.name) == "done":
+                    continue
+                if not advance(entry, args.state, call, log, queue if args.smoke else None, cache):
+                    break
+        unfinished = {e.experiment for e in queue.entries if stage(args.state / e.name) != "done"}
+        cached = cache.pack(args.out / CACHE_ARCHIVE, unfinished, args.cache_limit * 2**20)
+    finally:
+        cache.close()
+    cached |= {"restored": restored, "from": str(cache_source) if cache_source else None,
+               "compiled": sum(s.compiled for s in call.steps), "limit_mb": args.cache_limit}
     summary = {"device": device_name(), "commit": project_commit(),
                "date": time.strftime("%Y-%m-%d %H:%M"), "smoke": args.smoke,
                "budget": format_duration(call.budget_s), "used": format_duration(call.budget_s - call.left()),
                "stopped": call.stopped, "deferred": call.deferred, "steps": [vars(s) for s in call.steps],
-               "entries": [entry_summary(e, args.state) for e in queue.entries]}
+               "entries": [entry_summary(e, args.state) for e in queue.entries], "compile_cache": cached}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (args.out / "summary.md").write_text(render(summary))
     if call.touched:

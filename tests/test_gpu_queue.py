@@ -27,7 +27,8 @@ def test_the_queue_holds_every_gpu_experiment_and_each_entry_resolves():
         cfg = resolve(entry.experiment, list(entry.overrides))
         assert cfg.generations >= 1 and entry.device and entry.measured
         assert cfg.eval_every and cfg.expect.beats, entry.name  # each reaches a verdict on fresh seeds
-    resolve(QUEUE.entries[0].experiment, [*QUEUE.entries[0].overrides, *QUEUE.smoke])  # what --smoke runs
+    for entry in QUEUE.entries:  # what --smoke runs, each entry with a held-out set its objectives run on
+        resolve(entry.experiment, [*entry.overrides, *QUEUE.smoke, *entry.smoke])
     assert QUEUE.entries[0].experiment == "discobench_loss_gpu"  # issue 54: DiscoBench's split first
     assert resolve(QUEUE.entries[0].experiment).validation.envs  # ... with its validation set
     replications = [e for e in QUEUE.entries if e.experiment == "drift_mix_minatar_gpu"]
@@ -77,41 +78,64 @@ def test_each_call_starts_resumes_or_evaluates_from_where_the_run_directory_stan
     assert gpu_queue.stage(tmp_path / "missing") == "new"
 
 
+def smoke(out: Path, *args: str) -> dict:
+    """`OUT=out benchmarks/gpu_queue.sh --smoke ARGS`, as documented (no --state, no --budget); its summary."""
+    env = os.environ | {"OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run([str(ROOT / "benchmarks" / "gpu_queue.sh"), "--smoke", *args], capture_output=True, text=True,
+                          env=env, timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text())
+
+
 @pytest.mark.slow
-def test_smoke_runs_the_first_entry_through_training_and_evaluation_and_writes_one_summary(tmp_path):
-    out = tmp_path / "out"
+@pytest.mark.timeout(1800)  # 18 min on 2 busy cores: 17 for call 1, 1 for call 2
+def test_smoke_passes_every_entry_and_a_second_call_given_its_compile_cache_compiles_nothing(tmp_path):
+    """Call 1, as documented: every entry of the queue trains to its verdict and runs its held-out
+    evaluation. Call 2, on a fresh OUT (a fresh machine) given call 1's compile_cache.tar.gz, runs the first
+    entry again from the start (every program a resumed sitting runs, and the baseline's): it compiles
+    nothing."""
+    out, again = tmp_path / "out", tmp_path / "again"
     committed = ROOT / "docs" / "results" / "gpu_runs"
 
     def snapshot():
         return sorted((str(p.relative_to(committed)), p.stat().st_mtime_ns) for p in committed.rglob("*"))
 
     before = snapshot()
-    env = os.environ | {"OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run([str(ROOT / "benchmarks" / "gpu_queue.sh"), "--smoke", "--max-runs", "1", "--budget", "5m"],
-                          capture_output=True, text=True, env=env, timeout=360)  # as documented: no --state
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = smoke(out)
     assert snapshot() == before  # the committed queue state: not resumed, not locked, not written
-    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped"] == "" and summary["smoke"]  # the queue is done
+    assert [(s["entry"], s["kind"]) for s in summary["steps"]] == [(e.name, kind) for e in QUEUE.entries
+                                                                   for kind in ("train", "evaluate")]
+    for entry in summary["entries"]:  # each to its verdict and its held-out evaluation
+        assert entry["stage"] == "done" and entry["generations"] == [2, 2], entry["name"]
+        assert entry["verdict"].startswith(("verdict: FOUND", "verdict: NOT FOUND")), entry["name"]
+        assert f"| {entry['name']} | done | 2/2 |" in (out / "summary.md").read_text()
     first = summary["entries"][0]
-    assert [s["kind"] for s in summary["steps"]] == ["train", "evaluate"]
-    assert first["stage"] == "done" and first["generations"] == [2, 2]
-    assert first["verdict"].startswith(("verdict: FOUND", "verdict: NOT FOUND"))
     # at the smoke's size PPO does not learn Catch, so there is no normaliser and no aggregate, and it says so
     assert first["heldout"]["envs"] == ["Catch-bsuite"]
     assert "point" in first["heldout"]["iqm"] if first["heldout"]["iqm"] else first["heldout"]["not_aggregated"]
-    assert all(e["stage"] == "new" for e in summary["entries"][1:])
-    assert summary["stopped"] == "--max-runs 1" and summary["smoke"]
-    assert f"| {first['name']} | done | 2/2 |" in (out / "summary.md").read_text()
+    shaping = next(e for e in summary["entries"] if e["name"] == "shaping_hopper_gpu")
+    assert shaping["heldout"]["envs"] == ["CartPole-v1"]  # a potential reads its game's observations: fresh seeds there
     log = (out / "queue.log").read_text()
     assert "--time-limit" in log and "results written to" in log
     with tarfile.open(out / "state.tar.gz") as tar:  # what a later call (or this repo) unpacks to resume
         names = set(tar.getnames())
-    assert {f"{first['name']}/config.json", f"{first['name']}/metrics.jsonl",
-            f"{first['name']}/evaluation/queue/results.json"} <= names
+    assert {f"{e.name}/{f}" for e in QUEUE.entries
+            for f in ("config.json", "metrics.jsonl", "evaluation/queue/results.json")} <= names
     assert not any(n.endswith(".lock") for n in names)
     assert (out / "state" / first["name"] / "metrics.jsonl").is_file()  # the smoke's runs: under OUT
-    assert {p.name for p in out.iterdir()} <= {"summary.md", "summary.json", "queue.log", "metrics.jsonl",
-                                               "results.md", "state.tar.gz", "gpu.txt", "state"}  # state: the smoke's own
+    assert {p.name for p in out.iterdir()} <= {"summary.md", "summary.json", "queue.log", "metrics.jsonl", "results.md",
+                                               "state.tar.gz", "compile_cache.tar.gz", "gpu.txt", "state"}
+    cache = summary["compile_cache"]
+    assert cache["from"] is None and cache["compiled"] == cache["programs"] > 0  # cold, and the count sees it
+    assert f"compile_cache.tar.gz holds {cache['programs']} programs" in (out / "summary.md").read_text()
+
+    summary = smoke(again, "--max-runs", "1", "--cache-from", str(out / gpu_queue.CACHE_ARCHIVE))
+    assert [s["kind"] for s in summary["steps"]] == ["train", "evaluate"] and summary["stopped"] == "--max-runs 1"
+    assert summary["entries"][0]["stage"] == "done" and all(e["stage"] == "new" for e in summary["entries"][1:])
+    assert summary["compile_cache"]["restored"] == cache["programs"]
+    assert summary["compile_cache"]["compiled"] == 0  # no program stored that call 1 had not
+    assert f"restored from {out / gpu_queue.CACHE_ARCHIVE}; this call compiled 0" in (again / "summary.md").read_text()
 
 
 def test_an_evaluation_that_does_not_fit_waits_and_the_queue_goes_on_to_train_the_next(tmp_path):
@@ -125,6 +149,45 @@ def test_an_evaluation_that_does_not_fit_waits_and_the_queue_goes_on_to_train_th
     assert summary["stopped"].endswith(f"too little for a training leg of {second.name}")
     assert [e["stage"] for e in summary["entries"][:2]] == ["evaluate", "new"]
     assert "Deferred: " in (tmp_path / "out" / "summary.md").read_text()
+    assert summary["compile_cache"]["from"] is None and summary["compile_cache"]["programs"] == 0
+    # a later call with the same OUT restores the compile cache the last one left there
+    gpu_queue.main(["--state", str(tmp_path / "state"), "--out", str(tmp_path / "out"), "--budget", "100"])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["compile_cache"]["from"] == str(tmp_path / "out" / gpu_queue.CACHE_ARCHIVE)
+
+
+def test_the_compile_cache_travels_with_its_origins_and_past_its_limit_leaves_out_finished_experiments(tmp_path):
+    """What a command stores in the queue's cache is counted and attributed to its experiment; the archive
+    holds it all, or past its limit only that of experiments with an unfinished entry."""
+    autotune = "xla_gpu_per_fusion_autotune_cache_dir/fusion_1"  # XLA's, beside jax's KEY-cache files
+    cache = gpu_queue.CompileCache()
+    try:
+        assert cache.env()["JAX_COMPILATION_CACHE_DIR"] == str(cache.path)
+        stored = cache.entries()
+        (cache.path / "jit_train-1-cache").write_bytes(bytes(100))
+        (cache.path / autotune).parent.mkdir()
+        (cache.path / autotune).write_bytes(bytes(10))
+        assert cache.took(stored, "finished") == 1  # one program compiled
+        stored = cache.entries()
+        assert cache.took(stored, "open") == 0  # one that loaded every program
+        (cache.path / "jit_eval-2-cache").write_bytes(bytes(100))
+        assert cache.took(stored, "open") == 1
+        whole = cache.pack(tmp_path / "whole.tar.gz", {"open"}, limit_bytes=210)
+        part = cache.pack(tmp_path / "part.tar.gz", {"open"}, limit_bytes=209)
+    finally:
+        cache.close()
+    assert not cache.root.exists()  # the folder is this call's own
+    assert (whole["programs"], whole["left_out"], part["programs"], part["left_out"]) == (2, 0, 1, 1)
+
+    restored = gpu_queue.CompileCache()
+    try:
+        assert restored.restore(tmp_path / "whole.tar.gz") == 2
+        assert restored.entries() == {"jit_train-1-cache", "jit_eval-2-cache", autotune}
+        assert restored.origin == {"jit_train-1-cache": "finished", autotune: "finished", "jit_eval-2-cache": "open"}
+        (tmp_path / "bad.tar.gz").write_text("not an archive")
+        assert restored.restore(tmp_path / "bad.tar.gz") == 0 and restored.entries() == set()  # cold, not fatal
+    finally:
+        restored.close()
 
 
 def test_a_bad_budget_is_a_usage_error_before_anything_runs(tmp_path, capsys):
