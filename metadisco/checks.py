@@ -19,7 +19,6 @@ from metadisco.core.errors import MetadiscoError
 from metadisco.core.records import Comparison, Interval, ProblemScores
 from metadisco.core.scores import GUARD_SE
 from metadisco.measure.stats import gap_closed_ci, mean_ci
-from metadisco.meta_objectives.base import same_params
 from metadisco.scoring import RunScores, ScoringProgram
 
 
@@ -115,15 +114,13 @@ class CheckedProblem:
 class Checks:
     """The checks of a run over `program`: `training` and `validation` problems, the plugs that
     `evolve`, the run's start and PPO as every plug's parameters (ppo_params None: PPO trains on
-    each problem's reference branch; start_is_ppo: the start is PPO exactly, trained once for both)."""
+    each problem's reference branch, else on the run's own, its fixed plugs the start's; start_is_ppo:
+    the start is PPO exactly, trained once for both)."""
 
     def __init__(self, program: ScoringProgram, training, validation, cfg, evolve, start_params, ppo_params,
                  start_is_ppo: bool):
         self.program, self.training, self.validation, self.cfg = program, tuple(training), tuple(validation), cfg
         self.evolve, self.start_params, self.ppo_params, self.start_is_ppo = evolve, start_params, ppo_params, start_is_ppo
-        # PPO beside the candidates in one call where its fixed plugs are the start's (else a call of its own)
-        self.ppo_joins = ppo_params is not None and same_params(
-            {p: v for p, v in ppo_params.items() if p not in evolve}, {p: v for p, v in start_params.items() if p not in evolve})
 
     def evolved(self, params) -> dict:
         """The evolved plugs' part of every plug's parameters: what a row of the program carries."""
@@ -136,9 +133,8 @@ class Checks:
     def _ppo(self, problem: CheckedProblem, seeds) -> np.ndarray:
         """RunScores [1, E] of PPO on `problem`'s `seeds`."""
         if problem.reference is None:
-            return self.program.score_candidates(problem.branch, [self.evolved(self.ppo_params)], self.ppo_params, seeds)
-        return self.program.score_candidates(problem.reference, [self.evolved(self.start_params)], self.start_params,
-                                             seeds)
+            return self.program.score_candidates(problem.branch, [self.evolved(self.ppo_params)], seeds)
+        return self.program.score_candidates(problem.reference, [self.evolved(self.start_params)], seeds)
 
     # ---------------------------------------------------------------- the baseline
     def baseline(self) -> Baseline:
@@ -169,9 +165,9 @@ class Checks:
         """[(ours, start, ppo) fitness, each [E], NaN where a seed diverged] per problem."""
         out = []
         for problem in problems:
-            both = problem.reference is None and not self.start_is_ppo and self.ppo_joins
+            both = problem.reference is None and not self.start_is_ppo
             candidates = [params, self.evolved(self.start_params)] + ([self.evolved(self.ppo_params)] if both else [])
-            runs = self.program.score_candidates(problem.branch, candidates, self.start_params, seeds)
+            runs = self.program.score_candidates(problem.branch, candidates, seeds)
             fitness = np.asarray(fitness_from(runs, self.cfg.fitness, baseline, problem.row), np.float64)
             if both:
                 ppo = fitness[2]

@@ -175,11 +175,18 @@ class MetaTrainer:
                            else functools.partial(_ignoring_lr, p.train)) for p in self.problems]
         branches += [Branch(p.name, functools.partial(_ignoring_lr, p.train)) for p in self.validation]
         both = self.problems + self.validation
+        # PPO through the run's own branches needs its fixed plugs to be the start's (the program's constants)
+        fixed = [plug for plug in self.default_params if plug not in self.evolve]
+        joins = self.ppo_params is not None and same_params({p: self.ppo_params[p] for p in fixed},
+                                                            {p: self.default_params[p] for p in fixed})
+        if not joins:
+            self.ppo_params = None
+            self.start_is_ppo = False
         own = self.ppo_params is None and self.needs_ppo
         if own:
             branches += [Branch(f"{p.name} (PPO)", functools.partial(_ppo_reference, p.ppo_train)) for p in both]
         checked = [CheckedProblem(p.name, i, len(both) + i if own else None, i) for i, p in enumerate(both)]
-        program = ScoringProgram(branches, self.objectives.merge, self.mesh, cfg.es.population_size,
+        program = ScoringProgram(branches, self.full_params, self.mesh, cfg.es.population_size,
                                  cfg.seeds_per_member, cfg.members_per_batch)
         return program, checked
 
@@ -242,10 +249,7 @@ class MetaTrainer:
         [P, S] each (on device)."""
         envs, horizon = fetch((asked.draw.envs, asked.draw.horizon))  # which branches: the host picks
         nh = len(self.horizons)
-        # every plug's parameters from the one source (start_params(seed), as the comparisons and the saved
-        # objectives): a plug that does not evolve must not fall back to a train's own defaults
-        defaults = self.replicate(self.default_params)
-        return tuple(self.program.score(self.replicate(np.int32(e * nh + horizon)), asked.pop, defaults,
+        return tuple(self.program.score(self.replicate(np.int32(e * nh + horizon)), asked.pop,
                                         asked.draw.lr_factor, asked.seeds) for e in np.asarray(envs).tolist())
 
     def record(self, index: int, metrics: GenerationMetrics, wall_time_s: float) -> GenerationRecord:

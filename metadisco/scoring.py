@@ -6,7 +6,7 @@ the end's re-scoring of the finalists all train through `ScoringProgram.score`, 
     rows [R] (R = the population size, split over the devices), each with its own evolved
     meta-parameters and learning-rate factor, x S seeds per row (seeds_per_member),
     on one branch picked by a traced index (a `switch` over the run's problems);
-    the plugs that do not evolve from `defaults`, one set shared by every row of a call.
+    the plugs that do not evolve fixed at the run's start, constants of the program.
 
 A generation fills the rows with its members and gives every row the same S seeds (common random
 numbers); a check packs its candidates x fresh seeds into the rows (`pack`), as many calls as
@@ -100,14 +100,15 @@ def pack(candidates: int, seeds: int, rows: int, per_row: int) -> list[Call]:
 class ScoringProgram:
     """The run's one training program over `branches`, on `mesh` (its "pop" axis splits the rows).
 
-    merge(evolved, defaults) -> every plug's parameters (Objectives.merge); rows: R, the population
-    size; per_row: S, seeds_per_member; batch: members trained at once on a device
-    (RunConfig.members_per_batch; 0: the whole shard at once).
+    full(evolved) -> every plug's parameters, the plugs that do not evolve at the run's start
+    (constants: XLA folds what they make trivial, e.g. a learned drift's zero output layer, as the
+    generation always had them); rows: R, the population size; per_row: S, seeds_per_member;
+    batch: members trained at once on a device (RunConfig.members_per_batch; 0: the whole shard at once).
     """
 
-    def __init__(self, branches: Sequence[Branch], merge: Callable, mesh: Mesh, rows: int, per_row: int,
+    def __init__(self, branches: Sequence[Branch], full: Callable, mesh: Mesh, rows: int, per_row: int,
                  batch: int = 0):
-        self.branches, self.merge, self.mesh = tuple(branches), merge, mesh
+        self.branches, self.full, self.mesh = tuple(branches), full, mesh
         self.rows, self.per_row, self.batch = rows, per_row, batch
         replicated = NamedSharding(mesh, P())
         # Pinned shardings: every call takes and gives the same layout, so nothing recompiles.
@@ -120,24 +121,22 @@ class ScoringProgram:
             return jax.device_put(tree, sharding)
         return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
 
-    def score(self, branch, params, defaults, lr_factor, seeds) -> RunScores:
+    def score(self, branch, params, lr_factor, seeds) -> RunScores:
         """Train every (row, slot): branch [] int (replicated), params leaves [R, ...] (each row's
-        evolved meta-parameters), defaults (every plug's parameters, those of the plugs that do not
-        evolve used), lr_factor [R], seeds [R, S, key data] -> RunScores [R, S] (on device)."""
-        return self._score(branch, params, defaults, lr_factor, seeds)
+        evolved meta-parameters), lr_factor [R], seeds [R, S, key data] -> RunScores [R, S] (on device)."""
+        return self._score(branch, params, lr_factor, seeds)
 
-    def score_candidates(self, branch: int, candidates: Sequence[Any], defaults, seeds) -> RunScores:
-        """Each of `candidates` (evolved meta-parameters, host values; the other plugs' from
-        `defaults`) trained on every seed of `seeds` ([E, key data], host) on `branch`, at the
-        problem's own learning rate, paired by seed (candidate c's seed j is everyone's seed j):
-        RunScores [C, E] (numpy)."""
+    def score_candidates(self, branch: int, candidates: Sequence[Any], seeds) -> RunScores:
+        """Each of `candidates` (evolved meta-parameters, host values) trained on every seed of
+        `seeds` ([E, key data], host) on `branch`, at the problem's own learning rate, paired by seed
+        (candidate c's seed j is everyone's seed j): RunScores [C, E] (numpy)."""
         seeds = np.asarray(seeds)
         stacked = jax.tree.map(lambda *x: np.stack([np.asarray(v) for v in x]), *candidates)
         out = None
         for call in pack(len(candidates), seeds.shape[0], self.rows, self.per_row):
             params = jax.tree.map(lambda x: x[call.candidate], stacked)
-            got = fetch(self.score(*self.replicate((np.int32(branch), params, defaults,
-                                                     np.ones(self.rows, np.float32), seeds[call.seed]))))
+            got = fetch(self.score(*self.replicate((np.int32(branch), params, np.ones(self.rows, np.float32),
+                                                     seeds[call.seed]))))
             if out is None:
                 out = jax.tree.map(lambda x: np.full((len(candidates), seeds.shape[0]), np.nan, x.dtype)
                                    if x.dtype != bool else np.zeros((len(candidates), seeds.shape[0]), bool), got)
@@ -148,9 +147,9 @@ class ScoringProgram:
         return out
 
     # ---------------------------------------------------------------- the program
-    def _score_impl(self, branch, params, defaults, lr_factor, seeds):
+    def _score_impl(self, branch, params, lr_factor, seeds):
         rows = jax.shard_map(
-            self._local, mesh=self.mesh, in_specs=(P(), P("pop"), P(), P("pop"), P("pop")), out_specs=P("pop"),
+            self._local, mesh=self.mesh, in_specs=(P(), P("pop"), P("pop"), P("pop")), out_specs=P("pop"),
             check_vma=False,
         )
         # Replicated on both sides: otherwise the partitioner carries the split into what computes
@@ -158,17 +157,16 @@ class ScoringProgram:
         # then depends on the device count
         replicated = NamedSharding(self.mesh, P())
         params = jax.lax.with_sharding_constraint(params, replicated)
-        return jax.lax.with_sharding_constraint(rows(branch, params, defaults, lr_factor, seeds), replicated)
+        return jax.lax.with_sharding_constraint(rows(branch, params, lr_factor, seeds), replicated)
 
-    def _local(self, branch, params, defaults, lr_factor, seeds):
+    def _local(self, branch, params, lr_factor, seeds):
         """A device's shard of the rows, `batch` rows at a time (a lax.map): every batch is the same
         program whatever the shard's size, so that a row's bits do not depend on how many devices
         split the rows (a vmap of one row is compiled otherwise than one of several)."""
         branches = [self._rows_of(b) for b in self.branches]
 
         def run(p, f, s):
-            args = (p, defaults, f, s)
-            return jax.lax.switch(branch, branches, *args) if len(branches) > 1 else branches[0](*args)
+            return jax.lax.switch(branch, branches, p, f, s) if len(branches) > 1 else branches[0](p, f, s)
 
         local = lr_factor.shape[0]
         if not self.batch:
@@ -181,10 +179,9 @@ class ScoringProgram:
         return jax.tree.map(lambda x: x.reshape(local, *x.shape[2:]), out)
 
     def _rows_of(self, branch: Branch):
-        def rows(params, defaults, lr_factor, seeds):  # [r, ...], shared, [r], [r, S, key data] -> RunScores [r, S]
+        def rows(params, lr_factor, seeds):  # [r, ...], [r], [r, S, key data] -> RunScores [r, S]
             def one(p, f, keys):
-                # the plugs that do not evolve are one set for every row: XLA keeps them unbatched
-                full = self.merge(p, defaults)
+                full = self.full(p)
                 return jax.vmap(lambda k: _typed(RunScores.of(branch.train(jax.random.wrap_key_data(k), full, f))))(keys)
             return jax.vmap(one)(params, lr_factor, seeds)
         return rows
