@@ -15,7 +15,7 @@ timed one by one (each to its result on the host):
     comparison 1  the first comparison on fresh seeds (eval_every's)
     comparison 2  a later one
     generation 3  steady state again, after the comparisons
-    steady generation  the median of 5 more generations
+    steady generation  the median of --steady more generations (5)
 
 with the number of XLA programs each compiled (jax's compile log). The question it answers: does a
 comparison or the baseline compile a training program of its own, or does a run compile one?
@@ -35,13 +35,14 @@ from _common import machine_info, median, write_json
 
 LINK_LAYOUT = Path(__file__).resolve().parent.parent / "scripts" / "link-layout"
 LAYOUTS = Path(tempfile.mkdtemp(prefix="metadisco-layouts-"))
+STEADY = 5
 STEPS = ("baseline", "generation 1", "generation 2", "comparison 1", "comparison 2", "generation 3", "steady generation")
 
 CHILD_CACHE = "from metadisco import compile_cache; compile_cache.configure()\n"
 # Run in the checkout's own process: its metadisco, the same calls in every version since the
 # engine's public calls (baseline, generation, check) were fixed.
 CHILD = r"""
-import json, logging, sys, time
+import json, logging, os, sys, time
 import jax
 compiles = []
 class Count(logging.Handler):
@@ -76,9 +77,9 @@ timed("comparison 1", lambda: trainer.check(state, baseline, 2))
 timed("comparison 2", lambda: trainer.check(state, baseline, 3))
 timed("generation 3", lambda: generation(2))
 steady = []
-for g in range(3, 8):
+for g in range(3, 3 + int(os.environ.get("SITTING_STEADY", "5"))):
     timed("g", lambda: generation(g)); steady.append(out.pop("g")["s"])
-out["steady generation"] = {"s": sorted(steady)[2], "compiled": 0, "all": steady}
+out["steady generation"] = {"s": sorted(steady)[len(steady) // 2], "compiled": 0, "all": steady}
 print("RESULT " + json.dumps(out))
 """
 
@@ -89,7 +90,8 @@ def _env(tree: Path, cache: Path | None) -> dict:
         subprocess.run([sys.executable, str(LINK_LAYOUT), str(layout), str(tree)], check=True, capture_output=True)
     caching = {"METADISCO_CACHE_DIR": str(cache)} if cache else {"METADISCO_CACHE_DIR": "off",
                                                                  "JAX_ENABLE_COMPILATION_CACHE": "0"}
-    return os.environ | caching | {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(layout), "PYTHONSAFEPATH": "1"}
+    return os.environ | caching | {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(layout), "PYTHONSAFEPATH": "1",
+                                   "SITTING_STEADY": str(STEADY)}
 
 
 def sitting(tree: Path, experiment: str, overrides: list[str], cache: Path | None = None) -> dict:
@@ -110,8 +112,11 @@ def main() -> None:
     parser.add_argument("--experiment", default="", help="a named experiment instead of the demo")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--cache", type=Path, help="a persistent compile cache to use (run twice: cold, then resumed)")
+    parser.add_argument("--steady", type=int, default=5, help="generations timed at the end (their median: steady state)")
     parser.add_argument("overrides", nargs="*", default=["eval_every=2"])
     args = parser.parse_args()
+    global STEADY
+    STEADY = args.steady
     sides = ("before", "after") if args.before else ("after",)
     records = {side: [] for side in sides}
     for rep in range(args.reps):
