@@ -95,7 +95,7 @@ class ProblemScores:
 @dataclass(frozen=True)
 class Comparison:
     """The ES mean against PPO and against the run's start point, all trained on the same fresh
-    seeds (metadisco.engine.MetaTrainer.compare): per training problem, overall (the mean over
+    seeds (metadisco.checks.Checks.compare): per training problem, overall (the mean over
     problems, then over seeds), and the paired differences with their intervals."""
 
     problems: tuple[ProblemScores, ...] = ()
