@@ -170,7 +170,8 @@ def main() -> None:
         raise SystemExit(f"unknown recipes {unknown}; known: {', '.join(RECIPES)}")
     records = json.loads(args.also.read_text())["records"] if args.also else []
     judge_baseline = Path(tempfile.mkdtemp(prefix="recipes-")) / "judge_baseline.json"
-    for seed in range(args.first_seed, args.first_seed + args.seeds):  # seed-major: drift on the machine spreads over every recipe alike
+    # seed-major: drift on the machine spreads over every recipe alike
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for recipe in recipes:
             records.append(one(recipe, seed, args.seconds, judge_baseline))
             print(json.dumps(records[-1]), flush=True)
