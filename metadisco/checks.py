@@ -161,6 +161,21 @@ class Checks:
         return (comparison(self.training, training),
                 comparison(self.validation, validation) if self.validation else None, per_seed)
 
+    def validation_scores(self, solutions, baseline: Baseline, key) -> np.ndarray:
+        """Each of `solutions` (ES solutions, host) trained on every validation problem on the same
+        `validation.seeds` fresh seeds of `key`, all in the same calls: per-seed fitness [C, problems, S],
+        NaN where a seed diverged (selection's finalists, paired by seed)."""
+        seeds = seeds_of(key, self.cfg.validation.seeds)
+        per_problem = [np.asarray(fitness_from(self.program.score_candidates(p.branch, list(solutions), seeds),
+                                               self.cfg.fitness, baseline, p.row), np.float64)
+                       for p in self.validation]
+        return np.stack(per_problem, 1)
+
+    def training_comparison(self, solution, baseline: Baseline, key) -> Comparison:
+        """`solution` against the start and PPO on the training problems, on `eval_seeds` fresh seeds of `key`."""
+        return comparison(self.training, self._scored(self.training, solution, baseline,
+                                                      seeds_of(key, self.cfg.eval_seeds)))
+
     def _scored(self, problems, params, baseline: Baseline, seeds) -> list[tuple[np.ndarray, ...]]:
         """[(ours, start, ppo) fitness, each [E], NaN where a seed diverged] per problem."""
         out = []

@@ -291,15 +291,19 @@ class MetaTrainer:
         mean = fetch(self.mean_params(fetch(state)))  # host-side: same in every process
         return self.checks.compare(mean, fetch(baseline), keys)[:2]
 
-    def rescore(self, solution, baseline: Baseline, completed: int) -> tuple[Comparison, np.ndarray]:
-        """A finalist of selection (metadisco.measure.selection), an ES solution (evolved plugs only),
-        scored on the common fresh seeds of the run's end after `completed` generations (Stream.SELECTION):
-        (its Comparison with PPO and the start on the training problems, its per-seed validation scores
-        [validation problems, validation.seeds], NaN where a seed diverged)."""
-        keys = (streams.key(self.cfg.seed, streams.Stream.SELECTION, completed, 0),
-                streams.key(self.cfg.seed, streams.Stream.SELECTION, completed, 1))
-        training, _, per_seed = self.checks.compare(fetch(solution), fetch(baseline), keys)
-        return training, per_seed
+    def rescore(self, solutions, baseline: Baseline, completed: int) -> np.ndarray:
+        """Selection's finalists (metadisco.measure.selection), ES solutions (evolved plugs only), scored
+        together on the validation problems on the common fresh seeds of the run's end after `completed`
+        generations (Stream.SELECTION): per-seed validation scores [finalists, validation problems,
+        validation.seeds], NaN where a seed diverged."""
+        key = streams.key(self.cfg.seed, streams.Stream.SELECTION, completed, 1)
+        return self.checks.validation_scores([fetch(s) for s in solutions], fetch(baseline), key)
+
+    def compare_selected(self, solution, baseline: Baseline, completed: int) -> Comparison:
+        """The selected finalist against PPO and the start on the training problems, on the run end's
+        fresh seeds (Stream.SELECTION): what its verdict reads."""
+        key = streams.key(self.cfg.seed, streams.Stream.SELECTION, completed, 0)
+        return self.checks.training_comparison(fetch(solution), fetch(baseline), key)
 
 
 def devices_for(population_size: int, members_per_batch: int, available: int) -> int:

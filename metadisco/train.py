@@ -162,12 +162,13 @@ def finalise_selection(run: RunDir, trainer: MetaTrainer, baseline: Baseline, do
     solutions = [trainer.initial_solution if c.start else _evolved(trainer, run.candidate_path(c.generation))
                  for c in candidates]
     t = time.perf_counter()
-    scored = [trainer.rescore(solution, baseline, done) for solution in solutions]
-    finalists = final_selection.rescored(candidates, np.stack([per_seed for _, per_seed in scored]))
+    # every finalist on the same calls of validation; the training comparison, for the verdict, only for the one kept
+    finalists = final_selection.rescored(candidates, trainer.rescore(solutions, baseline, done))
     index = final_selection.chosen(finalists)
     violations = Violations(mean=tuple(check_evolved(trainer.objectives, trainer.full_params(solutions[index]),
                                                      trainer.evolve)))
-    final = FinalSelection(finalists, index, scored[index][0], violations, done)
+    final = FinalSelection(finalists, index, trainer.compare_selected(solutions[index], baseline, done), violations,
+                           done)
     chosen = final.chosen
     named = final.named()
     extra = {"generation": chosen.finalist.generation, "candidate": "start" if chosen.finalist.start else "mean",

@@ -71,6 +71,8 @@ def test_a_run_compiles_one_training_program_for_generations_baseline_checks_val
     assert len(rows) == 4 and (tmp_path / "run" / "objectives" / "selected.json").is_file()
     assert trainer.program._score._cache_size() == 1  # one program: every call at one shape
     state = trainer.replicate(fetch(trainer.init()))
-    trainer.rescore(trainer.initial_solution, trainer.replicate(trainer.baseline_template()), 9)
+    baseline = trainer.replicate(trainer.baseline_template())
+    trainer.rescore([trainer.initial_solution] * 3, baseline, 9)
+    trainer.compare_selected(trainer.initial_solution, baseline, 9)
     trainer.generation(state, trainer.replicate(trainer.baseline_template()), 0)
     assert trainer.program._score._cache_size() == 1
