@@ -3,7 +3,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast setup bench gpu-wheels docs clean
+.PHONY: demo test test-fast gpu-preflight setup bench gpu-wheels docs clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock scripts/setup-venv scripts/find-python
 	scripts/setup-venv
@@ -47,6 +47,12 @@ docs: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not slow" $(PYTEST_ARGS)
+
+# Before a GPU sitting: the GPU queue's whole smoke on the CPU (every entry trained at a tiny size to its
+# verdict and held-out evaluation, then one again from the first call's compile cache; about 17 min on
+# 2 cores). `make test` plans every entry and runs one through the queue twice (tests/test_gpu_queue.py).
+gpu-preflight: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/preflight_gpu_queue.py $(PYTEST_ARGS)
 
 # The like-for-like inner-loop benchmark (metadisco vs the PureJaxRL-style reference); long:
 # see docs/benchmarks.md. ARGS=--quick for a smoke check (then it writes nothing to docs/).

@@ -212,23 +212,29 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def _tiny_run_built(tmp_path_factory):
-    """One finished meta-training run at tests.helpers.tiny_config(generations=2) (LPO drift on
-    CartPole-v1, the second generation compared with PPO on fresh seeds), trained once per worker."""
-    from metadisco.train import run
-    from tests.helpers import tiny_config
+def finished_runs(tmp_path_factory, worker_id):
+    """The suite's finished runs (tests.helpers.FINISHED_RUNS), each trained once per session however many
+    workers ask: they share the session's base folder (each worker's own is a folder inside it)."""
+    from tests.helpers import FinishedRuns
 
-    path = tmp_path_factory.mktemp("tiny_run") / "run"
-    run(tiny_config(generations=2), path, progress=False, log=lambda *a, **k: None)
-    return path
+    base = tmp_path_factory.getbasetemp()
+    return FinishedRuns((base if worker_id == "master" else base.parent) / "finished_runs")
+
+
+@pytest.fixture
+def finished_run(request, finished_runs, tmp_path):
+    """A test's own copy of one of the session's finished runs, the kind given by indirect parametrisation
+    (`@pytest.mark.parametrize("finished_run", ["gru"], indirect=True)`), built outside the test's timed call:
+    (run directory, what `metadisco train` printed making it, with the copy's path in place of the original's)."""
+    kind = request.param
+    made = finished_runs.built(kind)
+    path = finished_runs.copy(kind, tmp_path / kind)
+    return path, finished_runs.printed(kind).replace(str(made), str(path))
 
 
 @pytest.fixture(scope="module")
-def tiny_run(_tiny_run_built, tmp_path_factory):
-    """A module's own copy of the session's finished tiny run (so what a module writes into it,
-    figures or evaluations, is its own): for the tests that read or extend a finished run."""
-    import shutil
-
-    path = tmp_path_factory.mktemp("tiny_run_copy") / "run"
-    shutil.copytree(_tiny_run_built, path)
-    return path
+def tiny_run(finished_runs, tmp_path_factory):
+    """A module's own copy of the session's finished LPO run (FINISHED_RUNS["lpo"]: tiny_config(generations=2),
+    the second generation compared with PPO on fresh seeds), for the tests that read or extend it (what a
+    module writes into it, figures or evaluations, is its own)."""
+    return finished_runs.copy("lpo", tmp_path_factory.mktemp("tiny_run_copy") / "run")

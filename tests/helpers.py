@@ -18,6 +18,8 @@ from metadisco.core.ppo_config import PPOConfig
 from metadisco.inner_loops.ppo import TrainResult
 from metadisco.rundir import RunDir
 
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+
 # The tiny PPO run of the objective tests (tests/test_objectives.py, tests/test_search_spaces.py).
 # lr 2.5e-3: at the preset 2.5e-4 the policy moves so little in 32 updates that sampled actions
 # (same keys) rarely change, and different critics give identical returns. No evaluation episodes:
@@ -34,6 +36,72 @@ LPO = ["lpo_cartpole_cpu", "fitness=final_eval"]
 # command-line test shares them through the compile cache)
 TINY = ["inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64", "inner.hidden=16,16",
         "es.population_size=4", "eval_every=0", "member_batch=2", "eval_seeds=2", "baseline_seeds=2"]
+
+
+# The finished runs the suite shares (FinishedRuns): `metadisco train` arguments of each kind, at TINY's
+# settings (so they share its programs) unless the kind's point is other settings.
+FINISHED_RUNS = {
+    # LPO's drift on CartPole, 2 generations, the second compared with PPO on fresh seeds: tiny_config(generations=2)
+    "lpo": [*LPO, *TINY, "objectives.drift.hidden=8", "generations=2", "eval_every=2", "checkpoint_every=1"],
+    # a drift and a value loss evolved together (both distilled, exported into one file)
+    "drift_value": [*LPO, *TINY, "objectives.drift.hidden=8", "objectives.value_loss=learned",
+                    "objectives.evolve=drift,value_loss", "generations=1"],
+    # the demo (no experiment named: MountainCar's learned potential), with its declared held-out set
+    "shaping": ["objectives.shaping.hidden=8", *TINY, "generations=1"],
+    # a recurrent policy on a memory task, one evolved plug: every workflow must take it
+    "gru": ["lpo_cartpole_cpu", "envs=MemoryChain-bsuite", "inner.network=gru", "inner.rnn_size=16",
+            "inner.total_timesteps=1024", "inner.num_envs=8", "inner.num_steps=32", "inner.num_minibatches=2",
+            "inner.eval_episodes=8", "generations=2", "eval_every=0", "baseline_seeds=2", "seeds_per_member=1",
+            "objectives.drift=drift_mix", "objectives.evolve=drift", "es.population_size=4", "es.sigma_init=0.1"],
+}
+
+
+class FinishedRuns:
+    """The suite's finished runs (FINISHED_RUNS), each trained once per session under `root`, whichever
+    pytest-xdist worker asks first (the others wait on its file lock), then copied for each test."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def built(self, kind: str) -> Path:
+        """The shared run of `kind` (read it, never write into it: `copy` gives one of your own)."""
+        import contextlib
+        import fcntl
+        import io
+
+        from metadisco.cli import main
+
+        path = self.root / kind / "run"
+        with open(self.root / f"{kind}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (self.root / kind / "train.out").exists():
+                if (self.root / kind).exists():  # a build that failed half way: again, from the start
+                    import shutil
+
+                    shutil.rmtree(self.root / kind)
+                (self.root / kind).mkdir()
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                    try:
+                        main(["train", *FINISHED_RUNS[kind], "--run-dir", str(path), "--no-progress"])
+                    except SystemExit as e:
+                        if e.code:
+                            raise AssertionError(f"the shared {kind} run failed to train:\n{out.getvalue()[-3000:]}") from None
+                (self.root / kind / "train.out").write_text(out.getvalue())
+        return path
+
+    def printed(self, kind: str) -> str:
+        """What `metadisco train` printed (stdout and stderr) when it made the run of `kind`."""
+        self.built(kind)
+        return (self.root / kind / "train.out").read_text()
+
+    def copy(self, kind: str, dest: Path) -> Path:
+        """A copy of the run of `kind` at `dest` (created), for a test to add to."""
+        import shutil
+
+        shutil.copytree(self.built(kind), dest)
+        return Path(dest)
 
 
 def metadisco(*args, timeout=300, cwd=None) -> subprocess.CompletedProcess:
@@ -74,6 +142,18 @@ def wait_for_rows(run_dir, rows: int, proc: subprocess.Popen | None = None, time
             raise AssertionError(f"metadisco exited ({proc.returncode}) before {rows} rows: {proc.stderr.read()[-2000:]}")
         time.sleep(0.2)
     raise AssertionError(f"no {rows} rows in {metrics} after {timeout} s")
+
+
+def gpu_queue_smoke(out: Path, *args: str) -> dict:
+    """`OUT=out benchmarks/gpu_queue.sh --smoke ARGS`, as documented (no --state, no --budget): its summary.json."""
+    import json
+    import os
+
+    env = os.environ | {"OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run([str(ROOT / "benchmarks" / "gpu_queue.sh"), "--smoke", *args], capture_output=True, text=True,
+                          env=env, timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text())
 
 
 def tiny_config(**changes) -> RunConfig:

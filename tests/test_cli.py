@@ -150,21 +150,14 @@ def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
 
 
 @pytest.mark.slow
-def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys):
-    """The analysis chain a user runs after training a drift and a value loss together:
-    distil -> export (both closed forms in one objectives file) -> evaluate the export."""
+@pytest.mark.parametrize("finished_run", ["drift_value"], indirect=True)
+def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys, finished_run):
+    """The analysis chain a user runs after training a drift and a value loss together (the suite's finished
+    "drift_value" run): distil -> export (both closed forms in one objectives file) -> evaluate the export."""
     from metadisco.cli import main
-    from metadisco.config import ObjectivesConfig
     from metadisco.meta_objectives import ClosedFormDrift, ClosedFormValueLoss, load_objectives
-    from metadisco.train import run
-    from tests.helpers import tiny_config
 
-    # tests.helpers.tiny_config: its PPO baseline program is this run's too
-    cfg = tiny_config(generations=1, eval_every=0,
-                      objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}, value_loss="learned",
-                                                  evolve=("drift", "value_loss")))
-    path = tmp_path / "run"
-    run(cfg, path, progress=False, log=lambda *a: None)
+    path, _ = finished_run
     for bad, message in (["--progress", "2"], "share of training"), (["--prior-fraction", "1"], "[0, 1)"):
         with pytest.raises(SystemExit) as exit_info:  # out of range: refused before any fitting
             main(["distil", str(path), *bad])

@@ -52,25 +52,19 @@ def test_the_grammar_writes_the_energy_and_a_closed_form_potential_is_a_valid_sh
 
 
 @pytest.mark.slow
-def test_distil_and_export_a_trained_shaping_run(tmp_path, capsys):
-    """A run that evolved only the shaping is distilled (it was refused before), exported as LaTeX, JSON
-    and a JAX module that compute one potential, and plotted without the drift it never evolved."""
+@pytest.mark.parametrize("finished_run", ["shaping"], indirect=True)
+def test_distil_and_export_a_trained_shaping_run(capsys, finished_run):
+    """A run that evolved only the shaping (the suite's finished "shaping" run: the demo at a tiny size) is
+    distilled (it was refused before), exported as LaTeX, JSON and a JAX module that compute one potential,
+    and plotted without the drift it never evolved."""
     import jax.numpy as jnp
 
     from metadisco.analysis.plots import plot_run
     from metadisco.analysis.targets import require_valid_target, resolve_target
     from metadisco.cli import main
-    from metadisco.config import ObjectivesConfig
     from metadisco.meta_objectives import load_objectives
-    from metadisco.train import run
-    from tests.helpers import tiny_config
 
-    shaping = {"name": "potential", "hidden": 8, "scale": 30.0, "obs_scale": (1.0, 0.07)}
-    cfg = tiny_config(generations=1, eval_every=0, envs=("MountainCar-v0",),
-                      objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}, shaping=shaping,
-                                                  evolve=("shaping",)))
-    path = tmp_path / "run"
-    run(cfg, path, progress=False, log=lambda *a: None)
+    path, _ = finished_run
     main(["distil", str(path), "--seed", "1"])
     out = capsys.readouterr().out
     assert "shaping: Pareto front" in out and "correlation with the mechanical energy" in out

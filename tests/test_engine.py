@@ -36,11 +36,6 @@ from tests.helpers import (
     untimed,
 )
 
-pytestmark = pytest.mark.timeout(300)
-
-
-
-
 
 def diverging_train(key, meta_params):
     result = quadratic_train(key, meta_params)
@@ -62,6 +57,17 @@ def test_fitness_improves_on_a_meta_problem_with_a_known_answer(tmp_path):
     last = np.mean([r.fitness_mean for r in rows[-5:]])
     assert last > first + 0.05, (first, last)  # fitness is maximised: the sign reaches evosax right
     assert rows[-1].best_fitness >= max(r.fitness_max for r in rows) - 1e-6
+
+
+def test_the_members_of_a_generation_train_on_the_same_seeds(tmp_path):
+    """Common random numbers: a stand-in whose score is its seed's noise alone (what the member is does not
+    enter it) scores every member of a generation alike; the next generation draws other seeds."""
+    cfg = tiny_config(generations=3, eval_every=0, seeds_per_member=2)
+    trainer = MetaTrainer(cfg, trains=[constant_train(0.0, 1.0, noise=1.0)])
+    run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
+    rows = RunDir(tmp_path / "run").metrics()
+    assert [(r.fitness_min, r.fitness_std) for r in rows] == [(r.fitness_max, 0.0) for r in rows]
+    assert len({r.fitness_mean for r in rows}) == 3  # each generation its own seeds
 
 
 def test_a_diverging_member_does_not_stop_the_run(tmp_path):

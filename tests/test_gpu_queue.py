@@ -2,15 +2,17 @@
 resumed by the next call, then evaluated; one summary. Tested on the CPU (tiny, --smoke)."""
 
 import json
-import os
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from metadisco.config import list_experiments, resolve
+from tests.helpers import gpu_queue_smoke
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -78,61 +80,71 @@ def test_each_call_starts_resumes_or_evaluates_from_where_the_run_directory_stan
     assert gpu_queue.stage(tmp_path / "missing") == "new"
 
 
-def smoke(out: Path, *args: str) -> dict:
-    """`OUT=out benchmarks/gpu_queue.sh --smoke ARGS`, as documented (no --state, no --budget); its summary."""
-    env = os.environ | {"OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run([str(ROOT / "benchmarks" / "gpu_queue.sh"), "--smoke", *args], capture_output=True, text=True,
-                          env=env, timeout=1500)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads((out / "summary.json").read_text())
+@pytest.mark.parametrize("entry", QUEUE.entries, ids=lambda e: e.name)
+def test_every_entry_builds_and_traces_its_program_at_the_smoke_size(entry):
+    """What `make gpu-preflight` trains, planned: each entry at its smoke size builds its run (envs, objectives,
+    problems, checks) and traces the one training program, without compiling or training it."""
+    from metadisco.engine import MetaTrainer
+
+    trainer = MetaTrainer(resolve(entry.experiment, [*entry.overrides, *QUEUE.smoke, *entry.smoke]))
+    program, rows, per_row = trainer.program, trainer.cfg.es.population_size, trainer.cfg.seeds_per_member
+    params = jax.tree.map(lambda x: jnp.broadcast_to(x, (rows, *jnp.shape(x))), trainer.initial_solution)
+    seeds = jax.random.key_data(jax.random.split(jax.random.key(0), rows * per_row)).reshape(rows, per_row, -1)
+    scores = jax.eval_shape(program.score, jnp.int32(0), params, jnp.ones(rows), seeds)
+    assert scores.final_eval.shape == (rows, per_row), entry.name
+
+
+def one_entry_queue(tmp_path: Path) -> Path:
+    """The queue file with its first entry alone (a resumed sitting's: DiscoBench's split, validated)."""
+    text = (ROOT / "benchmarks" / "gpu_queue.toml").read_text()
+    first = text.index("[[run]]")
+    path = tmp_path / "queue.toml"
+    path.write_text(text[: text.index("[[run]]", first + 1)])
+    assert [e.name for e in gpu_queue.load_queue(path).entries] == [QUEUE.entries[0].name]
+    return path
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # 18 min on 2 busy cores: 17 for call 1, 1 for call 2
-def test_smoke_passes_every_entry_and_a_second_call_given_its_compile_cache_compiles_nothing(tmp_path):
-    """Call 1, as documented: every entry of the queue trains to its verdict and runs its held-out
-    evaluation. Call 2, on a fresh OUT (a fresh machine) given call 1's compile_cache.tar.gz, runs the first
-    entry again from the start (every program a resumed sitting runs, and the baseline's): it compiles
-    nothing."""
-    out, again = tmp_path / "out", tmp_path / "again"
+@pytest.mark.timeout(900)
+def test_an_entry_trains_to_its_verdict_and_a_second_call_given_its_compile_cache_compiles_nothing(tmp_path):
+    """Call 1, as documented: the queue's first entry trains to its verdict and runs its held-out evaluation.
+    Call 2, on a fresh OUT (a fresh machine) given call 1's compile_cache.tar.gz, runs it again from the start
+    (every program a resumed sitting runs, and the baseline's): it compiles nothing. Every entry through the
+    whole queue is `make gpu-preflight` (tests/preflight_gpu_queue.py), run before a GPU sitting."""
+    out, again, queue = tmp_path / "out", tmp_path / "again", one_entry_queue(tmp_path)
     committed = ROOT / "docs" / "results" / "gpu_runs"
 
     def snapshot():
         return sorted((str(p.relative_to(committed)), p.stat().st_mtime_ns) for p in committed.rglob("*"))
 
     before = snapshot()
-    summary = smoke(out)
+    summary = gpu_queue_smoke(out, "--queue", str(queue))
     assert snapshot() == before  # the committed queue state: not resumed, not locked, not written
     assert summary["stopped"] == "" and summary["smoke"]  # the queue is done
-    assert [(s["entry"], s["kind"]) for s in summary["steps"]] == [(e.name, kind) for e in QUEUE.entries
-                                                                   for kind in ("train", "evaluate")]
-    for entry in summary["entries"]:  # each to its verdict and its held-out evaluation
-        assert entry["stage"] == "done" and entry["generations"] == [2, 2], entry["name"]
-        assert entry["verdict"].startswith(("verdict: FOUND", "verdict: NOT FOUND")), entry["name"]
-        assert f"| {entry['name']} | done | 2/2 |" in (out / "summary.md").read_text()
-    first = summary["entries"][0]
+    first = QUEUE.entries[0]
+    assert [(s["entry"], s["kind"]) for s in summary["steps"]] == [(first.name, "train"), (first.name, "evaluate")]
+    (entry,) = summary["entries"]
+    assert entry["stage"] == "done" and entry["generations"] == [2, 2]
+    assert entry["verdict"].startswith(("verdict: FOUND", "verdict: NOT FOUND"))
+    assert f"| {first.name} | done | 2/2 |" in (out / "summary.md").read_text()
     # at the smoke's size PPO does not learn Catch, so there is no normaliser and no aggregate, and it says so
-    assert first["heldout"]["envs"] == ["Catch-bsuite"]
-    assert "point" in first["heldout"]["iqm"] if first["heldout"]["iqm"] else first["heldout"]["not_aggregated"]
-    shaping = next(e for e in summary["entries"] if e["name"] == "shaping_hopper_gpu")
-    assert shaping["heldout"]["envs"] == ["CartPole-v1"]  # a potential reads its game's observations: fresh seeds there
+    assert entry["heldout"]["envs"] == ["Catch-bsuite"]
+    assert "point" in entry["heldout"]["iqm"] if entry["heldout"]["iqm"] else entry["heldout"]["not_aggregated"]
     log = (out / "queue.log").read_text()
     assert "--time-limit" in log and "results written to" in log
     with tarfile.open(out / "state.tar.gz") as tar:  # what a later call (or this repo) unpacks to resume
         names = set(tar.getnames())
-    assert {f"{e.name}/{f}" for e in QUEUE.entries
-            for f in ("config.json", "metrics.jsonl", "evaluation/queue/results.json")} <= names
+    assert {f"{first.name}/{f}" for f in ("config.json", "metrics.jsonl", "evaluation/queue/results.json")} <= names
     assert not any(n.endswith(".lock") for n in names)
-    assert (out / "state" / first["name"] / "metrics.jsonl").is_file()  # the smoke's runs: under OUT
+    assert (out / "state" / first.name / "metrics.jsonl").is_file()  # the smoke's runs: under OUT
     assert {p.name for p in out.iterdir()} <= {"summary.md", "summary.json", "queue.log", "metrics.jsonl", "results.md",
                                                "state.tar.gz", "compile_cache.tar.gz", "gpu.txt", "state"}
     cache = summary["compile_cache"]
     assert cache["from"] is None and cache["compiled"] == cache["programs"] > 0  # cold, and the count sees it
     assert f"compile_cache.tar.gz holds {cache['programs']} programs" in (out / "summary.md").read_text()
 
-    summary = smoke(again, "--max-runs", "1", "--cache-from", str(out / gpu_queue.CACHE_ARCHIVE))
-    assert [s["kind"] for s in summary["steps"]] == ["train", "evaluate"] and summary["stopped"] == "--max-runs 1"
-    assert summary["entries"][0]["stage"] == "done" and all(e["stage"] == "new" for e in summary["entries"][1:])
+    summary = gpu_queue_smoke(again, "--queue", str(queue), "--cache-from", str(out / gpu_queue.CACHE_ARCHIVE))
+    assert [s["kind"] for s in summary["steps"]] == ["train", "evaluate"] and summary["entries"][0]["stage"] == "done"
     assert summary["compile_cache"]["restored"] == cache["programs"]
     assert summary["compile_cache"]["compiled"] == 0  # no program stored that call 1 had not
     assert f"restored from {out / gpu_queue.CACHE_ARCHIVE}; this call compiled 0" in (again / "summary.md").read_text()

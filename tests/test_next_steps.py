@@ -9,16 +9,11 @@ import pytest
 
 from tests.helpers import metadisco_in_process as cli
 
-pytestmark = pytest.mark.timeout(600)
-
-TINY = ["generations=1", "eval_every=0", "es.population_size=4", "seeds_per_member=1", "member_batch=2",
-        "inner.total_timesteps=1024", "inner.num_envs=4", "inner.num_steps=32"]
-RUNS = {  # a run of each plug point, and a recurrent one: experiment and overrides
-    "drift": ["lpo_cartpole_cpu", "objectives.drift.hidden=8"],
-    "value_loss": ["value_loss_cartpole_cpu"],
-    "shaping": ["objectives.shaping.hidden=8"],  # the demo (no experiment named): its declared held-out set
-    "recurrent": ["lpo_cartpole_cpu", "objectives.drift.hidden=8", "inner.network=gru", "inner.rnn_size=8",
-                  "inner.num_minibatches=2"],
+RUNS = {  # a run of each plug point, and a recurrent one: the suite's finished runs (tests.helpers.FINISHED_RUNS)
+    "drift": "lpo",
+    "value_loss": "drift_value",
+    "shaping": "shaping",  # the demo (no experiment named): its declared held-out set
+    "recurrent": "gru",
 }
 # what each verb adds to the printed line to stay tiny (it changes the size, never what runs)
 SMALL = {"evaluate": ["--seeds", "2", "--timesteps", "512", "--no-progress"], "plot": ["--formats", "png"],
@@ -66,17 +61,16 @@ def planned_evaluations(monkeypatch):
     return plans
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("plug", list(RUNS))
-def test_every_command_a_run_prints_works_on_that_run(plug, tmp_path, capsys, planned_evaluations):
+@pytest.mark.parametrize("finished_run", list(RUNS.values()), ids=list(RUNS), indirect=True)
+def test_every_command_a_run_prints_works_on_that_run(finished_run, capsys, planned_evaluations):
     """train's next line (plot, evaluate, distil), distil's (export) and export's (evaluate the closed form beside
     the network): plot, distil and export run whole; the evaluations are planned (targets resolved and
     checked, every environment and method planned: where the demo's line failed), not trained."""
-    out = run_ok(["train", *RUNS[plug], *TINY, "--run-dir", str(tmp_path / plug), "--no-progress"], capsys)
+    run_dir, out = finished_run
     steps = printed(out, "next: ")
     assert [s[0] for s in steps] == ["plot", "evaluate", "distil"], steps
-    if plug == "shaping":  # its potential reads MountainCar's two numbers: evaluated on the set it declared
-        assert steps[1] == ["evaluate", str(tmp_path / plug)]
+    if run_dir.name == "shaping":  # its potential reads MountainCar's two numbers: evaluated on the set it declared
+        assert steps[1] == ["evaluate", str(run_dir)]
     for step in steps:
         said = run_ok(step, capsys)
     (export,) = printed(said, "next: ")  # distil's last line names the export

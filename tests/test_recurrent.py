@@ -183,30 +183,25 @@ def test_every_plug_reaches_a_recurrent_run():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_every_workflow_accepts_a_recurrent_run(tmp_path, capsys):
-    """`metadisco train envs=MemoryChain-bsuite inner.network=gru` end to end: stopped and resumed it
-    equals the run made in one go; evaluate (with the run's inner settings), plot, distil and export
-    (DiscoGen's recurrent backend named) all take it."""
+@pytest.mark.parametrize("finished_run", ["gru"], indirect=True)
+def test_every_workflow_accepts_a_recurrent_run(tmp_path, capsys, finished_run):
+    """`metadisco train envs=MemoryChain-bsuite inner.network=gru` end to end (the suite's finished "gru" run:
+    tests.helpers.FINISHED_RUNS): stopped and resumed it equals the run made in one go; evaluate (with the
+    run's inner settings), plot, distil and export (DiscoGen's recurrent backend named) all take it."""
     import json
 
-    from tests.helpers import metadisco_in_process
+    from tests.helpers import FINISHED_RUNS, metadisco_in_process
 
     def cli(*argv):
         code, out, err = metadisco_in_process(argv, capsys)
         assert code == 0, err[-3000:]
         return out + err
 
-    config = ["envs=MemoryChain-bsuite", "inner.network=gru", "inner.rnn_size=16", "inner.total_timesteps=1024",
-              "inner.num_envs=8", "inner.num_steps=32", "inner.num_minibatches=2", "inner.eval_episodes=8",
-              "generations=2", "eval_every=0", "baseline_seeds=2", "seeds_per_member=1",
-              "objectives.drift=drift_mix", "objectives.evolve=drift", "es.population_size=4", "es.sigma_init=0.1"]
     # One evolved plug and no comparisons on fresh seeds: the smallest programs that take every workflow
     # through a recurrent run (every plug in a recurrent program: test_every_plug_reaches_a_recurrent_run)
-    stopped, whole = tmp_path / "stopped", tmp_path / "whole"
-    cli("train", "lpo_cartpole_cpu", *config, "--run-dir", str(stopped), "--stop-after", "1", "--no-progress")
+    (whole, _), stopped = finished_run, tmp_path / "stopped"
+    cli("train", *FINISHED_RUNS["gru"], "--run-dir", str(stopped), "--stop-after", "1", "--no-progress")
     cli("train", "--resume", str(stopped), "--no-progress")
-    cli("train", "lpo_cartpole_cpu", *config, "--run-dir", str(whole), "--no-progress")
 
     def rows(run):
         return [{k: v for k, v in json.loads(line).items() if not any(w in k for w in ("time", "second", "per_s"))}
