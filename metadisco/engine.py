@@ -32,7 +32,7 @@ from metadisco.core.errors import ConfigError
 from metadisco.core.records import Comparison, GenerationRecord, Health
 from metadisco.es_step import Asked, Draw, EsStep, GenerationMetrics, RunState
 from metadisco.inner_loops import Env, PPOConfig, make_env, make_train
-from metadisco.measure.health import NOT_DRAWN
+from metadisco.measure.health import NOT_DRAWN, of_generation
 from metadisco.meta_objectives import Objectives
 from metadisco.meta_objectives import names as objective_names
 from metadisco.meta_objectives.base import same_params
@@ -256,15 +256,16 @@ class MetaTrainer:
         """The metrics row of generation `index`: its `metrics` (as `generation` returned them, or
         fetched) and its wall time, with the environment steps per second that makes."""
         metrics = fetch(metrics)
+        health, game_health = of_generation(metrics.halves, len(self.cfg.envs))  # search health, on the host
         games = {}
-        if metrics.game_health is not None:  # the drawn envs' own health
-            games = {env: Health(*(np.asarray(x)[e].item() for x in metrics.game_health))
-                     for e, env in enumerate(self.cfg.envs) if int(metrics.game_health.undefined[e]) != NOT_DRAWN}
-        m = jax.tree.map(lambda x: np.asarray(x).item(), metrics.replace(game_health=None))
+        if game_health is not None:  # the drawn envs' own health
+            games = {env: Health(*(np.asarray(x)[e].item() for x in game_health))
+                     for e, env in enumerate(self.cfg.envs) if int(game_health.undefined[e]) != NOT_DRAWN}
+        m, health = jax.tree.map(lambda x: np.asarray(x).item(), (metrics.replace(halves=None), health))
         return GenerationRecord(
             generation=index, fitness_mean=m.fitness_mean, fitness_max=m.fitness_max, fitness_min=m.fitness_min,
             fitness_std=m.fitness_std, best_fitness=m.best_fitness, sigma=m.sigma, num_diverged=m.num_diverged,
-            draw=m.draw, health=m.health, game_health=games, wall_time_s=wall_time_s,
+            draw=m.draw, health=health, game_health=games, wall_time_s=wall_time_s,
             env_steps_per_s=self.steps_per_generation / wall_time_s)
 
     def generation_key(self, index: int):

@@ -2,7 +2,8 @@
 
 A generation is three programs: `ask` (the population, its draw from the training distribution,
 the seeds every member shares), the scoring program once per drawn environment, and `tell`
-(fitness, its shaping, the strategy's update, the best member, the metrics and search health).
+(fitness, its shaping, the strategy's update, the best member, the metrics, and what search health
+reads: metadisco.measure.health computes it on the host, so tell holds no copy of it per drawn env).
 Ask and tell are small; the training is the scoring program every check of the run shares.
 """
 
@@ -19,7 +20,6 @@ from flax import struct
 from metadisco import strategy as strategies
 from metadisco.checks import Baseline, fitness_from
 from metadisco.core import streams
-from metadisco.core.records import Health
 from metadisco.core.scores import at_worst
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, MIRRORED_STRATEGIES
 from metadisco.measure import health
@@ -60,7 +60,8 @@ class Asked:
 
 @struct.dataclass
 class GenerationMetrics:
-    """What one generation reports, on device ([] each); `MetaTrainer.record` makes its metrics row."""
+    """What one generation reports, on device ([] each but `halves`); `MetaTrainer.record` makes its
+    metrics row, and its search health from `halves` (measure.health.of_generation, on the host)."""
 
     fitness_mean: jax.Array  # over the members that did not diverge (NaN where every member did)
     fitness_max: jax.Array
@@ -70,8 +71,7 @@ class GenerationMetrics:
     sigma: jax.Array  # the strategy's step size after the update
     num_diverged: jax.Array  # int
     draw: dict  # what was drawn (GenerationRecord.draw), only the levers the run uses
-    health: Health | None  # measure.health.split_half's; None with one seed per member
-    game_health: Health | None  # the same per env of cfg.envs, arrays [n] (NaN where not drawn); None with one env
+    halves: health.Halves | None  # what search health reads (EsStep._halves); None with one seed per member
 
 
 def mirrored(es_cfg) -> bool:
@@ -186,9 +186,8 @@ class EsStep:
             sigma=strategies.sigma_of(es_state),
             num_diverged=diverged.sum(),
             draw=self._draw_metrics(draw),
-            health=self._health_metrics(pop, asked.es_state, per_seed, diverged,
-                                        fitness_or_worst if self._by_mean else es_fitness),
-            game_health=self._game_health(pop, asked.es_state, per_seed, diverged, draw),
+            halves=self._halves(pop, asked.es_state, per_seed, diverged,
+                                fitness_or_worst if self._by_mean else es_fitness, draw.envs),
         )
         return new_state, metrics
 
@@ -222,47 +221,42 @@ class EsStep:
         """Whether the ES is told scores in fitness units (not ranks, not pairs: their ties are judged as they are)."""
         return self.cfg.distribution.env_fitness != "rank" and self.cfg.es.fitness_shaping != "pairwise"
 
-    def _health_metrics(self, pop, es_state, per_seed, diverged, scores) -> Health | None:
-        """Search health (metadisco.measure.health): the agreement of the ES gradients and rankings from
-        two disjoint halves of the generation's seeds, each gradient weighted as the strategy's own
-        update weights its members (its fitness shaping, given es_state: what tell is given; no
-        gradient for a population-based strategy); None with a single seed per member. scores [P]:
-        the generation's scores (before the pair control variate), to tell a collapsed population."""
+    def _halves(self, pop, es_state, per_seed, diverged, scores, envs) -> health.Halves | None:
+        """What search health (metadisco.measure.health.of_generation, on the host) reads of the
+        generation: for two disjoint halves of its seeds, each member's score on the half as the ES
+        would be told it (diverged as it treats them), and the weights the strategy's own update gives
+        those scores (its fitness shaping, given es_state: what tell is given; None for a
+        population-based strategy, which takes no gradient step); for the whole draw and, in a run of
+        several envs, for each drawn env alone (the ES told of that env only: which game moves the
+        gradient and which is seed noise), vmapped over the envs: one trace however many are drawn.
+        None with a single seed per member. scores [P]: the generation's scores (before the pair
+        control variate), to tell a collapsed population; envs: Draw.envs."""
         seeds = per_seed.shape[-1]
         if seeds < 2:
             return None
 
-        def scored(part):  # a half's fitness, and what the ES would be told of it (diverged as it treats them)
-            per_env = part.mean(-1)
-            fitness_or_worst = at_worst(per_env.mean(1), diverged)
-            return fitness_or_worst, self.es_fitness(fitness_or_worst, per_env, diverged)
+        def halves(part):  # [P, k, S] -> each half's fitness and what the ES would be told of it: [2, P] each
+            fitness = []
+            for half in (part[..., : seeds // 2], part[..., seeds // 2:]):
+                per_env = half.mean(-1)
+                fitness_or_worst = at_worst(per_env.mean(1), diverged)
+                fitness.append((fitness_or_worst, self.es_fitness(fitness_or_worst, per_env, diverged)))
+            return tuple(jnp.stack(x) for x in zip(*fitness))
 
-        (fitness_a, es_fitness_a), (fitness_b, es_fitness_b) = (scored(per_seed[..., : seeds // 2]),
-                                                                scored(per_seed[..., seeds // 2:]))
+        fitness, told = (x[:, None] for x in halves(per_seed))  # [2, V, P]: view 0, the whole draw
+        scores = scores[None]
+        if len(self.cfg.envs) > 1:  # views 1..k: each drawn env alone
+            by_env = jax.vmap(lambda p: halves(p[:, None]), in_axes=1, out_axes=1)(per_seed)
+            fitness, told = (jnp.concatenate([x, y], 1) for x, y in zip((fitness, told), by_env))
+            scores = jnp.concatenate([scores, jax.vmap(lambda p: at_worst(jnp.nanmean(p, -1), diverged),
+                                                       in_axes=1)(per_seed)])
         # The pair control variate leaves residuals near 0: their ties are judged against the
         # scores' own magnitude. Ranks (env_fitness=rank) are judged as they are.
-        scale = jnp.maximum(jnp.abs(fitness_a).max(), jnp.abs(fitness_b).max()) if self._by_mean else None
+        scale = jnp.abs(fitness).max((0, 2)) if self._by_mean else None
         flat = health.flat_members(pop)
         weights = strategies.update_weights(self.es, self.es_params, flat, es_state)
-        return health.split_half(flat - flat.mean(0), es_fitness_a, es_fitness_b, weights=weights, scores=scores,
-                                 scale=scale)
-
-    def _game_health(self, pop, es_state, per_seed, diverged, draw: Draw) -> Health | None:
-        """Search health of each env alone (the generation's seeds of that env split in halves, the ES
-        told of that env only): which game moves the gradient and which is seed noise. Arrays [n] over
-        cfg.envs, NaN (undefined: NOT_DRAWN) where the generation did not draw the env; None for a run
-        of one env or one seed per member."""
-        n = len(self.cfg.envs)
-        if n < 2 or per_seed.shape[-1] < 2:
-            return None
-        slots = [self._health_metrics(pop, es_state, per_seed[:, i: i + 1], diverged,
-                                      at_worst(jnp.nanmean(per_seed[:, i], -1), diverged))
-                 for i in range(per_seed.shape[1])]
-        stacked = Health(*(jnp.stack(x) for x in zip(*slots)))  # each [k]
-        match = draw.envs[:, None] == jnp.arange(n)[None, :]  # [k, n]: at most one slot per env (no replacement)
-        slot, drawn = jnp.argmax(match, 0), match.any(0)
-        return Health(jnp.where(drawn, stacked.grad_cos[slot], jnp.nan), jnp.where(drawn, stacked.rank_corr[slot], jnp.nan),
-                      jnp.where(drawn, stacked.undefined[slot], health.NOT_DRAWN).astype(jnp.int32))
+        return health.Halves(flat - flat.mean(0), told, None if weights is None else jax.vmap(jax.vmap(weights))(told),
+                             scale, scores, envs)
 
     def _draw_metrics(self, draw: Draw) -> dict:
         """What was drawn, for the metrics row (GenerationRecord.draw: only the levers the run uses)."""

@@ -119,6 +119,30 @@ def test_one_meta_parameter_keeps_the_rank_correlation_only():
     assert np.isfinite(two.grad_cos) and float(one.rank_corr) == pytest.approx(float(two.rank_corr))
 
 
+def test_split_half_gives_the_hand_computed_cosine_and_rank_correlation():
+    """Four members at +-e1, +-e2; the halves rank them 4 3 2 1 and 3 4 2 1. Centred ranks (1/2,
+    1/6, -1/6, -1/2) and (1/6, 1/2, -1/6, -1/2) give g_a = (2/3, 2/3) and g_b = (1/3, 1): cosine
+    2/sqrt(5); the ranks' correlation is Spearman's 1 - 6 * 2 / (4 * 15) = 0.8. The same from the
+    weights as arrays (what tell hands the host) and, through `of_generation`, as the drawn env's own
+    health in a run of three envs, the others NaN and not drawn."""
+    z = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
+    a, b = np.array([4.0, 3.0, 2.0, 1.0]), np.array([3.0, 4.0, 2.0, 1.0])
+    for weights in (CENTRED, (CENTRED(a), CENTRED(b))):
+        out = search_health.split_half(z, a, b, weights=weights, scores=a + b)
+        assert float(out.grad_cos) == pytest.approx(2 / np.sqrt(5), abs=1e-6)
+        assert float(out.rank_corr) == pytest.approx(0.8, abs=1e-6) and int(out.undefined) == search_health.DEFINED
+    told = np.stack([np.stack([b, a]), np.stack([a, b])])  # [2 halves, 2 views, P]: the draw, then env 2 alone
+    halves = search_health.Halves(z, told, np.vectorize(CENTRED, signature="(p)->(p)")(told), None,
+                                  np.stack([a + b, a + b]), np.array([2]))
+    overall, games = search_health.of_generation(halves, 3)
+    assert float(overall.grad_cos) == pytest.approx(2 / np.sqrt(5), abs=1e-6)  # the halves swapped: the same
+    assert games.grad_cos[2] == pytest.approx(2 / np.sqrt(5), abs=1e-6) and games.rank_corr[2] == pytest.approx(0.8)
+    assert np.isnan(games.grad_cos[:2]).all() and np.isnan(games.rank_corr[:2]).all()
+    assert games.undefined.tolist() == [search_health.NOT_DRAWN] * 2 + [search_health.DEFINED]
+    assert search_health.of_generation(halves._replace(told=told[:, :1], weights=None), 3)[1] is None  # one view: one env
+    assert search_health.of_generation(None, 3) == (None, None)  # one seed per member
+
+
 def health_rows(codes, cos=0.9):
     """Synthetic generations, read from stored rows: code 0 a defined cosine `cos`, else undefined
     (null) for that reason."""

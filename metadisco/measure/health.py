@@ -32,14 +32,19 @@ halves' rank correlation, `rank_corr`, still means something and is kept).
 
 Zhang, Clune & Stanley 2017 (arXiv 1712.06564) compare ES gradients with true gradients as the
 population grows; the split-half agreement is the seed-noise counterpart that a run can measure
-on itself. None of LPO, OPEN or evosax reports it. (jax is imported inside the functions that
-need it: the command line and the report read the figures without starting jax.)
+on itself. None of LPO, OPEN or evosax reports it. It is computed on the host, in numpy
+(`of_generation`), from what the jitted tell returns (`Halves`: each half's scores as the ES is
+told them, and the strategy's weights of them), so that tell compiles no copy of it per drawn env.
+(jax is imported inside the one function that needs it: the command line and the report read the
+figures without starting jax.)
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from metadisco.core.records import GenerationRecord, Health, finite
 from metadisco.measure.run_files import completed
@@ -69,88 +74,122 @@ TIE_ULPS = 64
 FLOAT32_EPS = 2.0**-23
 
 
-def centred_rank_weights(scores):
-    """[P] scores (higher is better; NaN ranks lowest) -> centred ranks in [-0.5, 0.5]."""
-    import jax.numpy as jnp
+def _namespace(x):
+    """numpy for host arrays, jax.numpy for jax's (tracers too): one formula serves both."""
+    return x.__array_namespace__() if hasattr(x, "__array_namespace__") else np
 
-    x = jnp.where(jnp.isnan(scores), -jnp.inf, scores)
-    below = (x[None, :] < x[:, None]).sum(1)
-    ties = (x[None, :] == x[:, None]).sum(1) - 1
+
+def centred_rank_weights(scores):
+    """[P] scores (higher is better; NaN ranks lowest) -> centred ranks in [-0.5, 0.5], float32.
+    numpy or jax arrays alike: the ES ranks with it inside the jitted tell (es_step.centered_ranks),
+    search health on the host (`split_half`)."""
+    xp = _namespace(scores)
+    x = xp.where(xp.isnan(scores), -xp.inf, scores)
+    below = (x[None, :] < x[:, None]).sum(1).astype(xp.float32)
+    ties = ((x[None, :] == x[:, None]).sum(1) - 1).astype(xp.float32)
     return (below + 0.5 * ties) / (x.shape[0] - 1) - 0.5
 
 
-def tied(scores, scale=None):
-    """[P] scores -> [] bool: every member scored the same, within TIE_ULPS float32 rounding steps of
+def tied(scores, scale=None) -> bool:
+    """[P] scores -> whether every member scored the same, within TIE_ULPS float32 rounding steps of
     `scale` (default: the scores' largest magnitude). NaN ranks below every number, so NaN beside
-    numbers is not a tie; all NaN is."""
-    import jax.numpy as jnp
+    numbers is not a tie; all NaN is. In float32, as the scores are."""
+    scores = np.asarray(scores, np.float32)
+    finite = np.isfinite(scores)
+    hi = np.max(np.where(finite, scores, -np.inf))
+    lo = np.min(np.where(finite, scores, np.inf))
+    scale = np.maximum(np.abs(hi), np.abs(lo)) if scale is None else np.float32(scale)
+    return bool((~finite).all() or (finite.all() and hi - lo <= TIE_ULPS * FLOAT32_EPS * scale))
 
-    finite = jnp.isfinite(scores)
-    hi = jnp.max(jnp.where(finite, scores, -jnp.inf))
-    lo = jnp.min(jnp.where(finite, scores, jnp.inf))
-    scale = jnp.maximum(jnp.abs(hi), jnp.abs(lo)) if scale is None else scale
-    return (~finite).all() | (finite.all() & (hi - lo <= TIE_ULPS * FLOAT32_EPS * scale))
 
-
-def _cosine(a, b):
-    import jax.numpy as jnp
-
-    denom = jnp.linalg.norm(a) * jnp.linalg.norm(b)
-    return jnp.where(denom > 0, jnp.dot(a, b) / jnp.where(denom > 0, denom, 1.0), jnp.nan)
+def _cosine(a, b) -> np.float32:
+    denom = np.linalg.norm(a) * np.linalg.norm(b)
+    return np.float32(np.dot(a, b) / denom) if denom > 0 else np.float32(np.nan)
 
 
 def split_half(perturbations, scores_a, scores_b, *, weights, scores=None, scale=None) -> Health:
-    """Agreement of two independent halves of a generation's seeds.
+    """Agreement of two independent halves of a generation's seeds (numpy, float32, on the host).
 
     perturbations: [P, D] members minus their mean (any scale); scores_a, scores_b: [P] each
-    member's score on either half of the seeds (higher is better). `weights` maps [P] scores to the
-    weights the ES's update gives its members (metadisco.strategy.update_weights; centred ranks,
-    `centred_rank_weights`, for OpenES as published), or is None for a strategy that takes no
-    gradient step (grad_cos n/a, NO_GRADIENT). scores: [P] what the ES ranks (all seeds), to tell a
-    collapsed population; scale: the magnitude against which the halves' ties are judged (`tied`;
-    default each half's own).
-    Returns a Health of arrays: grad_cos [] the cosine of the two ES gradient estimates, rank_corr []
-    the Spearman correlation of the two halves' scores, undefined [] int32, a key of UNDEFINED or
-    DEFINED. Both are NaN for a collapsed population or a tied half; grad_cos alone for D = 1 and
-    without a gradient, where the halves' rank correlation still says how far the seeds agree on
-    the ranking.
+    member's score on either half of the seeds (higher is better). `weights`: the weights the ES's
+    update gives its members, as the pair of arrays [P] for scores_a and scores_b (as EsStep.tell
+    computes them: metadisco.strategy.update_weights), or a function of [P] scores (centred ranks,
+    `centred_rank_weights`, for OpenES as published), or None for a strategy that takes no gradient
+    step (grad_cos n/a, NO_GRADIENT). scores: [P] what the ES ranks (all seeds), to tell a collapsed
+    population; scale: the magnitude against which the halves' ties are judged (`tied`; default each
+    half's own).
+    Returns a Health of numpy numbers: grad_cos the cosine of the two ES gradient estimates,
+    rank_corr the Spearman correlation of the two halves' scores, undefined (int32) a key of
+    UNDEFINED or DEFINED. Both are NaN for a collapsed population or a tied half; grad_cos alone for
+    D = 1 and without a gradient, where the halves' rank correlation still says how far the seeds
+    agree on the ranking.
     """
-    import jax.numpy as jnp
-
+    z = np.asarray(perturbations, np.float32)
+    scores_a, scores_b = np.asarray(scores_a, np.float32), np.asarray(scores_b, np.float32)
     flat_a, flat_b = tied(scores_a, scale), tied(scores_b, scale)
     ranks_a, ranks_b = centred_rank_weights(scores_a), centred_rank_weights(scores_b)
-    rank_corr = _cosine(ranks_a - ranks_a.mean(), ranks_b - ranks_b.mean())
+    rank_corr = np.nan if flat_a or flat_b else _cosine(ranks_a - ranks_a.mean(), ranks_b - ranks_b.mean())
+    grad_cos = np.nan
     if weights is None:
-        g_a = g_b = jnp.zeros(perturbations.shape[1])
-        code = jnp.int32(NO_GRADIENT)
+        code = NO_GRADIENT
     else:
-        g_a = perturbations.T @ jnp.where(flat_a, 0.0, weights(scores_a))
-        g_b = perturbations.T @ jnp.where(flat_b, 0.0, weights(scores_b))
-        zero = (jnp.linalg.norm(g_a) == 0) | (jnp.linalg.norm(g_b) == 0)
-        code = jnp.where(zero, FLAT_HALF, DEFINED)
-        if perturbations.shape[1] == 1:
-            code = jnp.where(zero, code, ONE_PARAMETER)
-    rank_corr = jnp.where(flat_a | flat_b, jnp.nan, rank_corr)
-    if scores is not None:
-        collapsed = tied(scores)
-        code = jnp.where(collapsed, COLLAPSED, code)
-        rank_corr = jnp.where(collapsed, jnp.nan, rank_corr)
-    grad_cos = jnp.where(code == DEFINED, _cosine(g_a, g_b), jnp.nan)
-    return Health(grad_cos=grad_cos, rank_corr=rank_corr, undefined=code.astype(jnp.int32))
+        w_a, w_b = (weights(scores_a), weights(scores_b)) if callable(weights) else weights
+        g_a, g_b = (z.T @ (np.zeros(len(w)) if flat else w).astype(np.float32)
+                    for w, flat in ((np.asarray(w_a), flat_a), (np.asarray(w_b), flat_b)))
+        code = FLAT_HALF if np.linalg.norm(g_a) == 0 or np.linalg.norm(g_b) == 0 else DEFINED
+        if code == DEFINED and z.shape[1] == 1:
+            code = ONE_PARAMETER
+        if code == DEFINED:
+            grad_cos = _cosine(g_a, g_b)
+    if scores is not None and tied(scores):
+        code, rank_corr, grad_cos = COLLAPSED, np.nan, np.nan
+    return Health(grad_cos=np.float32(grad_cos), rank_corr=np.float32(rank_corr), undefined=np.int32(code))
+
+
+class Halves(NamedTuple):
+    """What search health reads of one generation, as EsStep.tell returns it (on device; `of_generation`
+    reads it on the host). V views: view 0 the generation's whole draw and, in a run of several envs,
+    then each drawn env alone (Draw.envs' order). P members, D meta-parameters."""
+
+    perturbations: Any  # [P, D] the members minus their mean (raveled as evosax ravels them: flat_members)
+    told: Any  # [2, V, P] what the ES would be told of each member's score on either half of the seeds
+    weights: Any  # [2, V, P] the strategy's update weights of `told` (strategy.update_weights); None: no gradient step
+    scale: Any  # [V] the magnitude the halves' ties are judged against (`tied`); None: each half's own
+    scores: Any  # [V, P] what the ES ranks (all seeds), to tell a collapsed population
+    envs: Any  # [k] the drawn envs (Draw.envs): indices into the run's envs
+
+
+def of_generation(halves: Halves | None, num_envs: int) -> tuple[Health | None, Health | None]:
+    """A generation's search health on the host, from what its tell returned (`Halves`, fetched):
+    (its Health, each env's own Health as arrays [num_envs], NaN and NOT_DRAWN where the generation
+    did not draw the env); (None, None) with one seed per member, the second None in a run of one env."""
+    if halves is None:
+        return None, None
+    told, weights = np.asarray(halves.told), halves.weights
+    views = [split_half(halves.perturbations, told[0, v], told[1, v], scores=np.asarray(halves.scores)[v],
+                        weights=None if weights is None else (np.asarray(weights)[0, v], np.asarray(weights)[1, v]),
+                        scale=None if halves.scale is None else np.asarray(halves.scale)[v])
+             for v in range(told.shape[1])]
+    if len(views) == 1:
+        return views[0], None
+    games = Health(np.full(num_envs, np.nan, np.float32), np.full(num_envs, np.nan, np.float32),
+                   np.full(num_envs, NOT_DRAWN, np.int32))
+    for env, view in zip(np.asarray(halves.envs).tolist(), views[1:], strict=True):
+        for field, value in zip(games, view, strict=True):
+            field[env] = value
+    return views[0], games
 
 
 def signal_share(grad_cos):
     """The signal's share of the squared norm of the full (both halves) gradient, 2c / (1 + c),
     from the halves' cosine c (0 where c <= 0: no signal shown). A heuristic: exact only in
     expectation, for c averaged over generations."""
-    import jax.numpy as jnp
-
-    c = jnp.clip(grad_cos, 0.0, 1.0)
+    c = np.clip(grad_cos, 0.0, 1.0)
     return 2.0 * c / (1.0 + c)
 
 
 def flat_members(pop):
-    """A population pytree (leaves [P, ...]) -> [P, D], each member raveled (as evosax ravels them)."""
+    """A population pytree (leaves [P, ...]) -> [P, D], each member raveled (as evosax ravels them); jax."""
     import jax
     import jax.flatten_util
 
