@@ -13,8 +13,6 @@ from metadisco.config import list_experiments, resolve
 from tests import helpers
 from tests.helpers import LPO, metadisco_in_process
 
-pytestmark = pytest.mark.timeout(400)
-
 TINY = [*helpers.TINY, "generations=3", "objectives.drift.hidden=8", "checkpoint_every=1"]  # tiny_config()'s programs
 
 

@@ -15,8 +15,6 @@ from metadisco.meta_objectives.constraints import check_drift_constraints, check
 from metadisco.meta_objectives.expressions import evaluate_numpy, evaluate_value_loss_numpy, to_jax_module_source, to_latex
 from metadisco.meta_objectives.formulas import dpo_expression
 
-pytestmark = pytest.mark.timeout(180)
-
 
 def _points(n=2000, seed=0):
     rng = np.random.default_rng(seed)

@@ -5,11 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from metadisco import compile_cache
-
-pytestmark = pytest.mark.timeout(240)
 
 # A small jitted program in a fresh process, set up as the CLI sets up jax; prints the result and
 # whether the cache served it. The threshold is lowered so that a program this small is stored.

@@ -17,8 +17,6 @@ from metadisco.meta_objectives.closed_form import ClosedFormDrift
 from metadisco.meta_objectives.constraints import check_drift_constraints
 from metadisco.meta_objectives.formulas import dpo_expression
 
-pytestmark = pytest.mark.timeout(180)
-
 
 def _dpo_fn(alpha, beta):
     objective = mo.DPO(alpha, beta)

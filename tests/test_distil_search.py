@@ -14,8 +14,6 @@ from metadisco.meta_objectives.closed_form import ClosedFormDrift
 from metadisco.meta_objectives.constraints import check_drift_constraints, check_value_loss_constraints
 from metadisco.meta_objectives.expressions import evaluate_numpy
 
-pytestmark = pytest.mark.timeout(240)
-
 KL = "0.8*(r - 1 - log(r))"  # the k3 estimator of KL(pi_old || pi_new), as a penalty
 ONE_SIDED = "2*Max(0, r - 1.1)**2"  # a quadratic trust region above 1.1 only, for every A
 EXP_ABS_A = "0.5*Abs(A)*(exp(r - 1) - r)"  # an exponential wall scaled by |A| (ours)

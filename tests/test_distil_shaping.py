@@ -10,8 +10,6 @@ from metadisco.analysis.distillation.fit import REFERENCE_POTENTIALS, distil_sha
 from metadisco.meta_objectives import ClosedFormShaping, check_objective
 from metadisco.meta_objectives.expressions import evaluate_shaping_numpy, to_latex
 
-pytestmark = pytest.mark.timeout(240)
-
 ENERGY = REFERENCE_POTENTIALS["MountainCar-v0"][1]  # v^2/2 + 0.0025 sin(3x)/3, x = s0, v = s1
 SMALL_SEARCH = {"generations": 3, "population_size": 60}
 

@@ -22,8 +22,6 @@ from metadisco.strategy import is_population_based, make_strategy
 from metadisco.train import run
 from tests.helpers import constant_train, metric_rows, stand_in_result, tiny_config
 
-pytestmark = pytest.mark.timeout(300)
-
 BASE_LR = preset_for("CartPole-v1").hparams.lr
 TWO_ENVS = ("CartPole-v1", "Acrobot-v1")
 
@@ -274,7 +272,6 @@ def test_horizons_are_separate_programs_with_their_own_progress():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
 def test_real_ppo_generation_over_rates_and_horizons(tmp_path):
     """The real inner loop under every lever that changes what it compiles: the drawn lr is a traced
     leaf, each horizon a program; two generations run and log finite fitness."""

@@ -94,6 +94,20 @@ def uninterrupted(tmp_path_factory, trainer):
     return path
 
 
+@pytest.fixture(scope="module")
+def standin():
+    """tiny_config()'s trainer with stand-in inner loops (the run's and PPO's): the host loop's logic (resume,
+    crash, corrupt checkpoint, extension) at a generation in milliseconds. Real PPO: `trainer`."""
+    return MetaTrainer(tiny_config(), trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0, noise=0.1)])
+
+
+@pytest.fixture(scope="module")
+def standin_run(tmp_path_factory, standin):
+    path = tmp_path_factory.mktemp("standin") / "run"
+    run(tiny_config(), path, progress=False, log=lambda *a: None, trainer=standin)
+    return path
+
+
 @pytest.mark.slow
 @pytest.mark.optimised  # bit for bit in the build users run, too (Makefile, test)
 def test_stop_and_resume_equals_uninterrupted_bit_for_bit(tmp_path, uninterrupted, trainer):
@@ -107,26 +121,26 @@ def test_stop_and_resume_equals_uninterrupted_bit_for_bit(tmp_path, uninterrupte
     assert best_a == best_b
 
 
-def test_resume_after_a_crash_drops_metrics_beyond_the_checkpoint(tmp_path, uninterrupted, trainer):
+def test_resume_after_a_crash_drops_metrics_beyond_the_checkpoint(tmp_path, standin_run, standin):
     path = tmp_path / "run"
-    run(tiny_config(), path, progress=False, stop_after=3, log=lambda *a: None, trainer=trainer)
+    run(tiny_config(), path, progress=False, stop_after=3, log=lambda *a: None, trainer=standin)
     # a 'crash' after generation 3's metrics line but before its checkpoint ...
     rd = RunDir(path)
     rd.checkpoints()[-1].unlink()
     with open(rd.metrics_path, "a") as f:
         f.write('{"generation": 3, "fitness_mea')  # ... while the next line was being written
-    run(None, path, resume=True, progress=False, log=lambda *a: None, trainer=trainer)
-    assert metric_rows(path) == metric_rows(uninterrupted)
+    run(None, path, resume=True, progress=False, log=lambda *a: None, trainer=standin)
+    assert metric_rows(path) == metric_rows(standin_run)
 
 
-def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, uninterrupted, trainer):
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, standin_run, standin):
     path = tmp_path / "run"
-    run(tiny_config(), path, progress=False, stop_after=2, log=lambda *a: None, trainer=trainer)
+    run(tiny_config(), path, progress=False, stop_after=2, log=lambda *a: None, trainer=standin)
     RunDir(path).checkpoints()[-1].write_bytes(b"\x00garbage")
     messages = []
-    run(None, path, resume=True, progress=False, log=messages.append, trainer=trainer)
+    run(None, path, resume=True, progress=False, log=messages.append, trainer=standin)
     assert any("unreadable" in m for m in messages)
-    assert metric_rows(path) == metric_rows(uninterrupted)
+    assert metric_rows(path) == metric_rows(standin_run)
 
 
 def test_a_time_limit_stops_at_a_generation_boundary_and_the_resumed_run_equals_the_uninterrupted_one(tmp_path):
@@ -153,22 +167,22 @@ def test_a_time_limit_stops_at_a_generation_boundary_and_the_resumed_run_equals_
     assert mean[0] == mean[1]
 
 
-def test_resume_with_a_changed_config_is_refused(uninterrupted):
-    before = (uninterrupted / "metrics.jsonl").read_text()
+def test_resume_with_a_changed_config_is_refused(standin_run):
+    before = (standin_run / "metrics.jsonl").read_text()
     with pytest.raises(RunDirError, match=r"es.population_size: 4 -> 6"):
-        run(tiny_config(es=ESConfig(population_size=6)), uninterrupted, resume=True, progress=False)
-    assert (uninterrupted / "metrics.jsonl").read_text() == before
+        run(tiny_config(es=ESConfig(population_size=6)), standin_run, resume=True, progress=False)
+    assert (standin_run / "metrics.jsonl").read_text() == before
 
 
-def test_a_finished_run_extended_to_more_generations_equals_one_started_with_them(tmp_path, uninterrupted, trainer):
+def test_a_finished_run_extended_to_more_generations_equals_one_started_with_them(tmp_path, standin_run, standin):
     path = tmp_path / "run"
-    run(tiny_config(generations=2), path, progress=False, log=lambda *a: None, trainer=trainer)  # finished at 2
-    run(tiny_config(), path, resume=True, progress=False, log=lambda *a: None, trainer=trainer)  # generations=4
+    run(tiny_config(generations=2), path, progress=False, log=lambda *a: None, trainer=standin)  # finished at 2
+    run(tiny_config(), path, resume=True, progress=False, log=lambda *a: None, trainer=standin)  # generations=4
     assert RunDir(path).config().generations == 4
-    assert metric_rows(path) == metric_rows(uninterrupted)  # eval_every=2 divides 2: no extra comparison row
-    mean = [json.loads((p / "objectives" / "mean.json").read_text())["params"] for p in (path, uninterrupted)]
+    assert metric_rows(path) == metric_rows(standin_run)  # eval_every=2 divides 2: no extra comparison row
+    mean = [json.loads((p / "objectives" / "mean.json").read_text())["params"] for p in (path, standin_run)]
     assert mean[0] == mean[1]
-    newest = [RunDir(p).checkpoints()[-1] for p in (path, uninterrupted)]
+    newest = [RunDir(p).checkpoints()[-1] for p in (path, standin_run)]
     assert newest[0].name == newest[1].name == "gen_000004.msgpack"
     assert newest[0].read_bytes() == newest[1].read_bytes()
 
@@ -194,11 +208,11 @@ def test_an_extended_run_keeps_the_comparison_of_its_old_last_generation_and_ref
     assert mean[0] == mean[1]
 
 
-def test_an_existing_run_directory_is_never_overwritten_silently(uninterrupted):
-    before = (uninterrupted / "metrics.jsonl").read_text()
+def test_an_existing_run_directory_is_never_overwritten_silently(standin_run):
+    before = (standin_run / "metrics.jsonl").read_text()
     with pytest.raises(RunDirError, match="--resume"):
-        run(tiny_config(), uninterrupted, progress=False)
-    assert (uninterrupted / "metrics.jsonl").read_text() == before
+        run(tiny_config(), standin_run, progress=False)
+    assert (standin_run / "metrics.jsonl").read_text() == before
 
 
 # The demo (population 16 in batches of 4) at a tiny inner size: one batch a device on 4 devices, two on 2

@@ -34,8 +34,6 @@ from metadisco.inner_loops import preset_for, preset_name
 from metadisco.meta_objectives import LPO, ClosedFormDrift, Objectives, PotentialShaping, save_objectives
 from tests.helpers import metadisco_in_process as cli
 
-pytestmark = pytest.mark.timeout(300)
-
 ENVS = "CartPole-v1,Acrobot-v1"
 # what a stand-in for `evaluation.evaluate` returns: saved as an Evaluation is (`api.evaluate`), holding nothing
 UNSAVED = SimpleNamespace(saved=lambda out_dir: SimpleNamespace(out_dir=out_dir))
@@ -841,7 +839,6 @@ def _memory_mappings() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="counts Linux memory mappings")
 def test_an_evaluation_keeps_one_environments_programs_not_every_one(baseline_cli):
     """Each compiled PPO program holds about a thousand memory mappings on the CPU and a process

@@ -18,8 +18,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_queue  # noqa: E402
 
-pytestmark = pytest.mark.timeout(400)
-
 QUEUE = gpu_queue.load_queue()
 
 
@@ -105,7 +103,6 @@ def one_entry_queue(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
 def test_an_entry_trains_to_its_verdict_and_a_second_call_given_its_compile_cache_compiles_nothing(tmp_path):
     """Call 1, as documented: the queue's first entry trains to its verdict and runs its held-out evaluation.
     Call 2, on a fresh OUT (a fresh machine) given call 1's compile_cache.tar.gz, runs it again from the start

@@ -16,8 +16,6 @@ import pytest
 
 from metadisco.core import jaxlib_guard
 
-pytestmark = pytest.mark.timeout(300)
-
 ROOT = Path(__file__).resolve().parents[1]
 
 

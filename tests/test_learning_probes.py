@@ -29,7 +29,6 @@ MARGIN = 500.0
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
 def test_ppo_improves_pendulum_by_a_margin_in_thirty_thousand_steps():
     config = PENDULUM
     assert config.steps_per_run == 30_720

@@ -40,7 +40,6 @@ def project(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_the_examples_train_evaluate_and_plot_from_their_own_folder(project, monkeypatch, capsys):
     """Train, evaluate and plot as `metadisco` run in the user's folder: the command's `main` in this
     process, working directory the project (what `main` makes importable, as the console command
@@ -203,7 +202,6 @@ EIGHT_LINES = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(300)
 def test_the_smallest_drift_that_says_what_it_is_checks_and_trains(tmp_path, monkeypatch, capsys):
     """Plug, name, init and drift, no decorator and no title: the base class supplies the rest."""
     (tmp_path / "tiny_drift.py").write_text(EIGHT_LINES)

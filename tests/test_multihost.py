@@ -12,8 +12,6 @@ import pytest
 
 from tests.helpers import LPO, TINY
 
-pytestmark = pytest.mark.timeout(400)
-
 OVERRIDES = [*LPO, *TINY, "generations=2", "objectives.drift.hidden=8", "checkpoint_every=1"]  # tiny_config()'s programs
 
 

@@ -10,7 +10,6 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "examples" / "quickstart.ipy
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_the_quickstart_notebook_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
     """Every code cell, in order, in one namespace (a kernel's), with SMOKE = True: meta-train,
     the verdict's inputs, the figures, an evaluation against PPO, distil and export."""

@@ -41,8 +41,6 @@ from metadisco.meta_objectives.constraints import check_objective, check_value_l
 from metadisco.meta_objectives.shaping import monotone_transform
 from tests.helpers import TINY_PPO as TINY
 
-pytestmark = pytest.mark.timeout(240)
-
 DRIFTS = meta_objectives.names("drift")
 N = 32  # samples per hypothesis example (fixed, so each drift compiles once)
 

@@ -32,9 +32,6 @@ from metadisco.core.records import GenerationRecord, Interval, Violations
 from metadisco.meta_objectives import save_objectives
 from metadisco.meta_objectives.objectives import Objectives
 
-pytestmark = pytest.mark.timeout(300)
-
-
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------

@@ -44,8 +44,6 @@ from metadisco.inner_loops.ppo import train as ppo_train
 from metadisco.meta_objectives import LPO, Objectives
 from metadisco.meta_objectives.value_loss import ClippedL2
 
-pytestmark = pytest.mark.timeout(240)
-
 # A small CartPole config shared by the vmap and recompilation tests: 32 updates of 128 steps.
 TINY = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4096, hidden=(32,), num_minibatches=2)
 # The same without the evaluation episodes (its loop is ~1-2 s of compile), for the runs that read
@@ -740,7 +738,6 @@ def test_reward_normaliser_matches_numpy():
     np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-4)
 
 
-@pytest.mark.timeout(180)
 def test_brax_auto_reset_restarts_from_the_first_state():
     # brax's own AutoResetWrapper semantics: the first reset state is kept and selected on done,
     # no reset is computed per step; termination and truncation stay apart.

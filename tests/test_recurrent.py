@@ -26,8 +26,6 @@ from metadisco.inner_loops.ppo import (
 from metadisco.inner_loops.ppo import train as ppo_train
 from metadisco.meta_objectives import Objectives
 
-pytestmark = pytest.mark.timeout(240)
-
 # tests/test_ppo.py's TEN (CartPole, 4 envs x 32 steps, 10 updates, 4 evaluation episodes), recurrent
 # with a small cell; 2 minibatches of 2 environments' whole sequences.
 TEN = PPOConfig(num_envs=4, num_steps=32, total_timesteps=1280, hidden=(32,), num_minibatches=2, eval_episodes=4)

@@ -154,7 +154,6 @@ def test_every_file_written_follows_the_umask(tmp_path, cfg, trainer):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_sigterm_writes_a_checkpoint_and_the_resumed_run_equals_an_uninterrupted_one(tmp_path):
     # tests.helpers.tiny_config()'s program (TINY with LPO of 8 hidden units, 2 seeds per
     # member; 10 generations of it take as long as the 20 of one seed this test ran before), compiled

@@ -15,8 +15,6 @@ from metadisco.scoring import fetch, pack
 from metadisco.train import run
 from tests.helpers import constant_train, quadratic_train, stand_in_result, tiny_config
 
-pytestmark = pytest.mark.timeout(300)
-
 
 @pytest.mark.parametrize("candidates, seeds, rows, per_row", [(3, 32, 16, 2), (2, 5, 4, 2), (1, 8, 4, 4), (5, 3, 8, 1)])
 def test_packing_lays_every_candidate_and_seed_once_on_whole_rows(candidates, seeds, rows, per_row):

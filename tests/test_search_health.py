@@ -17,7 +17,6 @@ from metadisco.rundir import RunDir
 from metadisco.train import health_line, run, verdict
 from tests.helpers import stand_in_result
 
-pytestmark = pytest.mark.timeout(300)
 CENTRED = search_health.centred_rank_weights  # OpenES's shaping, as published
 
 

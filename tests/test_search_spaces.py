@@ -35,8 +35,6 @@ from metadisco.meta_objectives import (
 from metadisco.meta_objectives.constraints import check_drift_constraints, check_objective
 from tests.helpers import TINY_PPO as TINY
 
-pytestmark = pytest.mark.timeout(240)
-
 FROM_SCRATCH = DriftMix(ppo_weight=0.0, terms=("ppo_clip(0.2)", "(r-1)^2|A|"), schedule=False)  # the demo's space
 FAMILIES = {"dpo_schedule": DPOSchedule(), "drift_mix": DriftMix(), "drift_mix(eps=0.3)": DriftMix(clip_eps=0.3),
             "drift_mix(from scratch)": FROM_SCRATCH}
@@ -369,7 +367,6 @@ def test_the_reward_transform_is_labelled_for_what_it_is():
 # compiled once in the suite (the workers share one compile cache).
 
 
-@pytest.mark.timeout(300)
 def test_a_ppo_run_with_drift_mix_and_learned_clipped_at_init_is_ppo_bit_for_bit():
     env = make_env("CartPole-v1")
     key = jax.random.key(3)
@@ -383,7 +380,6 @@ def test_a_ppo_run_with_drift_mix_and_learned_clipped_at_init_is_ppo_bit_for_bit
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_export_of_a_run_that_evolved_a_family_writes_the_member_itself(tmp_path, capsys):
     """No distillation: `metadisco export RUN` writes the evolved member's own closed form.
     (`metadisco` in this process: the command's `main`, without a process's start-up.)"""

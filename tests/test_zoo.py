@@ -25,8 +25,6 @@ from metadisco.meta_objectives import Objectives, discovered
 from metadisco.meta_objectives.constraints import check_objective
 from tests.helpers import metadisco
 
-pytestmark = pytest.mark.timeout(240)
-
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = discovered.names()
 PROVENANCE = ("summary", "plugs", "experiment", "config", "commit", "budget", "how", "heldout", "yardstick", "verdict")
