@@ -32,7 +32,7 @@ from metadisco.core.errors import ConfigError
 from metadisco.core.records import Comparison, GenerationRecord, Health
 from metadisco.es_step import Asked, Draw, EsStep, GenerationMetrics, RunState
 from metadisco.inner_loops import Env, PPOConfig, make_env, make_train
-from metadisco.measure.health import NOT_DRAWN, of_generation
+from metadisco.measure.health import NOT_DRAWN
 from metadisco.meta_objectives import Objectives
 from metadisco.meta_objectives import names as objective_names
 from metadisco.meta_objectives.base import same_params
@@ -256,7 +256,7 @@ class MetaTrainer:
         """The metrics row of generation `index`: its `metrics` (as `generation` returned them, or
         fetched) and its wall time, with the environment steps per second that makes."""
         metrics = fetch(metrics)
-        health, game_health = of_generation(metrics.halves, len(self.cfg.envs))  # search health, on the host
+        health, game_health = self.step.health(metrics.halves)  # search health, on the host
         games = {}
         if game_health is not None:  # the drawn envs' own health
             games = {env: Health(*(np.asarray(x)[e].item() for x in game_health))

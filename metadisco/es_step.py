@@ -61,7 +61,7 @@ class Asked:
 @struct.dataclass
 class GenerationMetrics:
     """What one generation reports, on device ([] each but `halves`); `MetaTrainer.record` makes its
-    metrics row, and its search health from `halves` (measure.health.of_generation, on the host)."""
+    metrics row, and its search health from `halves` (EsStep.health, on the host)."""
 
     fitness_mean: jax.Array  # over the members that did not diverge (NaN where every member did)
     fitness_max: jax.Array
@@ -71,7 +71,7 @@ class GenerationMetrics:
     sigma: jax.Array  # the strategy's step size after the update
     num_diverged: jax.Array  # int
     draw: dict  # what was drawn (GenerationRecord.draw), only the levers the run uses
-    halves: health.Halves | None  # what search health reads (EsStep._halves); None with one seed per member
+    halves: health.Halves | None  # what search health reads (EsStep.health, on the host); None with one seed per member
 
 
 def mirrored(es_cfg) -> bool:
@@ -99,6 +99,7 @@ class EsStep:
         self.initial_solution = initial_solution
         self.horizons, self.env_slots, self.paired = horizons, env_slots, mirrored(cfg.es)
         self.num_params = int(sum(x.size for x in jax.tree.leaves(initial_solution)))
+        self.weights = strategies.update_weights(es, es_params)  # numpy: search health weights members on the host
         self.ask = jax.jit(self._ask, in_shardings=replicated, out_shardings=replicated)
         self.tell = jax.jit(self._tell, in_shardings=replicated, out_shardings=replicated)
 
@@ -186,8 +187,7 @@ class EsStep:
             sigma=strategies.sigma_of(es_state),
             num_diverged=diverged.sum(),
             draw=self._draw_metrics(draw),
-            halves=self._halves(pop, asked.es_state, per_seed, diverged,
-                                fitness_or_worst if self._by_mean else es_fitness, draw.envs),
+            halves=self._halves(pop, per_seed, diverged, fitness_or_worst if self._by_mean else es_fitness, draw.envs),
         )
         return new_state, metrics
 
@@ -221,16 +221,16 @@ class EsStep:
         """Whether the ES is told scores in fitness units (not ranks, not pairs: their ties are judged as they are)."""
         return self.cfg.distribution.env_fitness != "rank" and self.cfg.es.fitness_shaping != "pairwise"
 
-    def _halves(self, pop, es_state, per_seed, diverged, scores, envs) -> health.Halves | None:
-        """What search health (metadisco.measure.health.of_generation, on the host) reads of the
-        generation: for two disjoint halves of its seeds, each member's score on the half as the ES
-        would be told it (diverged as it treats them), and the weights the strategy's own update gives
-        those scores (its fitness shaping, given es_state: what tell is given; None for a
-        population-based strategy, which takes no gradient step); for the whole draw and, in a run of
-        several envs, for each drawn env alone (the ES told of that env only: which game moves the
-        gradient and which is seed noise), vmapped over the envs: one trace however many are drawn.
-        None with a single seed per member. scores [P]: the generation's scores (before the pair
-        control variate), to tell a collapsed population; envs: Draw.envs."""
+    def _halves(self, pop, per_seed, diverged, scores, envs) -> health.Halves | None:
+        """What search health (`health`, on the host) reads of the generation: for two disjoint halves
+        of its seeds, each member's score on the half as the ES would be told it (`es_fitness`, the
+        diverged as it treats them), for the whole draw and, in a run of several envs, for each drawn
+        env alone (the ES told of that env only: which game moves the gradient and which is seed
+        noise), vmapped over the envs: one trace however many are drawn. These stay in the ES's own
+        program: scores equal in exact arithmetic (env_fitness=rank's means of ranks) are told apart
+        by float32 rounding, and health ranks them as the ES's arithmetic does. None with a single
+        seed per member. scores [P]: the generation's scores (before the pair control
+        variate), to tell a collapsed population; envs: Draw.envs."""
         seeds = per_seed.shape[-1]
         if seeds < 2:
             return None
@@ -254,9 +254,14 @@ class EsStep:
         # scores' own magnitude. Ranks (env_fitness=rank) are judged as they are.
         scale = jnp.abs(fitness).max((0, 2)) if self._by_mean else None
         flat = health.flat_members(pop)
-        weights = strategies.update_weights(self.es, self.es_params, flat, es_state)
-        return health.Halves(flat - flat.mean(0), told, None if weights is None else jax.vmap(jax.vmap(weights))(told),
-                             scale, scores, envs)
+        return health.Halves(flat - flat.mean(0), told, scale, scores, envs)
+
+    def health(self, halves: health.Halves | None):
+        """A generation's search health on the host, from what its tell returned (`halves`, fetched):
+        (its Health, each env's own Health as arrays [n] over cfg.envs, NaN and NOT_DRAWN where not
+        drawn, or None with one env), each half's gradient weighted as the strategy's update weights
+        its members (strategy.update_weights, numpy; measure.health.of_generation)."""
+        return health.of_generation(halves, len(self.cfg.envs), self.weights)
 
     def _draw_metrics(self, draw: Draw) -> dict:
         """What was drawn, for the metrics row (GenerationRecord.draw: only the levers the run uses)."""

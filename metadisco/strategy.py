@@ -6,7 +6,10 @@ place, `to_es_loss`, and nowhere else.
 
 from __future__ import annotations
 
+import functools
 import inspect
+
+import numpy as np
 
 # The tables of strategy names (which exist, which pair members, which keep their own weights, which
 # cannot run here) are the run config's allowed values, checked before jax starts.
@@ -78,16 +81,59 @@ def is_population_based(es) -> bool:
     return "population" in inspect.signature(es.init).parameters
 
 
-def update_weights(es, params, population, state):
-    """The weights the strategy's update gives its members, as a function of their fitness [P]
-    (metadisco's, higher is better): evosax's own fitness shaping of the loss it is told
-    (es.fitness_shaping_fn, as `tell` applies it: centred ranks, z-scores, recombination weights,
-    ...), so that sum_i w_i z_i is the ES's step up to a sign and scale of its own. population
-    [P, D] (raveled) and state: what `tell` will be given. None for a population-based strategy,
-    which takes no gradient step."""
+def _ranks(loss):
+    """evosax's _rank_fitness in numpy: 0-based ranks of the loss [P] (ties share their mean rank), NaN last."""
+    x = np.where(np.isnan(loss), np.inf, loss)
+    below = (x[None, :] < x[:, None]).sum(1).astype(np.float32)
+    ties = ((x[None, :] == x[:, None]).sum(1) - 1).astype(np.float32)
+    return below + 0.5 * ties
+
+
+def _standardize(loss):
+    """jax.nn.standardize(loss, epsilon=1e-8, where=~isnan(loss)) ("fast" variance), in numpy float32."""
+    where = ~np.isnan(loss)
+    mean = np.mean(loss, where=where)
+    variance = np.clip(np.mean(np.square(loss), where=where) - np.square(mean), 0, None)
+    return (loss - mean) / np.sqrt(variance + np.float32(1e-8))
+
+
+def _normalize(loss):
+    """evosax's normalize(loss) to [-1, 1] in numpy: all 0 where the loss is flat (np.allclose)."""
+    lo, hi = np.nanmin(loss), np.nanmax(loss)
+    return np.zeros_like(loss) if np.allclose(hi, lo) else -1 + 2 * (loss - lo) / (hi - lo)
+
+
+def _recombination(weights, loss):
+    """evosax's weights_fitness_shaping_fn in numpy: the strategy's weights by rank, 0 where every loss is NaN."""
+    picked = weights[..., _ranks(loss).astype(np.int32)]
+    return np.zeros_like(picked) if np.isnan(loss).all() else picked
+
+
+def update_weights(es, params):
+    """The weights the strategy's update gives its members, as a numpy function of their fitness [P]
+    (metadisco's, higher is better; on the host: metadisco.measure.health): evosax's own fitness shaping
+    of the loss it is told (es.fitness_shaping_fn, as `tell` applies it: centred ranks, z-scores,
+    [-1, 1], the loss itself, recombination weights), so that sum_i w_i z_i is the ES's step up to a
+    sign and scale of its own. float32, as evosax's. None for a population-based strategy, which takes no
+    gradient step. Every strategy and shaping a config can name is one of evosax's five
+    (tests/test_search_health.py checks each against evosax)."""
     if is_population_based(es):
         return None
-    return lambda fitness: es.fitness_shaping_fn(population, to_es_loss(fitness), state, params)
+    from evosax.core import fitness_shaping as shaping
+
+    numpy_shaping = {
+        shaping.identity_fitness_shaping_fn: lambda loss: loss,
+        shaping.centered_rank_fitness_shaping_fn: lambda loss: _ranks(loss) / (loss.shape[-1] - 1) - 0.5,
+        shaping.standardize_fitness_shaping_fn: _standardize,
+        shaping.normalize_fitness_shaping_fn: _normalize,
+    }
+    if es.fitness_shaping_fn is shaping.weights_fitness_shaping_fn:
+        fn = functools.partial(_recombination, np.asarray(params.weights, np.float32))
+    elif es.fitness_shaping_fn in numpy_shaping:
+        fn = numpy_shaping[es.fitness_shaping_fn]
+    else:
+        raise NotImplementedError(f"search health has no numpy form of {es.fitness_shaping_fn}")
+    return lambda fitness: fn(to_es_loss(np.asarray(fitness, np.float32)))
 
 
 def sigma_of(state):

@@ -121,25 +121,23 @@ def test_one_meta_parameter_keeps_the_rank_correlation_only():
 def test_split_half_gives_the_hand_computed_cosine_and_rank_correlation():
     """Four members at +-e1, +-e2; the halves rank them 4 3 2 1 and 3 4 2 1. Centred ranks (1/2,
     1/6, -1/6, -1/2) and (1/6, 1/2, -1/6, -1/2) give g_a = (2/3, 2/3) and g_b = (1/3, 1): cosine
-    2/sqrt(5); the ranks' correlation is Spearman's 1 - 6 * 2 / (4 * 15) = 0.8. The same from the
-    weights as arrays (what tell hands the host) and, through `of_generation`, as the drawn env's own
-    health in a run of three envs, the others NaN and not drawn."""
+    2/sqrt(5); the ranks' correlation is Spearman's 1 - 6 * 2 / (4 * 15) = 0.8. The same through
+    `of_generation` (from what tell returns), overall and as the drawn env's own health in a run of
+    three envs, the others NaN and not drawn."""
     z = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
     a, b = np.array([4.0, 3.0, 2.0, 1.0]), np.array([3.0, 4.0, 2.0, 1.0])
-    for weights in (CENTRED, (CENTRED(a), CENTRED(b))):
-        out = search_health.split_half(z, a, b, weights=weights, scores=a + b)
-        assert float(out.grad_cos) == pytest.approx(2 / np.sqrt(5), abs=1e-6)
-        assert float(out.rank_corr) == pytest.approx(0.8, abs=1e-6) and int(out.undefined) == search_health.DEFINED
+    out = search_health.split_half(z, a, b, weights=CENTRED, scores=a + b)
+    assert float(out.grad_cos) == pytest.approx(2 / np.sqrt(5), abs=1e-6)
+    assert float(out.rank_corr) == pytest.approx(0.8, abs=1e-6) and int(out.undefined) == search_health.DEFINED
     told = np.stack([np.stack([b, a]), np.stack([a, b])])  # [2 halves, 2 views, P]: the draw, then env 2 alone
-    halves = search_health.Halves(z, told, np.vectorize(CENTRED, signature="(p)->(p)")(told), None,
-                                  np.stack([a + b, a + b]), np.array([2]))
-    overall, games = search_health.of_generation(halves, 3)
+    halves = search_health.Halves(z, told, None, np.stack([a + b, a + b]), np.array([2]))
+    overall, games = search_health.of_generation(halves, 3, CENTRED)
     assert float(overall.grad_cos) == pytest.approx(2 / np.sqrt(5), abs=1e-6)  # the halves swapped: the same
     assert games.grad_cos[2] == pytest.approx(2 / np.sqrt(5), abs=1e-6) and games.rank_corr[2] == pytest.approx(0.8)
     assert np.isnan(games.grad_cos[:2]).all() and np.isnan(games.rank_corr[:2]).all()
     assert games.undefined.tolist() == [search_health.NOT_DRAWN] * 2 + [search_health.DEFINED]
-    assert search_health.of_generation(halves._replace(told=told[:, :1], weights=None), 3)[1] is None  # one view: one env
-    assert search_health.of_generation(None, 3) == (None, None)  # one seed per member
+    assert search_health.of_generation(halves._replace(told=told[:, :1]), 1, CENTRED)[1] is None  # one env: one view
+    assert search_health.of_generation(None, 3, CENTRED) == (None, None)  # one seed per member
 
 
 def health_rows(codes, cos=0.9):
@@ -509,9 +507,27 @@ def test_health_measures_the_gradient_the_strategy_takes(shaping):
     def cosine(a, b):
         return abs(float(jnp.dot(a, b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b))))
 
-    assert cosine(step, z.T @ update_weights(es, params, flat, state)(fitness)) == pytest.approx(1.0, abs=1e-5)
+    assert cosine(step, z.T @ update_weights(es, params)(fitness)) == pytest.approx(1.0, abs=1e-5)
     centred = cosine(step, z.T @ CENTRED(fitness))
     assert centred == pytest.approx(1.0, abs=1e-5) if shaping == "centered_rank" else centred < 0.999
+
+
+def test_the_host_weights_are_the_strategys_own_for_every_strategy_and_shaping():
+    """Search health weights members on the host (numpy) as the strategy's update does on device: for
+    every strategy a config can name, with its own shaping and each a config can ask for, the weights
+    equal evosax's fitness_shaping_fn to float32 precision (scores with ties, as a collapse has)."""
+    from metadisco.core.strategies import FITNESS_SHAPING, POPULATION_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES
+    from metadisco.strategy import make_strategy, to_es_loss, update_weights
+
+    fitness = np.float32(np.random.default_rng(0).integers(0, 5, 8) ** 3 * 0.37)  # ties, and skewed
+    for name in sorted(set(STRATEGIES) - set(POPULATION_STRATEGIES) - set(UNSUPPORTED_STRATEGIES)):
+        for shaping in FITNESS_SHAPING:
+            es, params = make_strategy(ESConfig(strategy=name, population_size=8, fitness_shaping=shaping),
+                                       {"w": jnp.zeros(3)})
+            host = update_weights(es, params)(fitness)
+            device = es.fitness_shaping_fn(None, to_es_loss(jnp.asarray(fitness)), None, params)
+            assert host.dtype == np.float32
+            np.testing.assert_allclose(host, np.asarray(device), rtol=1e-6, atol=1e-6, err_msg=f"{name} {shaping}")
 
 
 def test_a_population_based_strategy_has_no_gradient_to_measure_and_its_mean_is_its_best_member(tmp_path):

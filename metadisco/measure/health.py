@@ -34,7 +34,7 @@ Zhang, Clune & Stanley 2017 (arXiv 1712.06564) compare ES gradients with true gr
 population grows; the split-half agreement is the seed-noise counterpart that a run can measure
 on itself. None of LPO, OPEN or evosax reports it. It is computed on the host, in numpy
 (`of_generation`), from what the jitted tell returns (`Halves`: each half's scores as the ES is
-told them, and the strategy's weights of them), so that tell compiles no copy of it per drawn env.
+told them), so that tell compiles none of it but those scores, once however many envs it draws.
 (jax is imported inside the one function that needs it: the command line and the report read the
 figures without starting jax.)
 """
@@ -111,11 +111,10 @@ def split_half(perturbations, scores_a, scores_b, *, weights, scores=None, scale
     """Agreement of two independent halves of a generation's seeds (numpy, float32, on the host).
 
     perturbations: [P, D] members minus their mean (any scale); scores_a, scores_b: [P] each
-    member's score on either half of the seeds (higher is better). `weights`: the weights the ES's
-    update gives its members, as the pair of arrays [P] for scores_a and scores_b (as EsStep.tell
-    computes them: metadisco.strategy.update_weights), or a function of [P] scores (centred ranks,
-    `centred_rank_weights`, for OpenES as published), or None for a strategy that takes no gradient
-    step (grad_cos n/a, NO_GRADIENT). scores: [P] what the ES ranks (all seeds), to tell a collapsed
+    member's score on either half of the seeds (higher is better). `weights` maps [P] scores to the
+    weights the ES's update gives its members (metadisco.strategy.update_weights, numpy; centred
+    ranks, `centred_rank_weights`, for OpenES as published), or is None for a strategy that takes no
+    gradient step (grad_cos n/a, NO_GRADIENT). scores: [P] what the ES ranks (all seeds), to tell a collapsed
     population; scale: the magnitude against which the halves' ties are judged (`tied`; default each
     half's own).
     Returns a Health of numpy numbers: grad_cos the cosine of the two ES gradient estimates,
@@ -133,9 +132,8 @@ def split_half(perturbations, scores_a, scores_b, *, weights, scores=None, scale
     if weights is None:
         code = NO_GRADIENT
     else:
-        w_a, w_b = (weights(scores_a), weights(scores_b)) if callable(weights) else weights
-        g_a, g_b = (z.T @ (np.zeros(len(w)) if flat else w).astype(np.float32)
-                    for w, flat in ((np.asarray(w_a), flat_a), (np.asarray(w_b), flat_b)))
+        g_a, g_b = (z.T @ (np.zeros(len(s)) if flat else np.asarray(weights(s))).astype(np.float32)
+                    for s, flat in ((scores_a, flat_a), (scores_b, flat_b)))
         code = FLAT_HALF if np.linalg.norm(g_a) == 0 or np.linalg.norm(g_b) == 0 else DEFINED
         if code == DEFINED and z.shape[1] == 1:
             code = ONE_PARAMETER
@@ -153,21 +151,20 @@ class Halves(NamedTuple):
 
     perturbations: Any  # [P, D] the members minus their mean (raveled as evosax ravels them: flat_members)
     told: Any  # [2, V, P] what the ES would be told of each member's score on either half of the seeds
-    weights: Any  # [2, V, P] the strategy's update weights of `told` (strategy.update_weights); None: no gradient step
     scale: Any  # [V] the magnitude the halves' ties are judged against (`tied`); None: each half's own
     scores: Any  # [V, P] what the ES ranks (all seeds), to tell a collapsed population
     envs: Any  # [k] the drawn envs (Draw.envs): indices into the run's envs
 
 
-def of_generation(halves: Halves | None, num_envs: int) -> tuple[Health | None, Health | None]:
-    """A generation's search health on the host, from what its tell returned (`Halves`, fetched):
+def of_generation(halves: Halves | None, num_envs: int, weights) -> tuple[Health | None, Health | None]:
+    """A generation's search health on the host, from what its tell returned (`Halves`, fetched), each
+    half's gradient weighted by `weights` (`split_half`'s: the strategy's, strategy.update_weights):
     (its Health, each env's own Health as arrays [num_envs], NaN and NOT_DRAWN where the generation
     did not draw the env); (None, None) with one seed per member, the second None in a run of one env."""
     if halves is None:
         return None, None
-    told, weights = np.asarray(halves.told), halves.weights
-    views = [split_half(halves.perturbations, told[0, v], told[1, v], scores=np.asarray(halves.scores)[v],
-                        weights=None if weights is None else (np.asarray(weights)[0, v], np.asarray(weights)[1, v]),
+    told, scores = np.asarray(halves.told), np.asarray(halves.scores)
+    views = [split_half(halves.perturbations, told[0, v], told[1, v], weights=weights, scores=scores[v],
                         scale=None if halves.scale is None else np.asarray(halves.scale)[v])
              for v in range(told.shape[1])]
     if len(views) == 1:
