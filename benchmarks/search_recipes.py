@@ -106,7 +106,7 @@ else:
     judge_baseline = fetch(judge_trainer.baseline())
     stored.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in vars(judge_baseline).items()}))
 keys = (streams.key(judge_cfg.seed, streams.Stream.COMPARISON, 0), streams.key(judge_cfg.seed, streams.Stream.VALIDATION, 0))
-c, _, _ = judge_trainer.checks.compare(mean, judge_baseline, keys)
+c, _ = judge_trainer.checks.compare(mean, judge_baseline, keys)
 print("RESULT " + json.dumps({
     "generations": g, "search_s": sum(walls), "s_per_generation": sum(walls) / len(walls),
     "cosine": float(np.mean(cosines)) if cosines else None,

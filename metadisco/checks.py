@@ -19,6 +19,7 @@ from metadisco.core.errors import MetadiscoError
 from metadisco.core.records import Comparison, Interval, ProblemScores
 from metadisco.core.scores import GUARD_SE
 from metadisco.measure.stats import gap_closed_ci, mean_ci
+from metadisco.meta_objectives.base import same_params
 from metadisco.scoring import RunScores, ScoringProgram
 
 
@@ -140,26 +141,25 @@ class Checks:
     def baseline(self) -> Baseline:
         """PPO on every problem (each at its preset lr), fields [num_problems, baseline_seeds]: the
         training problems on seeds of the BASELINE stream, the validation problems on the VALIDATION
-        stream's. Not checked: `check_normaliser` says whether it normalises."""
+        stream's (its NORMALISER index). Not checked: `check_normaliser` says whether it normalises."""
         runs = []
-        for problems, stream in ((self.training, streams.Stream.BASELINE), (self.validation, streams.Stream.VALIDATION)):
-            seeds = seeds_of(streams.key(self.cfg.seed, stream), self.cfg.baseline_seeds)
+        seed = self.cfg.seed
+        for problems, key in ((self.training, streams.key(seed, streams.Stream.BASELINE)),
+                              (self.validation, streams.key(seed, streams.Stream.VALIDATION, streams.NORMALISER))):
+            seeds = seeds_of(key, self.cfg.baseline_seeds)
             runs += [self._ppo(problem, seeds) for problem in problems]
         return Baseline.of(jax.tree.map(lambda *x: np.concatenate(x), *runs))
 
     # ---------------------------------------------------------------- comparisons on fresh seeds
-    def compare(self, solution, baseline: Baseline, keys) -> tuple[Comparison, Comparison | None, np.ndarray]:
+    def compare(self, solution, baseline: Baseline, keys) -> tuple[Comparison, Comparison | None]:
         """`solution` (an ES solution: the evolved plugs, host) against the start and PPO, all on the same
         fresh seeds: keys = (the training problems' key, the validation problems'), `eval_seeds` and
         `validation.seeds` seeds of each. Returns (the Comparison on the training problems, the same
-        on the validation problems or None, the solution's per-seed validation fitness
-        [validation problems, seeds], NaN where a seed diverged)."""
+        on the validation problems or None)."""
         training = self._scored(self.training, solution, baseline, seeds_of(keys[0], self.cfg.eval_seeds))
         validation = self._scored(self.validation, solution, baseline,
                                   seeds_of(keys[1], self.cfg.validation.seeds))
-        per_seed = np.stack([ours for ours, _, _ in validation]) if validation else np.zeros((0, 0))
-        return (comparison(self.training, training),
-                comparison(self.validation, validation) if self.validation else None, per_seed)
+        return comparison(self.training, training), comparison(self.validation, validation) if self.validation else None
 
     def validation_scores(self, solutions, baseline: Baseline, key) -> np.ndarray:
         """Each of `solutions` (ES solutions, host) trained on every validation problem on the same
@@ -177,26 +177,32 @@ class Checks:
                                                       seeds_of(key, self.cfg.eval_seeds)))
 
     def _scored(self, problems, params, baseline: Baseline, seeds) -> list[tuple[np.ndarray, ...]]:
-        """[(ours, start, ppo) fitness, each [E], NaN where a seed diverged] per problem."""
+        """[(ours, start, ppo) fitness, each [E], NaN where a seed diverged] per problem. Each distinct
+        candidate is trained once: `params` that are the start (a selection that kept it) share its scores,
+        and so does PPO where the start is PPO."""
+        start = self.evolved(self.start_params)
+        is_start = same_params(params, start)
         out = []
         for problem in problems:
             both = problem.reference is None and not self.start_is_ppo
-            candidates = [params, self.evolved(self.start_params)] + ([self.evolved(self.ppo_params)] if both else [])
+            candidates = [params] + ([] if is_start else [start]) + ([self.evolved(self.ppo_params)] if both else [])
             runs = self.program.score_candidates(problem.branch, candidates, seeds)
             fitness = np.asarray(fitness_from(runs, self.cfg.fitness, baseline, problem.row), np.float64)
+            theirs = fitness[0] if is_start else fitness[1]
             if both:
-                ppo = fitness[2]
+                ppo = fitness[-1]
             elif self.start_is_ppo:
-                ppo = fitness[1]
+                ppo = theirs
             else:
                 ppo = np.asarray(fitness_from(self._ppo(problem, seeds), self.cfg.fitness, baseline,
                                               problem.row), np.float64)[0]
-            out.append((fitness[0], fitness[1], ppo))
+            out.append((fitness[0], theirs, ppo))
         return out
 
 
 def seeds_of(key, n: int) -> np.ndarray:
-    """`n` seeds split from `key`, as key data on the host: [n, key data]."""
+    """`n` seeds split from `key`, as key data on the host: [n, key data]. With jax's default
+    jax_threefry_partitionable, seed i is fold_in(key, i): a stream's key i (metadisco.core.streams)."""
     return np.asarray(jax.random.key_data(jax.random.split(key, n)))
 
 

@@ -118,6 +118,10 @@ class MetaTrainer:
         # one program. Where the family cannot (or the inner loops are custom), PPO is a branch of its own.
         custom = any(t is not None for t in (trains, ppo_trains, validation_trains, validation_ppo_trains))
         as_ppo = None if custom else self.objectives.params_reproducing(Objectives())
+        # PPO through the run's own branches needs its fixed plugs to be the start's (the program's constants)
+        fixed = [plug for plug in self.default_params if plug not in self.evolve]
+        if as_ppo is not None and not same_params({p: as_ppo[p] for p in fixed}, {p: self.default_params[p] for p in fixed}):
+            as_ppo = None
         self.ppo_params = as_ppo
         # the start point is PPO exactly: the checks train it once, as both
         self.start_is_ppo = as_ppo is not None and same_params(self.default_params, as_ppo)
@@ -175,13 +179,6 @@ class MetaTrainer:
                            else functools.partial(_ignoring_lr, p.train)) for p in self.problems]
         branches += [Branch(p.name, functools.partial(_ignoring_lr, p.train)) for p in self.validation]
         both = self.problems + self.validation
-        # PPO through the run's own branches needs its fixed plugs to be the start's (the program's constants)
-        fixed = [plug for plug in self.default_params if plug not in self.evolve]
-        joins = self.ppo_params is not None and same_params({p: self.ppo_params[p] for p in fixed},
-                                                            {p: self.default_params[p] for p in fixed})
-        if not joins:
-            self.ppo_params = None
-            self.start_is_ppo = False
         own = self.ppo_params is None and self.needs_ppo
         if own:
             branches += [Branch(f"{p.name} (PPO)", functools.partial(_ppo_reference, p.ppo_train)) for p in both]
@@ -276,21 +273,17 @@ class MetaTrainer:
         """What generation `index` trained on (its Draw): a function of (seed, generation) only."""
         return self.draw(jax.random.fold_in(self.generation_key(index), streams.DRAW))
 
-    def compare(self, state: RunState, baseline: Baseline, completed: int) -> Comparison:
-        """The ES mean against PPO and against the run's start point (its initial solution), all on
-        the same fresh seeds, mean over seeds, per training problem and overall; paired
-        differences with 95% t-intervals, and the share of the gap from the start to PPO that the
-        ES mean closed (paired bootstrap over seeds).
-        `completed`: generations done (= state.generation); it picks the seeds."""
-        return self.check(state, baseline, completed)[0]
-
     def check(self, state: RunState, baseline: Baseline, completed: int) -> tuple[Comparison, Comparison | None]:
-        """(`compare`'s Comparison on the training problems, the same on the validation problems on
-        fresh seeds of their own, or None for a run without [validation])."""
+        """The ES mean against PPO and against the run's start point (its initial solution), all on the same
+        fresh seeds, mean over seeds, per training problem and overall; paired differences with 95%
+        t-intervals, and the share of the gap from the start to PPO that the ES mean closed (paired
+        bootstrap over seeds); `completed`: generations done (= state.generation), which picks the seeds.
+        Returns (that Comparison on the training problems, the same on the validation problems on fresh
+        seeds of their own, or None for a run without [validation])."""
         keys = (streams.key(self.cfg.seed, streams.Stream.COMPARISON, completed),
                 streams.key(self.cfg.seed, streams.Stream.VALIDATION, completed))
         mean = fetch(self.mean_params(fetch(state)))  # host-side: same in every process
-        return self.checks.compare(mean, fetch(baseline), keys)[:2]
+        return self.checks.compare(mean, fetch(baseline), keys)
 
     def rescore(self, solutions, baseline: Baseline, completed: int) -> np.ndarray:
         """Selection's finalists (metadisco.measure.selection), ES solutions (evolved plugs only), scored

@@ -276,10 +276,17 @@ def layout_of(trainer: MetaTrainer) -> dict:
             "processes": jax.process_count(), "members_per_batch": trainer.cfg.members_per_batch}
 
 
+def record_layout(run: RunDir, trainer: MetaTrainer, generation: int) -> None:
+    """Add this process's layout to layout.json as the leg that begins at `generation` (0: the run's start)."""
+    legs = run.layouts() if generation else []
+    run.write_json("layout.json", {"legs": [*legs, {"from_generation": generation, **layout_of(trainer)}]})
+
+
 def check_layout(run: RunDir, trainer: MetaTrainer, allow: bool = False) -> list[str]:
-    """Lines that say how this resume's device layout differs from the run's start (layout.json), or
-    RunDirError before any compute where the difference changes the run's bits (another platform; another
-    device count with member_batch = 0, each device's whole shard at once), unless `allow`."""
+    """Lines that say how this resume's device layout differs from the one the run last ran under
+    (layout.json), or RunDirError before any compute where the difference changes the run's bits (another
+    platform; one device against several, which compiles the population without shard_map's manual region;
+    another device count with member_batch = 0, each device's whole shard at once), unless `allow`."""
     started, now = run.layout(), layout_of(trainer)
     if started is None:
         return [f"note: {run.path} did not record the devices it started on (a run from before layout.json); "
@@ -288,6 +295,7 @@ def check_layout(run: RunDir, trainer: MetaTrainer, allow: bool = False) -> list
     if not differs:
         return []
     changes_bits = (started.get("platform") != now["platform"] or started.get("members_per_batch") != now["members_per_batch"]
+                    or (started.get("devices") == 1) != (now["devices"] == 1)
                     or (not now["members_per_batch"] and started.get("devices") != now["devices"]))
     if not changes_bits:
         return [f"note: resuming on another layout ({', '.join(differs)}); {_batch_words(now)} fixes each member's "
@@ -295,7 +303,8 @@ def check_layout(run: RunDir, trainer: MetaTrainer, allow: bool = False) -> list
     if not allow:
         raise RunDirError(
             f"refusing to resume {run.path} on another device layout ({', '.join(differs)}): with "
-            f"{_batch_words(now)} on another platform or device count a member's last bits change, so the resumed run "
+            f"{_batch_words(now)} on another platform, on one device against several, or (member_batch = 0) on "
+            f"another device count a member's last bits change, so the resumed run "
             f"would not equal the one it began. Resume where it started ({started.get('devices')} "
             f"{started.get('platform')} device(s): on a CPU, --host-devices {started.get('devices')}), or pass "
             "--allow-layout-change to continue anyway (its results then differ in the last bits from an uninterrupted run).")
@@ -395,6 +404,8 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         state, baseline, warnings = load_state(run, trainer)
         for w in warnings:
             log(f"warning: {w}")
+        if is_main and run.layout() not in (None, layout_of(trainer)):  # a leg on another layout: recorded
+            record_layout(run, trainer, int(fetch(state.generation)))
         if is_main:
             run.truncate_metrics(int(state.generation))
             stored = run.config().generations
@@ -410,7 +421,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         baseline = trainer.baseline()  # before anything is written: a refused normaliser leaves no run behind
         if is_main:
             run.create(cfg, overwrite=overwrite)
-            run.write_json("layout.json", layout_of(trainer))
+            record_layout(run, trainer, 0)
         state = trainer.init()
         if is_main and fitness_of(cfg.fitness).normalised:
             b = fetch(baseline)

@@ -280,3 +280,10 @@ def test_objectives_name_shows_what_an_objective_computes_its_options_and_parame
             assert code == 0 and out.startswith(f"{name} ({plug}):"), err
     code, _, err = metadisco_in_process(["objectives", "value_los_mix"], capsys)
     assert code == 2 and "metadisco objectives" in err
+
+
+def test_a_resume_given_a_run_dir_says_it_does_not_apply_and_does_nothing(tmp_path, capsys):
+    code, _, err = cli("train", "--resume", str(tmp_path / "run"), "--run-dir", str(tmp_path / "elsewhere"),
+                       capsys=capsys)
+    assert code == 2 and "--run-dir does not apply to a resume" in err and "Traceback" not in err
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "run").exists()

@@ -266,7 +266,7 @@ def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted, trainer):
     # Before any generation the ES mean is the initial LPO, which is PPO exactly: on the same
     # fresh seeds the two columns must then be equal (different seeds or a drifted start would not be).
     state, baseline = trainer.replicate(fetch(trainer.init())), trainer.replicate(fetch(trainer.baseline()))
-    c = trainer.compare(state, baseline, 0)
+    c, _ = trainer.check(state, baseline, 0)
     assert c.mean == c.ppo
     assert c.problems[0].name == "CartPole-v1" and c.problems[0].mean == c.problems[0].ppo
     assert c.diff == Interval(0.0, 0.0, 0.0)  # paired by seed
@@ -417,10 +417,22 @@ def test_a_start_point_that_is_ppo_exactly_is_trained_once_in_the_comparisons_on
     assert shared.start_is_ppo and MetaTrainer(tiny_config()).start_is_ppo  # LPO's seed-0 start is its default_params
     assert not MetaTrainer(tiny_config(seed=1)).start_is_ppo  # another seed's hidden layer: not the params compared
     state, baseline = shared.replicate(fetch(shared.init())), shared.replicate(shared.baseline_template())
-    comparisons = [t.compare(state, baseline, 1) for t in (shared, separate)]
+    comparisons = [t.check(state, baseline, 1)[0] for t in (shared, separate)]
     assert comparisons[0].to_row() == comparisons[1].to_row()  # NaN (null) where both are NaN: no gap from the start to PPO
     assert comparisons[0].start == comparisons[0].ppo
 
+
+def test_a_selection_that_kept_the_start_trains_it_once_in_its_comparison(monkeypatch):
+    """compare_selected of the start itself: one candidate trained on each seed, not the start twice."""
+    cfg = tiny_config(generations=1, eval_every=1)
+    trainer = MetaTrainer(cfg, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)])
+    trained, score = [], trainer.program.score_candidates
+    monkeypatch.setattr(trainer.program, "score_candidates",
+                        lambda branch, candidates, seeds: trained.append(len(candidates)) or score(branch, candidates, seeds))
+    baseline = trainer.replicate(trainer.baseline_template())
+    c = trainer.compare_selected(trainer.initial_solution, baseline, 1)
+    assert trained == [1, 1]  # the start (its own row), then PPO's own branch
+    assert c.mean == c.start and c.vs_start.value == 0
 
 
 def test_resume_refuses_a_config_json_edited_since_the_run_began(tmp_path):
@@ -460,36 +472,45 @@ def test_a_field_the_schema_gained_since_a_run_began_neither_blocks_its_resume_n
 
 
 def test_resume_on_a_layout_that_changes_the_bits_is_refused_unless_asked(tmp_path):
-    """A run records the device layout it started on; a resume says what differs, refuses before any compute
-    where a member's bits would change (member_batch = 0 on another device count; another platform), and
-    continues with a warning when asked. With member batches, another device count is only a note."""
+    """A run records every device layout it ran under; a resume says what differs, refuses before any compute
+    where a member's bits would change (member_batch = 0 on another device count; one device against several;
+    another platform), and continues with a warning when asked, recording the leg. With member batches,
+    another count of several devices is only a note."""
+    def started_on(path, **changes):  # the run's layout.json, as if it had run on one leg elsewhere
+        leg = json.loads((path / "layout.json").read_text())["legs"][0]
+        (path / "layout.json").write_text(json.dumps({"legs": [{**leg, **changes}]}))
+        return leg
+
     whole = tiny_config(member_batch=0)
     trainer = MetaTrainer(whole, trains=[quadratic_train])
     path = tmp_path / "whole"
     run(whole, path, progress=False, stop_after=1, log=lambda *a: None, trainer=trainer)
-    layout = json.loads((path / "layout.json").read_text())
-    assert layout == {"devices": trainer.mesh.devices.size, "platform": "cpu", "processes": 1, "members_per_batch": 0}
-    (path / "layout.json").write_text(json.dumps({**layout, "devices": layout["devices"] + 2}))  # started elsewhere
+    n = trainer.mesh.devices.size
+    leg = started_on(path, devices=n + 2)  # started elsewhere
+    assert leg == {"from_generation": 0, "devices": n, "platform": "cpu", "processes": 1, "members_per_batch": 0}
     rows = (path / "metrics.jsonl").read_text()
-    n = layout["devices"]
     with pytest.raises(RunDirError, match=rf"another device layout \(devices {n + 2} -> {n}\).*--host-devices {n + 2}"):
-        run(None, path, resume=True, progress=False, log=lambda *a: None, trainer=trainer)
+        run(None, path, resume=True, progress=False, log=lambda *a: None, trainer=trainer, stop_after=2)
     assert (path / "metrics.jsonl").read_text() == rows  # nothing ran, nothing was lost
     lines = []
-    run(None, path, resume=True, progress=False, log=lines.append, trainer=trainer, allow_layout_change=True)
+    run(None, path, resume=True, progress=False, log=lines.append, trainer=trainer, allow_layout_change=True,
+        stop_after=2)
     assert any(line.startswith("warning: resuming on another device layout") for line in lines)
-    # fixed member batches: the device count does not change the bits, and the resume says so
+    assert [(leg["from_generation"], leg["devices"]) for leg in RunDir(path).layouts()] == [(0, n + 2), (1, n)]
+    # fixed member batches: another count of several devices does not change the bits, and the resume says so
     batched = tiny_config()
     trainer = MetaTrainer(batched, trains=[quadratic_train])
     path = tmp_path / "batched"
     run(batched, path, progress=False, stop_after=1, log=lambda *a: None, trainer=trainer)
-    layout = json.loads((path / "layout.json").read_text())
-    (path / "layout.json").write_text(json.dumps({**layout, "devices": 1}))
+    started_on(path, devices=n + 2)
     lines = []
-    run(None, path, resume=True, progress=False, log=lines.append, trainer=trainer)
-    assert any(line.startswith(f"note: resuming on another layout (devices 1 -> {trainer.mesh.devices.size})")
-               and "fixes each member's bits" in line
-               for line in lines)
+    run(None, path, resume=True, progress=False, log=lines.append, trainer=trainer, stop_after=2)
+    assert any(line.startswith(f"note: resuming on another layout (devices {n + 2} -> {n})")
+               and "fixes each member's bits" in line for line in lines)
+    # ... but one device against several does (no shard_map region on one): refused, as docs/guide.md says
+    started_on(path, devices=1)
+    with pytest.raises(RunDirError, match=rf"another device layout \(devices 1 -> {n}\).*one device against several"):
+        run(None, path, resume=True, progress=False, log=lambda *a: None, trainer=trainer)
 
 
 def test_a_stored_run_from_before_member_batch_resumes_as_it_ran(tmp_path):

@@ -82,3 +82,15 @@ def test_the_stored_config_is_read_typed_as_train_wrote_it(tmp_path):
     run.config_path.write_text(json.dumps({"envs": ["Acrobot-v1"]}))
     # a field the file lacks reads at its default, but member_batch: a run from before it ran each shard whole
     assert run.config() == RunConfig(envs=("Acrobot-v1",), member_batch=0)
+
+
+def test_a_run_whose_selection_kept_the_start_suggests_evaluating_its_last_es_mean(tmp_path):
+    """Evaluating the selection of the start (PPO, where the run starts at PPO) would compare PPO with itself."""
+    (tmp_path / "config.json").write_text(json.dumps(RunConfig().to_dict()))
+    run = Run(tmp_path)
+    assert f"metadisco evaluate {tmp_path} --quick" in run.next_steps()  # no selection: the run's default
+    (tmp_path / "objectives").mkdir()
+    (tmp_path / "objectives" / "selected.json").write_text(json.dumps({"extra": {"candidate": "start"}}))
+    assert f"metadisco evaluate {tmp_path}:mean --quick" in run.next_steps()
+    (tmp_path / "objectives" / "selected.json").write_text(json.dumps({"extra": {"candidate": 4}}))
+    assert f"metadisco evaluate {tmp_path} --quick" in run.next_steps()

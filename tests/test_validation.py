@@ -263,3 +263,27 @@ def test_overwrite_leaves_nothing_of_the_old_run_and_deletes_nothing_that_is_not
         run(plain, tmp_path / "notes", overwrite=True, progress=False, trainer=MetaTrainer(plain, trains=[quadratic_train]),
             log=lambda *a: None)
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
+
+
+def test_the_validation_normaliser_and_the_validation_checks_train_on_disjoint_keys(monkeypatch):
+    """Every key the baseline's PPO trains on (its seeds and the runner, network and environment keys split
+    from each) is none of the keys the validation checks after 1..64 generations train on."""
+    from metadisco.checks import seeds_of
+    from metadisco.core import streams
+
+    cfg = validated(baseline_seeds=4)
+    trainer = trainer_for(cfg)
+    given, score = [], trainer.program.score_candidates
+    monkeypatch.setattr(trainer.program, "score_candidates",
+                        lambda branch, candidates, seeds: given.append(np.asarray(seeds)) or score(branch, candidates, seeds))
+    trainer.checks.baseline()  # what normalises a *_norm fitness
+
+    def with_children(seeds):
+        keys = [jax.random.wrap_key_data(s) for s in seeds]
+        return {tuple(np.asarray(jax.random.key_data(k)).tolist()) for key in keys
+                for k in (key, *jax.random.split(key, 3))}
+
+    normaliser = set().union(*(with_children(s) for s in given))
+    checks = set().union(*(with_children(seeds_of(streams.key(cfg.seed, streams.Stream.VALIDATION, g), 8))
+                           for g in range(1, 65)))
+    assert len(given) == 2 and not normaliser & checks

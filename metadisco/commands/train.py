@@ -12,6 +12,12 @@ def run(args) -> None:
 
     time_limit = TimeLimit(parse_duration(args.time_limit)) if args.time_limit else None  # counts from here
 
+    if args.resume and (args.run_dir or args.overwrite):  # a resume writes where the run is: say so, do nothing
+        from metadisco.core.errors import ConfigError
+
+        given = "--run-dir" if args.run_dir else "--overwrite"
+        raise ConfigError(f"--resume {args.resume} continues that run in its own directory; {given} does not apply "
+                          "to a resume. Drop it, or start a new run with --run-dir and no --resume")
     overrides = list(args.overrides)
     experiment = args.experiment
     if experiment and "=" in experiment:  # `metadisco train es.population_size=8`: an override, not a name
@@ -77,8 +83,8 @@ def add(subparsers) -> None:
                         "9m, 1h30m, 01:30:00), predicted from this process's measured generation and comparison "
                         "times; exit status 75 then, so a job script can requeue with --resume")
     p.add_argument("--allow-layout-change", action="store_true",
-                   help="resume on a device layout that changes the run's last bits (another platform, or another "
-                        "device count with member_batch=0), which --resume refuses otherwise")
+                   help="resume on a device layout that changes the run's last bits (another platform, one device "
+                        "against several, or another device count with member_batch=0), which --resume refuses otherwise")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--host-devices", type=int, help="CPU devices to split the population over (default: the cores, at least 2; "
                    "from 2 on, the count does not change the results)")

@@ -15,7 +15,7 @@ seed's: a stream is the root with its tag folded in (`key(seed, stream, *indices
                             its start and PPO
     VALIDATION (index g)    the validation after g generations (RunConfig.validation): fresh seeds,
                             disjoint from the comparison's, for the ES mean, its start and PPO on
-                            the validation problems; VALIDATION itself (no index): PPO's normaliser there
+                            the validation problems; index NORMALISER: PPO's normaliser there
     SELECTION (index g)     the end of a validated run after g generations: the common fresh seeds its
                             finalists are re-scored on (measure.selection), training problems (index 0)
                             and validation problems (index 1)
@@ -27,7 +27,12 @@ seed's: a stream is the root with its tag folded in (`key(seed, stream, *indices
     POPULATION              a population-based strategy's first population: the start plus
                             sigma_init times normal noise
 
-Inside a generation or a training run, keys are split from these; the tags folded there
+A check's seeds are split from its key, and with jax's default `jax_threefry_partitionable`
+split(k, n)[i] is fold_in(k, i), the stream's index i: so a stream's seeds come from an indexed key
+of it, never from the stream's key itself where it also has indexed keys (the validation
+normaliser once trained seed g on the key of the validation check after g generations; stored runs
+keep the normaliser they computed, in their checkpoints). Inside a generation or a training run,
+keys are split from these; the tags folded there
 (DRAW below, the inner loop's reward-noise and evaluation streams) are named where they are used.
 
 jax-free at import: `key` imports jax when called.
@@ -55,6 +60,7 @@ class Stream(IntEnum):
     SELECTION = GENERATIONS + 8
 
 
+NORMALISER = GENERATIONS  # the validation normaliser's index of Stream.VALIDATION: no check's generations reach it
 DRAW = 0x64726177  # folded into a generation's key: which envs, horizon and learning rates it trains on
 
 

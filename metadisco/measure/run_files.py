@@ -5,7 +5,7 @@ writing them (jax-free: `import metadisco.measure.run_files` starts no jax).
     RUN_DIR/config.digest           RunConfig.digest of the config the run started with (`--resume` compares)
     RUN_DIR/metrics.jsonl           one JSON line per generation (metadisco.core.records.GenerationRecord)
     RUN_DIR/baseline.json           PPO's returns used to normalise fitness (normalised fitness only)
-    RUN_DIR/layout.json             the device layout it started on (devices, platform, processes, members per
+    RUN_DIR/layout.json             every device layout it ran under (devices, platform, processes, members per
                                     batch): a resume says what differs, and refuses where the bits would change
     RUN_DIR/checkpoints/gen_NNNNNN.msgpack   the newest few checkpoints
     RUN_DIR/objectives/{best,mean}.json      meta_objectives files, loadable anywhere
@@ -197,10 +197,19 @@ class RunFiles:
     def layout_path(self) -> Path:
         return self.path / "layout.json"
 
+    def layouts(self) -> list[dict]:
+        """Every device layout the run ran under, oldest first (layout.json: devices, platform, processes,
+        members per batch), each with the generation its leg began at (`from_generation`); [] for a run
+        from before layout.json. A file of one layout (before legs were kept) is its start's."""
+        if not self.layout_path.is_file():
+            return []
+        stored = self.read_json("layout.json")
+        return stored["legs"] if "legs" in stored else [{"from_generation": 0, **stored}]
+
     def layout(self) -> dict | None:
-        """How the run was started on its devices (layout.json: devices, platform, processes, members per
-        batch), or None for a run from before it was kept."""
-        return self.read_json("layout.json") if self.layout_path.is_file() else None
+        """The layout the run last ran under (`layouts`' last, without its generation), or None."""
+        legs = self.layouts()
+        return {k: v for k, v in legs[-1].items() if k != "from_generation"} if legs else None
 
     def candidate_path(self, generation: int) -> Path:
         """RUN_DIR/objectives/candidates/gen_NNNNNN.json: the ES mean after `generation` generations, kept at
@@ -212,6 +221,13 @@ class RunFiles:
         generation with the best validation score, or the start where none scored higher: RunConfig.validation)
         where the run has kept one, else "mean" (the last ES mean)."""
         return "selected" if self.objectives_path("selected").is_file() else "mean"
+
+    def selected_the_start(self) -> bool:
+        """Whether the run's selection (objectives/selected.json) kept the start point."""
+        try:
+            return json.loads(self.objectives_path("selected").read_text()).get("extra", {}).get("candidate") == "start"
+        except (OSError, ValueError, AttributeError):
+            return False
 
     def which_text(self, which: str) -> str:
         """In words, what objectives/<which>.json of this run is (for the readers' output)."""
@@ -239,7 +255,10 @@ class RunFiles:
         (its potential is sized to their observations, so the quick suite's other shapes cannot run it),
         anything else on the quick suite."""
         cfg = self.config()
-        words = ["metadisco evaluate", *(shlex.quote(str(t)) for t in (self.path, *targets))]
+        # a selection that kept the start (PPO where it starts at PPO) would be compared with itself: the last
+        # ES mean is what the search found
+        run = f"{self.path}:mean" if self.selected_the_start() else self.path
+        words = ["metadisco evaluate", *(shlex.quote(str(t)) for t in (run, *targets))]
         if not cfg.heldout.envs:
             words += ["--envs", shlex.quote(",".join(cfg.envs))] if "shaping" in cfg.objectives.evolve else ["--quick"]
         return " ".join(words)
