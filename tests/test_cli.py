@@ -147,26 +147,45 @@ def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
     assert [m.step for m in history] == [0, 1, 2]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("finished_run", ["drift_value"], indirect=True)
-def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys, finished_run):
-    """The analysis chain a user runs after training a drift and a value loss together (the suite's finished
-    "drift_value" run): distil -> export (both closed forms in one objectives file) -> evaluate the export."""
-    from metadisco.cli import main
-    from metadisco.meta_objectives import ClosedFormDrift, ClosedFormValueLoss, load_objectives
+@pytest.fixture(scope="module")
+def distilled(finished_runs, tmp_path_factory):
+    """A copy of the suite's finished "drift_value" run (a drift and a value loss trained together), plotted
+    and distilled as a user does, with what each command printed: (run directory, {command: stderr})."""
+    import contextlib
+    import io
 
-    path, _ = finished_run
+    from metadisco.cli import main
+
+    path = finished_runs.copy("drift_value", tmp_path_factory.mktemp("distilled") / "run")
+    said = {}
+    for command in (["plot", str(path), "--formats", "png"], ["page"], ["distil", str(path), "--no-symbolic"]):
+        if command == ["page"]:  # the report before distil, as plot wrote it
+            said["page"] = (path / "report.html").read_text()
+            continue
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            main(command)
+        said[command[0]] = err.getvalue()
+    return path, said
+
+
+@pytest.mark.slow
+def test_plot_and_distil_a_drift_and_a_value_loss_trained_together(distilled, finished_runs, tmp_path, capsys):
+    """The analysis chain a user runs after training a drift and a value loss together: bad distil options are
+    refused before any fitting; plot, then distil (both closed forms, each drawn against what was learned)."""
+    from metadisco.cli import main
+
+    path, said = distilled
+    fresh = finished_runs.copy("drift_value", tmp_path / "fresh")
     for bad, message in (["--progress", "2"], "share of training"), (["--prior-fraction", "1"], "[0, 1)"):
         with pytest.raises(SystemExit) as exit_info:  # out of range: refused before any fitting
-            main(["distil", str(path), *bad])
+            main(["distil", str(fresh), *bad])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
-    assert not (path / "distil").exists()
-    main(["plot", str(path), "--formats", "png"])
-    assert "value loss is drawn over the errors its critic makes: |v - target| <= " in capsys.readouterr().err
+    assert not (fresh / "distil").exists()
+    assert "value loss is drawn over the errors its critic makes: |v - target| <= " in said["plot"]
     page = path / "report.html"
-    assert "not distilled yet" in page.read_text()
-    assert "What was found (mean)" in page.read_text() and "drift: a learned network" in page.read_text()
-    main(["distil", str(path), "--no-symbolic"])
+    assert "not distilled yet" in said["page"]
+    assert "What was found (mean)" in said["page"] and "drift: a learned network" in said["page"]
     report = json.loads((path / "distil" / "drift.json").read_text())
     # each command that adds to a run redraws the report plot wrote: what it added shows at once
     assert "not distilled yet" not in page.read_text() and "export it: metadisco export" in page.read_text()
@@ -178,6 +197,19 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys, f
     assert loss_report["chosen"]["rmse"] <= l2["rmse"]  # at least as close to the learned loss as L2
     assert (path / "distil" / "drift_learned_vs_distilled.png").is_file()
     assert (path / "distil" / "value_loss_learned_vs_distilled.png").is_file()
+
+
+@pytest.mark.slow
+def test_export_both_closed_forms_and_evaluate_the_export(distilled, tmp_path, capsys):
+    """distil -> export (both closed forms in one objectives file, one refused where it breaks its plug's
+    constraints) -> evaluate the export."""
+    from metadisco.cli import main
+    from metadisco.meta_objectives import ClosedFormDrift, ClosedFormValueLoss, load_objectives
+
+    path, _ = distilled
+    page = path / "report.html"
+    report = json.loads((path / "distil" / "drift.json").read_text())
+    loss_report = json.loads((path / "distil" / "value_loss.json").read_text())
     main(["export", str(path)])
     exported = path / "export" / "discovered_drift_and_value_loss.json"
     objectives, params, extra = load_objectives(exported)
@@ -194,7 +226,7 @@ def test_distil_export_and_evaluate_the_exported_closed_form(tmp_path, capsys, f
     with pytest.raises(SystemExit) as exit_info:  # so is a value loss that pushes v away from t
         main(["export", str(path), "--value-loss", "e**2/2 - 3*e"])
     assert exit_info.value.code == 2 and "not a valid value loss" in capsys.readouterr().err
-    main(["evaluate", str(exported), "--envs", "CartPole-v1", "--seeds", "2", "--timesteps", "4096",
+    main(["evaluate", str(exported), "--envs", "CartPole-v1", "--seeds", "2", "--timesteps", "1024",
           "--no-progress", "--out", str(tmp_path / "eval")])
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert "CartPole-v1" in results["envs"]

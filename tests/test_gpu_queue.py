@@ -102,21 +102,31 @@ def one_entry_queue(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.slow
-def test_an_entry_trains_to_its_verdict_and_a_second_call_given_its_compile_cache_compiles_nothing(tmp_path):
-    """Call 1, as documented: the queue's first entry trains to its verdict and runs its held-out evaluation.
-    Call 2, on a fresh OUT (a fresh machine) given call 1's compile_cache.tar.gz, runs it again from the start
-    (every program a resumed sitting runs, and the baseline's): it compiles nothing. Every entry through the
-    whole queue is `make gpu-preflight` (tests/preflight_gpu_queue.py), run before a GPU sitting."""
-    out, again, queue = tmp_path / "out", tmp_path / "again", one_entry_queue(tmp_path)
+@pytest.fixture(scope="module")
+def first_call(tmp_path_factory):
+    """Call 1, as documented, on the queue's first entry alone: (OUT, its summary, the queue file), with the
+    committed queue state's files (name, mtime) before and after."""
+    tmp = tmp_path_factory.mktemp("queue")
     committed = ROOT / "docs" / "results" / "gpu_runs"
 
     def snapshot():
         return sorted((str(p.relative_to(committed)), p.stat().st_mtime_ns) for p in committed.rglob("*"))
 
-    before = snapshot()
-    summary = gpu_queue_smoke(out, "--queue", str(queue))
-    assert snapshot() == before  # the committed queue state: not resumed, not locked, not written
+    before, queue = snapshot(), one_entry_queue(tmp)
+    summary = gpu_queue_smoke(tmp / "out", "--queue", str(queue))
+    return tmp / "out", summary, queue, (before, snapshot())
+
+
+@pytest.mark.slow
+def test_an_entry_trains_to_its_verdict_and_a_second_call_given_its_compile_cache_compiles_nothing(first_call,
+                                                                                                   tmp_path):
+    """Call 1, as documented: the queue's first entry trains to its verdict and runs its held-out evaluation.
+    Call 2, on a fresh OUT (a fresh machine) given call 1's compile_cache.tar.gz, runs it again from the start
+    (every program a resumed sitting runs, and the baseline's): it compiles nothing. Every entry through the
+    whole queue is `make gpu-preflight` (tests/preflight_gpu_queue.py), run before a GPU sitting."""
+    out, summary, queue, (before, after) = first_call
+    again = tmp_path / "again"
+    assert after == before  # the committed queue state: not resumed, not locked, not written
     assert summary["stopped"] == "" and summary["smoke"]  # the queue is done
     first = QUEUE.entries[0]
     assert [(s["entry"], s["kind"]) for s in summary["steps"]] == [(first.name, "train"), (first.name, "evaluate")]

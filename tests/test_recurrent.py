@@ -180,26 +180,26 @@ def test_every_plug_reaches_a_recurrent_run():
         assert not np.array_equal(visited[i], visited[0]), plug
 
 
+def recurrent_cli(capsys, *argv) -> str:
+    from tests.helpers import metadisco_in_process
+
+    code, out, err = metadisco_in_process(argv, capsys)
+    assert code == 0, err[-3000:]
+    return out + err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("finished_run", ["gru"], indirect=True)
-def test_every_workflow_accepts_a_recurrent_run(tmp_path, capsys, finished_run):
-    """`metadisco train envs=MemoryChain-bsuite inner.network=gru` end to end (the suite's finished "gru" run:
-    tests.helpers.FINISHED_RUNS): stopped and resumed it equals the run made in one go; evaluate (with the
-    run's inner settings), plot, distil and export (DiscoGen's recurrent backend named) all take it."""
+def test_a_recurrent_run_stopped_and_resumed_equals_the_run_made_in_one_go(tmp_path, capsys, finished_run):
+    """`metadisco train envs=MemoryChain-bsuite inner.network=gru` (the suite's finished "gru" run:
+    tests.helpers.FINISHED_RUNS), stopped after a generation and resumed: the same rows as in one go."""
     import json
 
-    from tests.helpers import FINISHED_RUNS, metadisco_in_process
+    from tests.helpers import FINISHED_RUNS
 
-    def cli(*argv):
-        code, out, err = metadisco_in_process(argv, capsys)
-        assert code == 0, err[-3000:]
-        return out + err
-
-    # One evolved plug and no comparisons on fresh seeds: the smallest programs that take every workflow
-    # through a recurrent run (every plug in a recurrent program: test_every_plug_reaches_a_recurrent_run)
     (whole, _), stopped = finished_run, tmp_path / "stopped"
-    cli("train", *FINISHED_RUNS["gru"], "--run-dir", str(stopped), "--stop-after", "1", "--no-progress")
-    cli("train", "--resume", str(stopped), "--no-progress")
+    recurrent_cli(capsys, "train", *FINISHED_RUNS["gru"], "--run-dir", str(stopped), "--stop-after", "1", "--no-progress")
+    recurrent_cli(capsys, "train", "--resume", str(stopped), "--no-progress")
 
     def rows(run):
         return [{k: v for k, v in json.loads(line).items() if not any(w in k for w in ("time", "second", "per_s"))}
@@ -207,13 +207,22 @@ def test_every_workflow_accepts_a_recurrent_run(tmp_path, capsys, finished_run):
 
     assert rows(stopped) == rows(whole) and len(rows(whole)) == 2
     assert json.loads((whole / "config.json").read_text())["inner"]["network"] == "gru"
-    out = cli("evaluate", str(whole), "--envs", "MemoryChain-bsuite", "--inner-from-run", "--seeds", "2",
-              "--timesteps", "512", "--no-progress")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("finished_run", ["gru"], indirect=True)
+def test_every_workflow_accepts_a_recurrent_run(capsys, finished_run):
+    """evaluate (with the run's inner settings), plot, distil and export (DiscoGen's recurrent backend named)
+    all take a recurrent run (one evolved plug, no comparisons on fresh seeds: the smallest programs that take
+    every workflow through one; every plug in a recurrent program: test_every_plug_reaches_a_recurrent_run)."""
+    whole, _ = finished_run
+    out = recurrent_cli(capsys, "evaluate", str(whole), "--envs", "MemoryChain-bsuite", "--inner-from-run", "--seeds",
+                        "2", "--timesteps", "512", "--no-progress")
     assert "MemoryChain-bsuite" in out
-    cli("plot", str(whole), "--formats", "png")
-    cli("distil", str(whole), "--no-symbolic")
-    cli("export", str(whole))
-    out = cli("export", str(whole), "--format", "discogen")
+    recurrent_cli(capsys, "plot", str(whole), "--formats", "png")
+    recurrent_cli(capsys, "distil", str(whole), "--no-symbolic")
+    recurrent_cli(capsys, "export", str(whole))
+    out = recurrent_cli(capsys, "export", str(whole), "--format", "discogen")
     assert "template_backend: recurrent" in out and "HSIZE = 16" in out
     assert "init_hstate" in (whole / "export" / "discogen" / "loss.py").read_text()
 
