@@ -11,6 +11,8 @@ import inspect
 
 import numpy as np
 
+from metadisco.core.errors import ConfigError
+
 # The tables of strategy names (which exist, which pair members, which keep their own weights, which
 # cannot run here) are the run config's allowed values, checked before jax starts.
 from metadisco.core.strategies import WEIGHTED_STRATEGIES
@@ -132,7 +134,10 @@ def update_weights(es, params):
     elif es.fitness_shaping_fn in numpy_shaping:
         fn = numpy_shaping[es.fitness_shaping_fn]
     else:
-        raise NotImplementedError(f"search health has no numpy form of {es.fitness_shaping_fn}")
+        # no configurable strategy reaches here (tests/test_search_health.py): refused before any compute
+        name = getattr(es.fitness_shaping_fn, "__name__", repr(es.fitness_shaping_fn))
+        raise ConfigError(f"es.strategy={type(es).__name__}: its fitness shaping {name} has no host form for "
+                          "search health (metadisco.strategy.update_weights); choose another strategy")
     return lambda fitness: fn(to_es_loss(np.asarray(fitness, np.float32)))
 
 

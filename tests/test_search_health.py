@@ -554,3 +554,17 @@ def test_a_population_based_strategy_has_no_gradient_to_measure_and_its_mean_is_
     assert all(np.isfinite(r.health.rank_corr) for r in rows)
     assert any("best member" in line and "vs PPO" in line for line in logged), logged
     assert not any("ES mean" in line for line in logged), logged
+
+
+def test_a_strategy_whose_shaping_has_no_host_form_is_a_config_error_before_compute():
+    from types import SimpleNamespace
+
+    from metadisco.core.errors import ConfigError
+    from metadisco.strategy import update_weights
+
+    def unknown_shaping(loss):
+        return loss
+
+    es = SimpleNamespace(fitness_shaping_fn=unknown_shaping, init=lambda key, mean, params: None)
+    with pytest.raises(ConfigError, match="unknown_shaping has no host form"):
+        update_weights(es, None)
