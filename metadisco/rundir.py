@@ -27,6 +27,7 @@ import socket
 from pathlib import Path
 
 from metadisco.core.fileio import atomic_write_bytes, atomic_write_text, to_jsonable
+from metadisco.core.invocation import command
 from metadisco.core.records import GenerationRecord
 from metadisco.core.run_config import RunConfig
 from metadisco.measure.run_files import RunDirError, RunFiles, RunWriteError, writing
@@ -64,7 +65,7 @@ class RunDir(RunFiles):
                 holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
                 raise RunLockedError(
                     f"{self.path} is being written by {holder}; one run directory has one writer. Wait for it "
-                    f"to finish (or stop it: it checkpoints on Ctrl-C or SIGTERM), then `metadisco train "
+                    f"to finish (or stop it: it checkpoints on Ctrl-C or SIGTERM), then `{command()} train "
                     f"--resume {self.path}`; or train into another --run-dir.") from None
             with contextlib.suppress(OSError):  # the holder's name is a courtesy, not a condition
                 os.ftruncate(fd, 0)
@@ -114,7 +115,7 @@ class RunDir(RunFiles):
         if not overwrite:
             raise RunDirError(
                 f"run directory {self.path} already exists and is not empty. Resume it with "
-                f"`metadisco train --resume {self.path}`, choose another --run-dir, or pass --overwrite.")
+                f"`{command()} train --resume {self.path}`, choose another --run-dir, or pass --overwrite.")
 
     def write_json(self, name: str, obj) -> Path:
         """RUN_DIR/name as strict JSON, atomically."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shlex
 import signal
 import sys
 import threading
@@ -34,6 +35,7 @@ import numpy as np
 from metadisco import config as config_lib
 from metadisco.checks import Baseline
 from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
+from metadisco.core.invocation import command
 from metadisco.core.plugs import PLUGS
 from metadisco.core.records import Comparison, GenerationRecord, Health, Violations, finite
 from metadisco.core.run_config import config_digest
@@ -360,7 +362,7 @@ def _stored_config(run: RunDir, cfg: config_lib.RunConfig | None) -> config_lib.
 
 def _resume_hint(run: RunDir, lead: str) -> str:
     if run.checkpoints():
-        return f"{lead} resume with:\n  metadisco train --resume {run.path}"
+        return f"{lead} resume with:\n  {command()} train --resume {shlex.quote(str(run.path))}"
     return f"{lead} start the run again (it had no checkpoint yet; --overwrite reuses {run.path})"
 
 
@@ -372,7 +374,7 @@ def _interrupted(run: RunDir, cfg: config_lib.RunConfig, e: KeyboardInterrupt) -
                               exit_code=code)
     done = run.checkpoint_generation(checkpoints[-1])
     return RunInterrupted(f"interrupted: checkpoint written at generation {done}/{cfg.generations}. "
-                          f"Resume with:\n  metadisco train --resume {run.path}", exit_code=code)
+                          f"Resume with:\n  {command()} train --resume {shlex.quote(str(run.path))}", exit_code=code)
 
 
 def _evaluates_after(cfg, gen: int) -> bool:
@@ -392,7 +394,7 @@ def _out_of_time(run: RunDir, cfg, gen: int, time_limit: TimeLimit, evaluates: b
     return RunInterrupted(
         f"time limit {time_limit.text}: stopped at generation {gen}/{cfg.generations} with a checkpoint: the next "
         f"{step} would take about {time_limit.predicted(evaluates):.0f} s and {max(0.0, time_limit.remaining()):.0f} s "
-        f"are left. Resume with:\n  metadisco train --resume {run.path}", exit_code=EXIT_TIME_LIMIT)
+        f"are left. Resume with:\n  {command()} train --resume {shlex.quote(str(run.path))}", exit_code=EXIT_TIME_LIMIT)
 
 
 def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer: MetaTrainer,
@@ -499,7 +501,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         _summary(run, cfg, log, found_violations(trainer, state), final)
     elif is_main:
         log(f"stopped at generation {done}/{cfg.generations} (--stop-after {stop_after}); checkpoint written. "
-            f"Continue with:\n  metadisco train --resume {run.path}")
+            f"Continue with:\n  {command()} train --resume {shlex.quote(str(run.path))}")
 
 
 def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
@@ -527,7 +529,7 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
         log(f"  validation (scored every {cfg.eval_every} generations on {cfg.validation.seeds} fresh seeds, never "
             f"trained on; chooses objectives/selected.json): {', '.join(cfg.validation.envs)}")
     if cfg.heldout.envs:
-        log(f"  held out (fixed now; `metadisco evaluate {run.path}` uses it): {', '.join(cfg.heldout.envs)}")
+        log(f"  held out (fixed now; `{command()} evaluate {shlex.quote(str(run.path))}` uses it): {', '.join(cfg.heldout.envs)}")
     if cfg.seeds_per_member < 2:
         log("  search health is not measured: it compares two halves of each member's seeds (seeds_per_member >= 2)")
     if cfg.expect.not_applied:

@@ -3,11 +3,17 @@ jax is imported anywhere; the suite's compilation cache, kept between sessions."
 
 import gc
 import os
+import sys
 
 flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in flags:
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=2".strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The commands metadisco prints name `metadisco` where the PATH finds this environment's (else its path:
+# metadisco.core.invocation, tested on its own in tests/test_cli.py): the suite reads them as typed.
+_scripts = os.path.dirname(sys.executable)
+if _scripts not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join(filter(None, (_scripts, os.environ.get("PATH"))))
 # The suite's programs are tiny and run once: XLA's optimisation work costs more than it saves
 # (jax's own switch: backend optimisation level 0, no expensive LLVM passes). Subprocesses inherit
 # it; JAX_DISABLE_MOST_OPTIMIZATIONS=0 restores the optimised build.

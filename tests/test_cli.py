@@ -319,3 +319,27 @@ def test_a_resume_given_a_run_dir_says_it_does_not_apply_and_does_nothing(tmp_pa
                        capsys=capsys)
     assert code == 2 and "--run-dir does not apply to a resume" in err and "Traceback" not in err
     assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "run").exists()
+
+
+def test_printed_commands_name_metadisco_as_the_user_can_type_it(tmp_path, monkeypatch):
+    """`metadisco` where the PATH finds this environment's command; its path otherwise (`.venv/bin/metadisco`
+    from the clone after `make demo`, absolute from elsewhere); the path again where the PATH finds another's."""
+    import os
+    from pathlib import Path
+
+    from metadisco.core.invocation import command
+
+    scripts = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", f"{scripts}{os.pathsep}/usr/bin")
+    assert command() == "metadisco"
+    monkeypatch.setenv("PATH", "/usr/bin")
+    monkeypatch.chdir(scripts.parent.parent)  # the folder holding .venv
+    assert command() == f"{scripts.parent.name}/{scripts.name}/metadisco"  # .venv/bin/metadisco
+    monkeypatch.chdir(tmp_path)
+    assert command() == str(scripts.absolute() / "metadisco")
+    other = tmp_path / "bin"
+    other.mkdir()
+    (other / "metadisco").write_text("#!/bin/sh\n")
+    (other / "metadisco").chmod(0o755)
+    monkeypatch.setenv("PATH", str(other))
+    assert command() == str(scripts.absolute() / "metadisco")

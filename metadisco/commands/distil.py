@@ -9,7 +9,10 @@ prints the Pareto fronts.
 
 from __future__ import annotations
 
+import shlex
 import sys
+
+from metadisco.core.invocation import command
 
 
 def print_report(plug: str, report) -> None:
@@ -67,7 +70,7 @@ def run(args) -> None:
         print_report(plug, report)
     files = ", ".join(REPORT_FILES[p] for p in reports)
     discogen = "" if "shaping" in reports else " [--format discogen]"
-    print(f"written: {run.distil_dir}/{{{files}}} and figures; next: metadisco export {run.path} "
+    print(f"written: {run.distil_dir}/{{{files}}} and figures; next: {command()} export {shlex.quote(str(run.path))} "
           f"[--candidate N]{discogen}")
 
 

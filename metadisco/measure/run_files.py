@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metadisco.core.errors import ConfigError, MetadiscoError
+from metadisco.core.invocation import command
 from metadisco.core.records import GenerationRecord, finite
 from metadisco.core.run_config import RunConfig
 
@@ -244,9 +245,9 @@ class RunFiles:
     def next_steps(self) -> str:
         """The line a finished run ends with: commands that work on this run as it is (a test runs each)."""
         cfg, where = self.config(), shlex.quote(str(self.path))
-        steps = [f"metadisco plot {where}", self.evaluate_command()]
+        steps = [f"{command()} plot {where}", self.evaluate_command()]
         if set(cfg.objectives.evolve) & DISTILLED:
-            steps.append(f"metadisco distil {where}")
+            steps.append(f"{command()} distil {where}")
         return "next: " + "   |   ".join(steps)
 
     def evaluate_command(self, *targets) -> str:
@@ -258,7 +259,7 @@ class RunFiles:
         # a selection that kept the start (PPO where it starts at PPO) would be compared with itself: the last
         # ES mean is what the search found
         run = f"{self.path}:mean" if self.selected_the_start() else self.path
-        words = ["metadisco evaluate", *(shlex.quote(str(t)) for t in (run, *targets))]
+        words = [f"{command()} evaluate", *(shlex.quote(str(t)) for t in (run, *targets))]
         if not cfg.heldout.envs:
             words += ["--envs", shlex.quote(",".join(cfg.envs))] if "shaping" in cfg.objectives.evolve else ["--quick"]
         return " ".join(words)
@@ -285,7 +286,7 @@ class RunFiles:
         file's name, then the same ConfigError message (environment names and what needs jax are
         checked where a run is built, not here)."""
         if not self.path.is_dir():
-            raise RunDirError(f"no run directory at {self.path}; `metadisco train --run-dir {self.path}` creates one")
+            raise RunDirError(f"no run directory at {self.path}; `{command()} train --run-dir {self.path}` creates one")
         config = self.read_json("config.json")
         if not isinstance(config, dict):
             raise RunDirError(f"{self.config_path} is corrupt (not a JSON object)")
