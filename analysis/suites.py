@@ -71,13 +71,13 @@ TARGET is one of:
                         started): the control for what evolution itself found
   zoo:NAME              a discovered objective shipped with metadisco (`metadisco zoo` lists them)
   module:attr           an objective class of your own, imported from your environment
-examples:
+examples (RUN: a run of lpo_cartpole_cpu; its export/ after `metadisco distil RUN && metadisco export RUN`):
   metadisco evaluate dpo --quick
   metadisco evaluate runs/lpo-cartpole-20261101-120000 --envs Acrobot-v1,Catch-bsuite --tune-lr
   metadisco evaluate runs/RUN runs/RUN:init --quick     # gain from evolution vs from the start point
   metadisco evaluate runs/RUN --quick --protocol discogen  # every method tuned and scored as in DiscoGen
-  metadisco evaluate exports/discovered_drift.json --suite default --seeds 16
-  metadisco evaluate FILE.json "ppo[clip_eps=0.1]" "ppo[clip_eps=0.3]" --envs Breakout-MinAtar --tune-lr"""
+  metadisco evaluate runs/RUN/export/discovered_drift.json --suite default --seeds 16
+  metadisco evaluate runs/RUN/export/discovered_drift.json "ppo[clip_eps=0.1]" --envs Breakout-MinAtar --tune-lr"""
 
 
 class EvaluationError(MetadiscoError):

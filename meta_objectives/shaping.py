@@ -99,7 +99,9 @@ class PotentialShaping(MetaObjective):
 
     def incompatibility(self, obs_shape, env_name="the environment"):
         built_for, env_shape = tuple(self.obs_shape), tuple(int(d) for d in obs_shape)
-        if self.obs_scale and len(self.obs_scale) != math.prod(env_shape):
+        # a potential sized for other observations first: for a learned one (a run's), the scale is not the
+        # user's to change
+        if self.obs_scale and len(self.obs_scale) != math.prod(env_shape) and built_for in ((), env_shape):
             return (f"its shaping potential divides the observation by obs_scale = {list(self.obs_scale)} "
                     f"({len(self.obs_scale)} numbers), but {env_name} has observations of shape {env_shape} "
                     f"({math.prod(env_shape)} numbers); give one scale per observation number, or none.")

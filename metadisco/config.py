@@ -190,7 +190,12 @@ def demo(overrides: Overrides = ()) -> RunConfig:
             left_out.append(what)
     reason = (f"the demo ({DEMO_EXPERIMENT}) was written for {', '.join(loaded['envs'])}; on {', '.join(envs)} it "
               f"runs without {', '.join(left_out)}; the run ends with the plain comparison, without a verdict")
-    cfg = _resolve(loaded, given, experiment=DEMO_EXPERIMENT)
+    try:
+        cfg = _resolve(loaded, given, experiment=DEMO_EXPERIMENT)
+    except ConfigError as e:  # the overrides were likely meant for another search than the demo's
+        raise ConfigError(f"{e}. With no experiment named, train runs the demo ({DEMO_EXPERIMENT}, a shaping "
+                          f"search written for {', '.join(loaded['envs'])}): name an experiment for another search "
+                          "(`metadisco experiments` lists them)") from None
     if "expect" in given:
         return cfg
     return validate(RunConfig.from_dict({**cfg.to_dict(), "expect": {"not_applied": reason}}))
@@ -222,16 +227,33 @@ def _resolve(loaded: dict, given: dict, experiment: str | None) -> RunConfig:
 def _evolving_what_is_named(d: dict, given: dict) -> dict:
     """A config dict in which every plug whose objective the overrides name (objectives.drift=NAME), and
     which has parameters to evolve (a plug-in of the user's, drift_mix, lpo...), evolves beside what
-    already did, unless the overrides set objectives.evolve: naming a learnable objective asks to search it."""
+    already did, unless the overrides set objectives.evolve: naming a learnable objective asks to search it.
+    Likewise a plug whose named objective has no parameters (objectives.shaping=none) stops evolving."""
     named = given.get("objectives", {})
     if not isinstance(named, dict) or "evolve" in named:
         return d
     evolve = list(d["objectives"].get("evolve", ()))
     for plug in PLUGS:
         chosen = isinstance(named.get(plug), str) or (isinstance(named.get(plug), dict) and "name" in named[plug])
-        if chosen and plug not in evolve and _has_parameters(plug, d["objectives"][plug]):
+        if not chosen:
+            continue
+        learnable = _has_parameters(plug, d["objectives"][plug])
+        if learnable and plug not in evolve:
             evolve.append(plug)
+        elif not learnable and plug in evolve and _known(plug, d["objectives"][plug]):
+            evolve.remove(plug)
     return {**d, "objectives": {**d["objectives"], "evolve": [p for p in PLUGS if p in evolve]}}
+
+
+def _known(plug: str, choice) -> bool:
+    """Whether the objective a config section names for `plug` can be built (validate says why not)."""
+    from metadisco.meta_objectives import make_objective
+
+    try:
+        make_objective(plug, PlugChoice.read(choice, f"objectives.{plug}").name)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _has_parameters(plug: str, choice) -> bool:
@@ -341,6 +363,13 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
     for plug in o.evolve:
         if plug not in PLUGS:
             raise ConfigError(f"objectives.evolve: unknown plug point {plug!r}; choose from {', '.join(PLUGS)}")
+        if not _has_parameters(plug, getattr(o, plug)):
+            from metadisco.meta_objectives import names
+
+            learned = " or ".join(f"objectives.{plug}={name}" for name in names(plug, learned=True))
+            raise ConfigError(f"objectives.evolve names {plug}, but objectives.{plug}={getattr(o, plug).name} has no "
+                              f"parameters to evolve: pick a learned one ({learned}), or leave {plug} out of "
+                              "objectives.evolve")
     if len(set(o.evolve)) != len(o.evolve):
         raise ConfigError(f"objectives.evolve lists a plug point twice: {o.evolve}")
     if objectives.reads_observations:  # sized for one observation shape (Objectives.for_env)
@@ -348,7 +377,8 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
         if len(shapes) > 1:
             readers = " and ".join(obj.title for _, obj in objectives.items() if obj.reads_observations)
             raise ConfigError(f"the {readers} reads observations and needs one observation shape, "
-                              f"but envs have {sorted(shapes)}")
+                              f"but envs have {sorted(shapes)}: train on environments of one shape, or leave "
+                              f"{'it' if ' and ' not in readers else 'them'} out (e.g. objectives.shaping=none)")
         # a declared held-out set the discovery cannot run on would only fail at `evaluate`
         sized = objectives.for_env(next(iter(shapes)))
         problem = sized.incompatibility(next(iter(shapes)), cfg.envs[0])

@@ -254,7 +254,7 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
     run = RunDir(run_dir)
     is_main = jax.process_index() == 0  # in a multi-host job only process 0 writes (and locks)
     if resume:
-        cfg = _stored_config(run, cfg)
+        cfg = resume_config(run, cfg)
     elif is_main:
         run.refuse_existing(overwrite)
     if trainer is None and not resume:
@@ -329,7 +329,7 @@ def refuse_invalid_start(trainer: MetaTrainer) -> None:
                       hint="Fix the objective (`metadisco check NAME` runs the same checks), or choose another.")
 
 
-def _stored_config(run: RunDir, cfg: config_lib.RunConfig | None) -> config_lib.RunConfig:
+def resume_config(run: RunDir, cfg: config_lib.RunConfig | None) -> config_lib.RunConfig:
     """The run's own config, or `cfg` where it differs from it in `generations` alone and by no
     fewer than the generations done (a finished run is extended so); any other difference is
     refused with the differences listed."""
@@ -411,7 +411,7 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
         if is_main:
             run.truncate_metrics(int(state.generation))
             stored = run.config().generations
-            if stored != cfg.generations:  # the one change a resume accepts (_stored_config); the rest as stored
+            if stored != cfg.generations:  # the one change a resume accepts (resume_config); the rest as stored
                 run.write_json("config.json", {**run.read_json("config.json"), "generations": cfg.generations})
                 log(f"{run.path}: generations {stored} -> {cfg.generations}")
         log(f"resuming {run.path} at generation {int(state.generation)}/{cfg.generations}")

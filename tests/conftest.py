@@ -244,3 +244,28 @@ def tiny_run(finished_runs, tmp_path_factory):
     the second generation compared with PPO on fresh seeds), for the tests that read or extend it (what a
     module writes into it, figures or evaluations, is its own)."""
     return finished_runs.copy("lpo", tmp_path_factory.mktemp("tiny_run_copy") / "run")
+
+
+@pytest.fixture
+def planned_evaluations(monkeypatch):
+    """`metadisco evaluate` that resolves its targets, checks them and plans every environment and method
+    (`evaluation.run.planned`: where a target that cannot run on an environment is refused) but trains
+    nothing: [the plan's jobs, ...]."""
+    from types import SimpleNamespace
+
+    from metadisco.analysis.evaluation import render
+    from metadisco.analysis.evaluation import run as evaluation
+
+    plans = []
+
+    def planned(targets, **kw):
+        plans.append(evaluation.planned(targets, **kw)[1].jobs)
+        unsaved = SimpleNamespace(out_dir=None)
+        unsaved.saved = lambda out: SimpleNamespace(out_dir=out)
+        return unsaved
+
+    monkeypatch.setattr(evaluation, "evaluate", planned)
+    monkeypatch.setattr("metadisco.api.refresh_report", lambda run_dir: None)
+    monkeypatch.setattr(render, "save", lambda results, out: out)
+    monkeypatch.setattr(render, "to_markdown", lambda results: "")
+    return plans

@@ -3,7 +3,6 @@ that `distil` names and the evaluation that `export` names, run as printed (at a
 each plug point and on a recurrent one."""
 
 import shlex
-from types import SimpleNamespace
 
 import pytest
 
@@ -33,32 +32,6 @@ def run_ok(argv, capsys) -> str:
     code, out, err = cli([*argv, *SMALL.get(argv[0], [])], capsys)
     assert code == 0, (argv, err[-2000:])
     return out + err
-
-
-@pytest.fixture
-def planned_evaluations(monkeypatch):
-    """`metadisco evaluate` that resolves its targets, checks them and plans every environment and method (where
-    a target that cannot run on an environment is refused) but trains nothing: [the plan's jobs, ...]."""
-    from metadisco.analysis.evaluation import render
-    from metadisco.analysis.evaluation import run as evaluation
-    from metadisco.analysis.evaluation.plan import plan
-    from metadisco.analysis.evaluation.programs import Programs
-    from metadisco.analysis.evaluation.protocol import resolve_protocol
-
-    plans = []
-
-    def planned(targets, **kw):
-        plans.append(plan(targets, Programs(), resolve_protocol("default", False, None), kw["envs"], kw["seeds"],
-                          kw["budget"], kw.get("quick"), kw.get("suite"), kw.get("lr"), inner=kw["inner"]).jobs)
-        unsaved = SimpleNamespace(out_dir=None)
-        unsaved.saved = lambda out: SimpleNamespace(out_dir=out)
-        return unsaved
-
-    monkeypatch.setattr(evaluation, "evaluate", planned)
-    monkeypatch.setattr("metadisco.api.refresh_report", lambda run_dir: None)
-    monkeypatch.setattr(render, "save", lambda results, out: out)
-    monkeypatch.setattr(render, "to_markdown", lambda results: "")
-    return plans
 
 
 @pytest.mark.parametrize("finished_run", list(RUNS.values()), ids=list(RUNS), indirect=True)

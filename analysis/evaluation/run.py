@@ -22,7 +22,7 @@ import numpy as np
 
 from metadisco.analysis import suites
 from metadisco.analysis.evaluation import summary
-from metadisco.analysis.evaluation.plan import EnvJob, Method, plan
+from metadisco.analysis.evaluation.plan import EnvJob, Method, Plan, plan
 from metadisco.analysis.evaluation.programs import Programs, hparams, mesh
 from metadisco.analysis.evaluation.protocol import Protocol, resolve_protocol
 from metadisco.analysis.evaluation.results import Evaluation, MethodEntry, Settings, TargetEntry, Tuning
@@ -31,6 +31,17 @@ from metadisco.core import scores, streams
 from metadisco.inner_loops import PPOConfig, preset_name
 
 __all__ = ["evaluate"]
+
+
+def planned(targets, envs=None, seeds=None, budget=None, tune_lr=False, quick=False, suite=None, lr_factors=None,
+            lr=None, inner=None, programs: Programs | None = None, protocol: str | Protocol = "default",
+            **_run_only) -> tuple[Protocol, Plan, int]:
+    """What `evaluate` with these arguments would train, checked, before anything compiles: (the protocol, the
+    plan of every method and environment, the seeds). EvaluationError where an input is refused (`plan`)."""
+    seeds = suites.DEFAULT_SEEDS if seeds is None else seeds
+    protocol = resolve_protocol(protocol, tune_lr, lr_factors)
+    programs = Programs() if programs is None else programs
+    return protocol, plan(targets, programs, protocol, envs, seeds, budget, quick, suite, lr, inner), seeds
 
 
 def evaluate(
@@ -70,12 +81,11 @@ def evaluate(
     score, the minutes it took): what a run without a progress bar shows (`--no-progress`).
     Every input error raises EvaluationError before anything compiles.
     """
-    seeds = suites.DEFAULT_SEEDS if seeds is None else seeds
     if int(bootstrap_reps) != bootstrap_reps or bootstrap_reps < 1:
         raise EvaluationError(f"bootstrap replicates must be a positive integer, got {bootstrap_reps!r}")
-    protocol = resolve_protocol(protocol, tune_lr, lr_factors)
     programs = Programs() if programs is None else programs
-    methods, jobs, suite, scale = plan(targets, programs, protocol, envs, seeds, budget, quick, suite, lr, inner)
+    protocol, (methods, jobs, suite, scale), seeds = planned(
+        targets, envs, seeds, budget, tune_lr, quick, suite, lr_factors, lr, inner, programs, protocol)
     tuning_seeds = (protocol.tuning_seeds or seeds) if protocol.lr_factors else 0
     eval_keys = jax.random.split(streams.key(seed, streams.Stream.EVALUATION, 0), seeds)
     tune_keys = jax.random.split(streams.key(seed, streams.Stream.EVALUATION, 1), max(tuning_seeds, 1))

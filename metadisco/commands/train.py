@@ -53,13 +53,14 @@ def _epilog() -> str:
         experiments (`metadisco experiments` says what each is for): {', '.join(list_experiments()) or '(none)'}
         with no experiment: the demo, {DEMO_EXPERIMENT} (a learned shaping potential for MountainCar's sparse reward);
         overrides without an experiment apply to the demo; on other envs, without what is MountainCar's
-        (its potential's observation scale, held-out set and expectation)
+        (its potential's observation scale, held-out set and expectation): name the experiment an
+        override is for
         overrides (FIELD=VALUE, sections with dots), for example:
-          envs=CartPole-v1,Acrobot-v1 fitness=auc_norm generations=100 seeds_per_member=2
-          es.strategy=SNES es.population_size=32 es.sigma_init=0.01 es.lr=0.01
-          objectives.drift=talpo objectives.evolve=drift,value_loss objectives.value_loss=learned
-          inner.total_timesteps=50000 inner.lr=0.001 devices=2 tensorboard=true mlflow=true
-          heldout.envs=Catch-bsuite,Pendulum-v1 heldout.timesteps=50000   (fixed now, used by `evaluate RUN`)
+          metadisco train lpo_cartpole_cpu envs=CartPole-v1,Acrobot-v1 fitness=auc_norm generations=100
+          metadisco train lpo_cartpole_cpu es.strategy=SNES es.population_size=32 es.sigma_init=0.01 es.lr=0.01
+          metadisco train lpo_cartpole_cpu objectives.drift=talpo objectives.value_loss=learned
+          metadisco train lpo_cartpole_cpu inner.total_timesteps=50000 inner.lr=0.001 devices=2 tensorboard=true
+          metadisco train lpo_cartpole_cpu heldout.envs=Catch-bsuite,Pendulum-v1   # fixed now: `evaluate RUN` uses it
         every field, its default and its meaning: the documentation site's configuration reference
         (`make docs`, then site/config/index.html)""")
 
