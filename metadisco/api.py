@@ -195,6 +195,7 @@ def chosen_objective(run_dir: str | Path, which: str | None = None) -> tuple[str
     from metadisco.analysis.runs import Run
 
     run = Run(run_dir)
+    run.config()  # RunDirError where it is no run directory, before a reader says what it reads
     which = which or run.default_which()
     return which, run.which_text(which)
 

@@ -511,7 +511,8 @@ def _describe(trainer: MetaTrainer, run: RunDir, log) -> None:
         f"({trainer.num_params} meta-parameters) with {cfg.es.strategy}, population {cfg.es.population_size} "
         f"x {cfg.seeds_per_member} seeds, {cfg.generations} generations")
     fixed = [f"{p}={getattr(cfg.objectives, p)}" for p in PLUGS if p not in trainer.evolve]
-    log(f"  fixed at their start (objectives.evolve chooses what evolves): {', '.join(fixed)}")
+    if fixed:  # every plug point evolving leaves none to name
+        log(f"  fixed at their start (objectives.evolve chooses what evolves): {', '.join(fixed)}")
     for env in trainer.envs:
         pc = env.ppo_config
         log(f"  inner loop: PPO on {env.name}, {pc.steps_per_run:,} steps per run ({pc.num_updates} updates)")
@@ -568,7 +569,9 @@ def _update_bar(bar, record: GenerationRecord, log, total: int | None = None, no
             log(note)
         return
     health_figure = {"health": _health_figure(record)} if measured else {}
-    bar.set_postfix(mean=f"{record.fitness_mean:.3g}", **health_figure, sps=f"{record.env_steps_per_s:.3g}")
+    # the members' mean fitness on their training seeds: not the ES mean's score on fresh seeds that the
+    # comparisons print
+    bar.set_postfix(members_fitness=f"{record.fitness_mean:.3g}", **health_figure, sps=f"{record.env_steps_per_s:.3g}")
     bar.update(1)
     if record.comparison is not None and completed(record) != total:  # the last one: the summary says it
         bar.write(f"gen {completed(record)}: {es_mean_vs_ppo(record.comparison, subject)}")
@@ -673,17 +676,23 @@ def _summary(run: RunDir, cfg, log, violations: Violations, final: FinalSelectio
     changed = changed_rule_note(cfg)
     if changed and (evals or final is not None):  # before the verdicts: a run's last line is its verdict
         log(changed)
+    # a FOUND from a search whose gradient was mostly seed noise: one reading, on the verdict's own line
+    noisy = (" (the search that found it was noisy: search health above; the verdict reads fresh seeds, so it "
+             "stands, and more seeds_per_member would make the search itself reliable)"
+             if state and state.startswith("warning: ") else "")
     if evals:
         e = evals[-1]
         log(f"after generation {completed(e)}: {es_mean_vs_ppo(e.comparison, subject)}")
         line = verdict(e, cfg.expect, subject)
         if line:
+            line += noisy if line.startswith("verdict: FOUND") else ""
             log(line if final is None else f"{line} [the last {subject}]")
     if final is not None:  # what every reader takes: its own verdict, on the training problems' fresh seeds
         named = final.named()
         log(f"re-scored at the end: {es_mean_vs_ppo(final.comparison, named)}")
         line = verdict(final.record(), cfg.expect, named)
         if line:
+            line += noisy if line.startswith("verdict: FOUND") else ""
             log(f"{line} [the selected objective]")
     elif violations.mean:  # no comparison on fresh seeds (eval_every = 0): the checks still speak
         log(f"verdict: DEGENERATE after generation {completed(records[-1])}: the {subject} is not a valid objective: "

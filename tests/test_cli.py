@@ -343,3 +343,9 @@ def test_printed_commands_name_metadisco_as_the_user_can_type_it(tmp_path, monke
     (other / "metadisco").chmod(0o755)
     monkeypatch.setenv("PATH", str(other))
     assert command() == str(scripts.absolute() / "metadisco")
+
+
+@pytest.mark.parametrize("verb", ["distil", "export"])
+def test_a_reader_on_a_folder_that_is_no_run_says_only_that(verb, tmp_path, capsys):
+    code, out, err = metadisco_in_process([verb, str(tmp_path)], capsys)
+    assert code == 2 and "config.json is missing" in err and "ES mean" not in out + err, err

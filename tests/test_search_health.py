@@ -568,3 +568,36 @@ def test_a_strategy_whose_shaping_has_no_host_form_is_a_config_error_before_comp
     es = SimpleNamespace(fitness_shaping_fn=unknown_shaping, init=lambda key, mean, params: None)
     with pytest.raises(ConfigError, match="unknown_shaping has no host form"):
         update_weights(es, None)
+
+
+def test_a_found_from_a_noisy_search_says_both_on_the_verdicts_line():
+    """The end of a run reads once: where search health warns, the FOUND verdict (still the run's last line)
+    says the search was noisy and why the verdict stands; a healthy search's verdict says nothing of it."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from metadisco import train
+    from metadisco.config import demo
+    from metadisco.core.records import Health, Violations
+    from tests.test_records import full_record
+
+    cfg = demo()
+
+    def last_lines(cosine):
+        records = [dataclasses.replace(full_record(generation=g, health=Health(cosine, 0.1, 0), game_health={},
+                                                   violations=None), comparison=None) for g in range(9)]
+        found = full_record(generation=9, health=Health(cosine, 0.1, 0), game_health={},
+                            violations=Violations(mean=(), best=()))
+        found = dataclasses.replace(found, comparison=dataclasses.replace(
+            found.comparison, diff=dataclasses.replace(found.comparison.diff, value=5.0, low=1.0, high=9.0)))
+        run = SimpleNamespace(metrics=lambda: [*records, found], path="runs/R", objectives_dir="runs/R/objectives",
+                              next_steps=lambda: "next: metadisco plot runs/R")
+        said = []
+        train._summary(run, cfg, said.append, Violations(mean=(), best=()))
+        return said
+
+    noisy = last_lines(0.02)
+    assert noisy[-1].startswith("verdict: FOUND") and "the search that found it was noisy" in noisy[-1], noisy
+    assert any(line.startswith("warning: search health") for line in noisy)
+    healthy = last_lines(0.9)
+    assert healthy[-1].startswith("verdict: FOUND") and "noisy" not in healthy[-1], healthy
