@@ -101,12 +101,13 @@ def load_queue(path: Path = QUEUE) -> Queue:
 
 
 def stage(run_dir: Path) -> str:
-    """Where an entry's run directory stands: new, training, evaluate or done."""
+    """Where an entry's run directory stands: new, training (its generations or its selection unfinished),
+    evaluate or done."""
     run = Run(run_dir)
     if not run.config_path.exists() or not run.checkpoints():
         return "new"
-    if len(run.metrics()) < run.config().generations:
-        return "training"
+    if len(run.metrics()) < run.config().generations or run.selection_final() is False:
+        return "training"  # a selection still provisional: the resume finishes it (re-scoring only)
     return "done" if (run.evaluation_dir / "queue" / "results.json").exists() else "evaluate"
 
 

@@ -115,6 +115,18 @@ class TimeLimit:
         evaluation = (self.evaluation if self.evaluation is not None else self.first_generation) if with_evaluation else 0.0
         return HEADROOM * (generation + evaluation) + self.save
 
+    def predicted_selection(self, finalists: int) -> float:
+        """Seconds the end's selection would take: its finalists re-scored on the validation problems and the
+        chosen one compared on the training problems, about (1 + finalists / 3) comparisons (a comparison trains
+        three objectives on both sets of problems), from the last comparison measured (else the first
+        generation's time; 0 where nothing was measured)."""
+        comparison = self.evaluation if self.evaluation is not None else (self.first_generation or 0.0)
+        return HEADROOM * comparison * (1 + finalists / 3) + self.save
+
+    def fits_selection(self, finalists: int) -> bool:
+        """Whether the end's selection (`predicted_selection`) ends inside the limit."""
+        return self.predicted_selection(finalists) <= self.remaining()
+
     def fits(self, with_evaluation: bool) -> bool:
         """Whether the next generation (with its scheduled comparison) ends inside the limit."""
         needed = self.predicted(with_evaluation)

@@ -95,7 +95,7 @@ def save_selected(run: RunDir, trainer: MetaTrainer, state: RunState, chosen: Se
              "validation": {"envs": list(trainer.cfg.validation.envs), "score": chosen.score, "start": v.start,
                             "mean": v.mean, "ppo": v.ppo, "problems": {p.name: getattr(p, part) for p in v.problems},
                             "seeds": trainer.cfg.validation.seeds},
-             "fitness": trainer.cfg.fitness,
+             "fitness": trainer.cfg.fitness, "final": False,
              "note": ("the run's start: no ES mean scored higher on the validation problems" if chosen.start else
                       "the ES mean of the generation with the best validation score")
                      + f" (RunConfig.validation, fresh seeds, never used by the ES update; scored at generation "
@@ -179,7 +179,7 @@ def finalise_selection(run: RunDir, trainer: MetaTrainer, baseline: Baseline, do
                             "score_low": chosen.score.low, "score_high": chosen.score.high,
                             "vs_start": final_selection.interval_json(chosen.vs_start),
                             "seeds": trainer.cfg.validation.seeds, "rescored_at": done},
-             "finalists": [f.to_json() for f in finalists],
+             "finalists": [f.to_json() for f in finalists], "final": True,
              "comparison": es_mean_vs_ppo(final.comparison, named),
              "verdict": verdict(final.record(), trainer.cfg.expect, named),
              "note": f"re-scored at the end of the run (generation {done}) with the other finalists (the start and the "
@@ -496,7 +496,18 @@ def _run(run: RunDir, cfg, resume, overwrite, progress, stop_after, log, trainer
     done = int(fetch(state.generation))
     final = None
     if done == cfg.generations and cfg.validation.envs:
-        final = finalise_selection(run, trainer, baseline_dev, done, log)
+        if run.selection_final():  # a finished run resumed (e.g. to read its end again): nothing to re-score
+            log(f"selection: final already ({run.objectives_path('selected')}, re-scored at the run's end); "
+                "not re-scored")
+        else:
+            finalists = len(final_selection.finalists(run.metrics()))
+            if time_limit is not None and not time_limit.fits_selection(finalists):
+                raise RunInterrupted(
+                    f"time limit {time_limit.text}: the {done} generations are done, but the selection's re-scoring of "
+                    f"{finalists} finalists would take about {time_limit.predicted_selection(finalists):.0f} s and "
+                    f"{max(0.0, time_limit.remaining()):.0f} s are left; objectives/selected.json stays provisional. "
+                    f"Resume with:\n  {command()} train --resume {shlex.quote(str(run.path))}", exit_code=EXIT_TIME_LIMIT)
+            final = finalise_selection(run, trainer, baseline_dev, done, log)
     if is_main and done == cfg.generations:
         _summary(run, cfg, log, found_violations(trainer, state), final)
     elif is_main:
@@ -660,6 +671,9 @@ def _summary(run: RunDir, cfg, log, violations: Violations, final: FinalSelectio
         log(f"  selected.json: {final.describe()}, re-scored {_score(c.score)} on {', '.join(cfg.validation.envs)} "
             f"({c.seeds} common fresh seeds; vs its start {_score(c.vs_start)}; the last check's ES mean scored "
             f"{last}); evaluate, distil, export and plot take it")
+    elif run.selection_final():  # a finished run resumed: the end's selection as it was written
+        stored = run.read_json("objectives/selected.json")["extra"]
+        log(f"  selected.json: the end's selection, {stored['note']}")
     else:
         chosen = selection(records)  # as the checks kept it
         if chosen.record is not None:
@@ -694,6 +708,11 @@ def _summary(run: RunDir, cfg, log, violations: Violations, final: FinalSelectio
         if line:
             line += noisy if line.startswith("verdict: FOUND") else ""
             log(f"{line} [the selected objective]")
+    elif cfg.validation.envs and run.selection_final():
+        stored = run.read_json("objectives/selected.json")["extra"]
+        log(f"re-scored at the end: {stored['comparison']}")
+        if stored.get("verdict"):
+            log(f"{stored['verdict']} [the selected objective]")
     elif violations.mean:  # no comparison on fresh seeds (eval_every = 0): the checks still speak
         log(f"verdict: DEGENERATE after generation {completed(records[-1])}: the {subject} is not a valid objective: "
             f"{degenerate(violations.mean)}")

@@ -591,7 +591,7 @@ def test_a_found_from_a_noisy_search_says_both_on_the_verdicts_line():
         found = dataclasses.replace(found, comparison=dataclasses.replace(
             found.comparison, diff=dataclasses.replace(found.comparison.diff, value=5.0, low=1.0, high=9.0)))
         run = SimpleNamespace(metrics=lambda: [*records, found], path="runs/R", objectives_dir="runs/R/objectives",
-                              next_steps=lambda: "next: metadisco plot runs/R")
+                              next_steps=lambda: "next: metadisco plot runs/R", selection_final=lambda: None)
         said = []
         train._summary(run, cfg, said.append, Violations(mean=(), best=()))
         return said

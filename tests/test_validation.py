@@ -287,3 +287,39 @@ def test_the_validation_normaliser_and_the_validation_checks_train_on_disjoint_k
     checks = set().union(*(with_children(seeds_of(streams.key(cfg.seed, streams.Stream.VALIDATION, g), 8))
                            for g in range(1, 65)))
     assert len(given) == 2 and not normaliser & checks
+
+
+def test_selection_is_a_stage_final_only_after_its_re_scoring_inside_the_time_limit_and_resumed_once(tmp_path):
+    """selected.json says final only once the end's re-scoring wrote it: a run whose time limit leaves no room
+    for the re-scoring stops after its generations with a provisional pick (exit 75), which every reader flags;
+    its resume re-scores only and writes what the uninterrupted run wrote; a finished run resumed re-scores
+    nothing."""
+    from benchmarks.gpu_queue import stage
+    from metadisco.commands.evaluate import provisional_selections
+    from metadisco.core.errors import EXIT_TIME_LIMIT, RunInterrupted
+    from metadisco.measure.run_files import RunFiles
+    from metadisco.time_limit import TimeLimit
+
+    cfg = validated()
+    trainer = trainer_for(cfg)
+    run(cfg, tmp_path / "full", progress=False, trainer=trainer, log=lambda *a: None)
+    assert RunFiles(tmp_path / "full").selection_final() is True and stage(tmp_path / "full") == "evaluate"
+    limit = TimeLimit(3600)
+    limit.fits_selection = lambda finalists: False  # the generations fit, the re-scoring does not
+    with pytest.raises(RunInterrupted) as stopped:
+        run(cfg, tmp_path / "part", progress=False, trainer=trainer, time_limit=limit, log=lambda *a: None)
+    assert stopped.value.exit_code == EXIT_TIME_LIMIT and "selection" in str(stopped.value)
+    part = RunFiles(tmp_path / "part")
+    assert len(part.metrics()) == cfg.generations and part.selection_final() is False
+    assert "provisional" in api.chosen_objective(tmp_path / "part")[1]  # plot, distil and export print it
+    assert part.provisional_warning() in provisional_selections([str(tmp_path / "part"), f"{tmp_path / 'part'}:mean"])
+    assert not provisional_selections([f"{tmp_path / 'part'}:mean", str(tmp_path / "full")])
+    assert stage(tmp_path / "part") == "training"  # the queue resumes it
+    said = []
+    run(None, tmp_path / "part", resume=True, progress=False, trainer=trainer, log=said.append)
+    full, resumed = (json.loads((tmp_path / d / "objectives" / "selected.json").read_text()) for d in ("full", "part"))
+    assert resumed == full and part.selection_final() is True
+    trainer.rescore = None  # a finished run resumed: re-scoring would fail
+    said = []
+    run(None, tmp_path / "part", resume=True, progress=False, trainer=trainer, log=said.append)
+    assert any("final already" in line for line in said) and any("re-scored at the end" in line for line in said)

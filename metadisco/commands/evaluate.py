@@ -11,6 +11,20 @@ from metadisco.analysis.evaluation.protocol import BOOTSTRAP_REPS
 from metadisco.core.errors import ConfigError
 
 
+def provisional_selections(targets) -> list[str]:
+    """The warnings of the run targets that read a provisional selected.json (RUN, RUN:selected)."""
+    from pathlib import Path
+
+    from metadisco.measure.run_files import RunFiles
+
+    warnings = []
+    for spec in targets:
+        base = spec.removesuffix(":selected")
+        if Path(base).is_dir() and RunFiles(base).is_run() and RunFiles(base).default_which() == "selected":
+            warnings += [w for w in [RunFiles(base).provisional_warning()] if w]
+    return warnings
+
+
 def run(args) -> None:
     if args.envs is not None and args.suite is not None:
         raise ConfigError("give --envs or --suite, not both")
@@ -24,6 +38,8 @@ def run(args) -> None:
     from metadisco import api
     from metadisco.analysis.evaluation import render
 
+    for warning in provisional_selections(args.targets):
+        print(warning, file=sys.stderr)
     results = api.evaluate(
         args.targets, envs=args.envs, out=args.out, inner=args.inner or [], inner_from_run=args.inner_from_run,
         suite=args.suite, seeds=args.seeds, budget=args.timesteps, tune_lr=args.tune_lr, quick=args.quick,

@@ -223,6 +223,25 @@ class RunFiles:
         where the run has kept one, else "mean" (the last ES mean)."""
         return "selected" if self.objectives_path("selected").is_file() else "mean"
 
+    def selection_final(self) -> bool | None:
+        """Whether objectives/selected.json is the run's final selection, re-scored with the other finalists at
+        the run's end (`final` in its extra; a file from before that flag: whether it lists its finalists),
+        not the checks' provisional pick; None where the run kept none."""
+        try:
+            extra = json.loads(self.objectives_path("selected").read_text()).get("extra", {})
+        except (OSError, ValueError, AttributeError):
+            return None
+        return bool(extra.get("final", "finalists" in extra))
+
+    def provisional_warning(self) -> str | None:
+        """What a reader of the selected objective says where it is provisional (the run stopped before its
+        selection's end: resume it to finish), else None."""
+        if self.selection_final() is not False:
+            return None
+        return (f"warning: {self.objectives_path('selected')} is provisional: the checks' pick on noisy scores, not yet "
+                f"re-scored against the other finalists at the run's end. `{command()} train --resume "
+                f"{shlex.quote(str(self.path))}` finishes the selection (its generations done, it re-scores only)")
+
     def selected_the_start(self) -> bool:
         """Whether the run's selection (objectives/selected.json) kept the start point."""
         try:
@@ -236,7 +255,9 @@ class RunFiles:
             try:
                 extra = json.loads(self.objectives_path("selected").read_text()).get("extra", {})
                 v = extra.get("validation", {})
-                return (f"the selected objective: {selected_words(extra.get('candidate') == 'start', extra.get('generation'))}"
+                final = "" if self.selection_final() else " (provisional: not yet re-scored at the run's end)"
+                return (f"the selected objective{final}: "
+                        f"{selected_words(extra.get('candidate') == 'start', extra.get('generation'))}"
                         f", the best validation score ({v.get('score', float('nan')):.4g} on {', '.join(v.get('envs', []))})")
             except (OSError, ValueError, AttributeError, TypeError):
                 return "the selected objective (by validation score)"
