@@ -285,12 +285,13 @@ class MetaTrainer:
         mean = fetch(self.mean_params(fetch(state)))  # host-side: same in every process
         return self.checks.compare(mean, fetch(baseline), keys)
 
-    def rescore(self, solutions, baseline: Baseline, completed: int) -> np.ndarray:
+    def rescore(self, solutions, baseline: Baseline, completed: int, use: int = 1) -> np.ndarray:
         """Selection's finalists (metadisco.measure.selection), ES solutions (evolved plugs only), scored
         together on the validation problems on the common fresh seeds of the run's end after `completed`
-        generations (Stream.SELECTION): per-seed validation scores [finalists, validation problems,
-        validation.seeds], NaN where a seed diverged."""
-        key = streams.key(self.cfg.seed, streams.Stream.SELECTION, completed, 1)
+        generations (Stream.SELECTION, index `use`: 1 ranks the finalists, 2 scores the winner and the start
+        for the report): per-seed validation scores [solutions, validation problems, validation.seeds], NaN
+        where a seed diverged."""
+        key = streams.key(self.cfg.seed, streams.Stream.SELECTION, completed, use)
         return self.checks.validation_scores([fetch(s) for s in solutions], fetch(baseline), key)
 
     def compare_selected(self, solution, baseline: Baseline, completed: int) -> Comparison:

@@ -114,7 +114,7 @@ def run_keys(seed: int, generations: int, seeds: int = 3, normaliser: tuple = (s
     for g in range(1, generations + 1):
         for stream in (Stream.COMPARISON, Stream.VALIDATION):
             add_seeds((stream.name, g), streams.key(seed, stream, g))
-    for use in (0, 1):  # the end's training comparison and validation re-scoring
+    for use in (0, 1, 2):  # the end's training comparison, validation re-scoring and the winner's report
         add_seeds(("SELECTION", generations, use), streams.key(seed, Stream.SELECTION, generations, use))
     for use in (0, 1):
         add_seeds(("EVALUATION", use), streams.key(seed, Stream.EVALUATION, use))

@@ -18,7 +18,8 @@ seed's: a stream is the root with its tag folded in (`key(seed, stream, *indices
                             the validation problems; index NORMALISER: PPO's normaliser there
     SELECTION (index g)     the end of a validated run after g generations: the common fresh seeds its
                             finalists are re-scored on (measure.selection), training problems (index 0)
-                            and validation problems (index 1)
+                            and validation problems (index 1); the winner's reported score beside the
+                            start's, on seeds the ranking never saw (index 2)
     DISTILLATION            the PPO states a closed form is fitted on (`metadisco distil`)
     EVALUATION              `metadisco evaluate --seed`: the evaluation seeds (index 0) and the
                             learning-rate tuning seeds (index 1), disjoint from each other

@@ -13,6 +13,11 @@ finalist on that problem (core.scores.at_worst), never a missing value that drop
     finalists(records)              [Finalist, ...]: the start, then the nominated ES means
     rescored(finalists, per_seed)   [Rescored, ...] from each one's per-seed scores on the common seeds
     chosen(rescored)                the index of the one the run returns (the first of equals: the start)
+    reported(winner, per_seed)      its score to report, from seeds neither the checks nor the ranking saw
+
+The ranking's score of the one it chose is still the largest of the finalists' scores on the same seeds,
+so it keeps some of the curse. The score selected.json reports is the winner's alone on a third set of
+seeds (Stream.SELECTION index 2), scored beside the start for its paired difference: unbiased.
 """
 
 from __future__ import annotations
@@ -89,6 +94,15 @@ def chosen(scored: list[Rescored]) -> int:
     with)."""
     values = [s.score.value if finite(s.score.value) else -math.inf for s in scored]
     return int(np.argmax(values))
+
+
+def reported(winner: Finalist, per_seed) -> Rescored:
+    """The chosen finalist's score to report, from per_seed [2, problems, S]: the start's and the winner's
+    per-seed validation scores on seeds that neither nominated nor ranked it ([1, problems, S], the start's
+    alone, where the winner is the start); its difference from the start paired by seed."""
+    if winner.start:
+        return rescored([winner], np.asarray(per_seed)[:1])[0]
+    return rescored([Finalist(0, math.nan), winner], per_seed)[1]
 
 
 def _t(values: np.ndarray) -> Interval:
