@@ -168,6 +168,18 @@ class RunDir(RunFiles):
                 old.unlink()
         return path
 
+    def newest_readable_checkpoint(self) -> Path | None:
+        """The checkpoint `load_checkpoint` would start from (the newest that decodes), or None."""
+        from flax import serialization
+
+        for path in reversed(self.checkpoints()):
+            try:
+                serialization.msgpack_restore(path.read_bytes())
+                return path
+            except Exception:  # noqa: BLE001  (any decode error means unusable: load tries an older one)
+                continue
+        return None
+
     def load_checkpoint(self, template: dict) -> tuple[dict, Path, list[str]]:
         """Newest readable checkpoint restored into `template`'s structure.
 

@@ -357,8 +357,8 @@ def resume_config(run: RunDir, cfg: config_lib.RunConfig | None) -> config_lib.R
             + "\nResume with the stored config (`metadisco train --resume DIR`, and generations=N to extend it: "
               "the one change a resume accepts), or start a new run."
         )
-    checkpoints = run.checkpoints()
-    done = run.checkpoint_generation(checkpoints[-1]) if checkpoints else 0
+    resumed_from = run.newest_readable_checkpoint()  # where the resume starts: a corrupt newest one is passed over
+    done = run.checkpoint_generation(resumed_from) if resumed_from is not None else 0
     if cfg.generations < done:
         raise RunDirError(f"refusing to resume {run.path} with generations={cfg.generations}: it has completed {done} "
                           f"generations already; give generations={done} or more (a resume extends a run, it never "

@@ -68,7 +68,8 @@ gc.set_threshold(100_000, 50, 100)
 # the first worker that is nearly done (--no-loadscope-reorder: otherwise pytest-xdist orders files
 # by their number of tests), so the long ones start first and no worker is left alone with a long
 # file at the end. Files not named go last.
-LONGEST_FIRST = ("test_gpu_queue.py", "test_recurrent.py", "test_plots.py", "test_engine.py", "test_cli.py",
+LONGEST_FIRST = ("test_gpu_queue.py", "test_documented_commands.py", "test_recurrent.py", "test_plots.py", "test_engine.py",
+                 "test_cli.py",
                  "test_notebook.py", "test_search_spaces.py", "test_rundir.py", "test_evaluate.py",
                  "test_distil_search.py", "test_multihost.py", "test_distributions.py", "test_search_health.py",
                  "test_ppo.py", "test_objectives.py", "test_distil.py", "test_layout.py", "test_library.py",

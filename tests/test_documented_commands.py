@@ -129,7 +129,7 @@ def once_each(commands: list[Command]) -> list[Command]:
     place that shows it names it)."""
     seen = {}
     for c in commands:
-        seen.setdefault((c.argv, c.kind, c.cwd), c)
+        seen.setdefault((c.argv, c.kind if _names_a_run(c.argv) else None, c.cwd), c)
     return list(seen.values())
 
 
@@ -165,7 +165,17 @@ class Runs:
     copy of each committed run directory a page names (docs/results/...)."""
 
     def __init__(self, finished_runs, root: Path):
-        self.finished, self.root, self.made = finished_runs, root, {}
+        self.finished, self.root, self.made, self.exported = finished_runs, root, {}, set()
+
+    def exported_of_kind(self, kind: str, capsys) -> Path:
+        """The copy of `kind`, distilled and exported once (what a page's export and evaluate of an export read)."""
+        path = self.of_kind(kind)
+        if kind not in self.exported:
+            for argv in (["distil", str(path), *SMALL["distil"]], ["export", str(path)]):
+                code, _, err = cli(argv, capsys)
+                assert code == 0, err[-2000:]
+            self.exported.add(kind)
+        return path
 
     def of_kind(self, kind: str) -> Path:
         if kind not in self.made:
@@ -241,11 +251,10 @@ def planned_trains(typed, monkeypatch):
 def test_every_documented_command_works_as_written(command, typed, runs, planned_trains, planned_evaluations,
                                                    monkeypatch, tmp_path, capsys):
     argv = typed
-    if argv[0] == "export" and not any(a.startswith("--") and a != "--candidate" for a in argv[2:]):
-        cli(["distil", argv[1], *SMALL["distil"]], capsys)  # what it exports: the page runs distil first
-    elif any("/export/" in a for a in argv):
-        cli(["distil", str(runs.of_kind(command.kind)), *SMALL["distil"]], capsys)
-        cli(["export", str(runs.of_kind(command.kind))], capsys)
+    # what an export of the distilled forms, or an evaluation of an export, reads: the page's distil and export
+    if any("/export/" in a for a in argv) or (argv[0] == "export" and not {"--expression", "--value-loss",
+                                                                           "--potential"} & set(argv)):
+        runs.exported_of_kind(command.kind, capsys)
     monkeypatch.chdir(ROOT / command.cwd if command.cwd != "." else tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # main puts the working directory on it
     code, out, err = cli([*argv, *(SMALL.get(argv[0], []) if argv[0] != "evaluate" else [])], capsys)  # planned

@@ -143,6 +143,20 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, st
     assert metric_rows(path) == metric_rows(standin_run)
 
 
+def test_a_resume_counts_the_generations_done_from_the_checkpoint_it_starts_from(tmp_path, standin):
+    """With the newest checkpoint corrupt, the resume starts from the one before: an extension is judged
+    against what that one completed, not against the newest file's name."""
+    from metadisco.train import resume_config
+
+    path = tmp_path / "run"
+    run(tiny_config(generations=4), path, progress=False, stop_after=3, log=lambda *a: None, trainer=standin)
+    RunDir(path).checkpoints()[-1].write_bytes(b"\x00garbage")
+    assert RunDir(path).checkpoint_generation(RunDir(path).newest_readable_checkpoint()) == 2
+    assert resume_config(RunDir(path), tiny_config(generations=2)).generations == 2
+    with pytest.raises(RunDirError, match="completed 2 generations"):
+        resume_config(RunDir(path), tiny_config(generations=1))
+
+
 def test_a_time_limit_stops_at_a_generation_boundary_and_the_resumed_run_equals_the_uninterrupted_one(tmp_path):
     cfg = tiny_config(generations=7, eval_every=3, checkpoint_every=5)
     trainer = MetaTrainer(cfg, trains=[quadratic_train])
