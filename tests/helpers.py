@@ -204,3 +204,27 @@ def untimed(run_dir):
 def metric_rows(run_dir):
     """A run's metrics rows as stored, timing aside (NaN as null, so that equal runs compare equal)."""
     return [r.to_row() for r in untimed(run_dir)]
+
+
+# what each verb adds to a printed or documented command to stay tiny (it changes the size, never what runs)
+SMALL = {"evaluate": ["--seeds", "2", "--timesteps", "512", "--no-progress"], "plot": ["--formats", "png"],
+         "distil": ["--no-symbolic"], "export": []}
+
+
+def full_record(**changes):
+    """A generation with every part: draws, health, a comparison over two problems, violations."""
+    from metadisco.core.records import Comparison, GenerationRecord, Health, Interval, ProblemScores, Violation, Violations
+
+    comparison = Comparison(
+        problems=(ProblemScores("CartPole-v1@0.5", 1.0, 0.5, 2.0, diff=Interval(-1.0, -1.5, -0.5)),
+                  ProblemScores("Acrobot-v1@1", -3.0, -4.0, -2.5, diff=Interval(-0.5, -1.0, 0.0),
+                                vs_start=Interval(1.0, 0.5, 1.5))),
+        mean=-1.0, start=-1.75, ppo=-0.25, diff=Interval(-0.75, -1.5, 0.0), vs_start=Interval(0.75, 0.25, 1.25),
+        gap_closed=Interval(0.5, 0.125, 0.875))
+    record = GenerationRecord(
+        generation=7, fitness_mean=0.25, fitness_max=0.5, fitness_min=0.0, fitness_std=0.125, best_fitness=0.75,
+        sigma=0.01, num_diverged=1, draw={"Acrobot-v1": 1.0, "CartPole-v1": 0.0, "horizon": 0.5, "lr_factor": 1.25},
+        health=Health(0.5, 0.25, 0), game_health={"Acrobot-v1": Health(0.75, 0.5, 0)},
+        wall_time_s=2.0, env_steps_per_s=1e5, comparison=comparison,
+        violations=Violations(mean=(Violation("value_loss", "trains_the_critic", "0 everywhere"),), best=()))
+    return dataclasses.replace(record, **changes)

@@ -24,9 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, SMALL
 from tests.helpers import metadisco_in_process as cli
-from tests.test_next_steps import SMALL
 
 GENERATED = {"cli.md", "config.md", "objectives.md", "changelog.md"}  # the site writes these from the code
 PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in GENERATED)]

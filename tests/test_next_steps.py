@@ -6,6 +6,7 @@ import shlex
 
 import pytest
 
+from tests.helpers import SMALL
 from tests.helpers import metadisco_in_process as cli
 
 RUNS = {  # a run of each plug point, and a recurrent one: the suite's finished runs (tests.helpers.FINISHED_RUNS)
@@ -14,9 +15,6 @@ RUNS = {  # a run of each plug point, and a recurrent one: the suite's finished 
     "shaping": "shaping",  # the demo (no experiment named): its declared held-out set
     "recurrent": "gru",
 }
-# what each verb adds to the printed line to stay tiny (it changes the size, never what runs)
-SMALL = {"evaluate": ["--seeds", "2", "--timesteps", "512", "--no-progress"], "plot": ["--formats", "png"],
-         "distil": ["--no-symbolic"], "export": []}
 
 
 def printed(text: str, lead: str) -> list[list[str]]:

@@ -23,6 +23,7 @@ from metadisco.core.run_config import ExpectConfig
 from metadisco.measure.run_files import RunDirError
 from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
 from metadisco.rundir import RunDir
+from tests.helpers import full_record
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,21 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 STORED = sorted((ROOT / "docs").rglob("*metrics.jsonl"))  # run directories' and the GPU benchmarks' rows
 
 
-def full_record(**changes) -> GenerationRecord:
-    """A generation with every part: draws, health, a comparison over two problems, violations."""
-    comparison = Comparison(
-        problems=(ProblemScores("CartPole-v1@0.5", 1.0, 0.5, 2.0, diff=Interval(-1.0, -1.5, -0.5)),
-                  ProblemScores("Acrobot-v1@1", -3.0, -4.0, -2.5, diff=Interval(-0.5, -1.0, 0.0),
-                                vs_start=Interval(1.0, 0.5, 1.5))),
-        mean=-1.0, start=-1.75, ppo=-0.25, diff=Interval(-0.75, -1.5, 0.0), vs_start=Interval(0.75, 0.25, 1.25),
-        gap_closed=Interval(0.5, 0.125, 0.875))
-    record = GenerationRecord(
-        generation=7, fitness_mean=0.25, fitness_max=0.5, fitness_min=0.0, fitness_std=0.125, best_fitness=0.75,
-        sigma=0.01, num_diverged=1, draw={"Acrobot-v1": 1.0, "CartPole-v1": 0.0, "horizon": 0.5, "lr_factor": 1.25},
-        health=Health(0.5, 0.25, 0), game_health={"Acrobot-v1": Health(0.75, 0.5, 0)},
-        wall_time_s=2.0, env_steps_per_s=1e5, comparison=comparison,
-        violations=Violations(mean=(Violation("value_loss", "trains_the_critic", "0 everywhere"),), best=()))
-    return dataclasses.replace(record, **changes)
 
 
 def test_a_stored_run_directory_reads_and_every_row_round_trips_byte_for_byte():

@@ -579,7 +579,7 @@ def test_a_found_from_a_noisy_search_says_both_on_the_verdicts_line():
     from metadisco import train
     from metadisco.config import demo
     from metadisco.core.records import Health, Violations
-    from tests.test_records import full_record
+    from tests.helpers import full_record
 
     cfg = demo()
 
