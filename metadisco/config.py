@@ -193,7 +193,7 @@ def demo(overrides: Overrides = ()) -> RunConfig:
     try:
         cfg = _resolve(loaded, given, experiment=DEMO_EXPERIMENT)
     except ConfigError as e:  # the overrides were likely meant for another search than the demo's
-        raise ConfigError(f"{e}. With no experiment named, train runs the demo ({DEMO_EXPERIMENT}, a shaping "
+        raise type(e)(f"{e}. With no experiment named, train runs the demo ({DEMO_EXPERIMENT}, a shaping "
                           f"search written for {', '.join(loaded['envs'])}): name an experiment for another search "
                           "(`metadisco experiments` lists them)") from None
     if "expect" in given:
@@ -228,7 +228,8 @@ def _evolving_what_is_named(d: dict, given: dict) -> dict:
     """A config dict in which every plug whose objective the overrides name (objectives.drift=NAME), and
     which has parameters to evolve (a plug-in of the user's, drift_mix, lpo...), evolves beside what
     already did, unless the overrides set objectives.evolve: naming a learnable objective asks to search it.
-    Likewise a plug whose named objective has no parameters (objectives.shaping=none) stops evolving."""
+    Likewise a plug whose named objective has no parameters (objectives.shaping=none) stops evolving,
+    unless it is the only one."""
     named = given.get("objectives", {})
     if not isinstance(named, dict) or "evolve" in named:
         return d
@@ -240,8 +241,8 @@ def _evolving_what_is_named(d: dict, given: dict) -> dict:
         learnable = _has_parameters(plug, d["objectives"][plug])
         if learnable and plug not in evolve:
             evolve.append(plug)
-        elif not learnable and plug in evolve and _known(plug, d["objectives"][plug]):
-            evolve.remove(plug)
+        elif not learnable and plug in evolve and len(evolve) > 1 and _known(plug, d["objectives"][plug]):
+            evolve.remove(plug)  # never the last: validate then says what to pick instead
     return {**d, "objectives": {**d["objectives"], "evolve": [p for p in PLUGS if p in evolve]}}
 
 
@@ -378,7 +379,8 @@ def _check_objectives_and_shapes(cfg: RunConfig) -> RunConfig:
             readers = " and ".join(obj.title for _, obj in objectives.items() if obj.reads_observations)
             raise ConfigError(f"the {readers} reads observations and needs one observation shape, "
                               f"but envs have {sorted(shapes)}: train on environments of one shape, or leave "
-                              f"{'it' if ' and ' not in readers else 'them'} out (e.g. objectives.shaping=none)")
+                              f"{'it' if ' and ' not in readers else 'them'} out "
+                              "(e.g. objectives.shaping=none objectives.evolve=drift)")
         # a declared held-out set the discovery cannot run on would only fail at `evaluate`
         sized = objectives.for_env(next(iter(shapes)))
         problem = sized.incompatibility(next(iter(shapes)), cfg.envs[0])

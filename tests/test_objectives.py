@@ -667,6 +667,7 @@ def test_formulas_are_written_once():
 
 def test_options_from_an_experiment_file_reach_the_objective(tmp_path):
     from metadisco.config import resolve
+    from metadisco.core.errors import ConfigError
     from metadisco.engine import MetaTrainer, build_objectives
 
     path = tmp_path / "exp.toml"
@@ -683,7 +684,9 @@ def test_options_from_an_experiment_file_reach_the_objective(tmp_path):
                       ["objectives.drift.alpha=1.5", "objectives.drift=dpo"]):
         assert build_objectives(resolve(None, overrides).objectives, (4,)).drift == DPO(alpha=1.5)
     # naming another objective drops the options given for the previous one
-    assert resolve(str(path), ["objectives.value_loss=l2"]).objectives.value_loss.options == ()
+    assert resolve(str(path), ["objectives.value_loss=l2", "objectives.evolve=drift"]).objectives.value_loss.options == ()
+    with pytest.raises(ConfigError, match="objectives.value_loss=l2 has no parameters to evolve"):  # nothing left
+        resolve(str(path), ["objectives.value_loss=l2"])
 
 
 @pytest.mark.parametrize("override, message", [
@@ -714,7 +717,9 @@ def test_potential_reads_the_observation_in_its_scale_and_unit():
     np.testing.assert_allclose(scaled.potential(params, obs),
                                30.0 * plain.potential(params, obs / jnp.array([1.0, 0.07])), rtol=1e-5)
     assert scaled.incompatibility((2,), "MountainCar-v0") is None
-    assert "obs_scale" in scaled.incompatibility((4,), "CartPole-v1")
+    # unsized (a config's), the scale is the user's to fix; sized (a run's), the observations are what differ
+    assert "obs_scale" in PotentialShaping(obs_scale=(1.0, 0.07)).incompatibility((4,), "CartPole-v1")
+    assert "built for observations of shape (2,)" in scaled.incompatibility((4,), "CartPole-v1")
     assert check_objective(PotentialShaping(obs_scale=(1.0, 0.07), scale=30.0)) == []
     with pytest.raises(ValueError, match="obs_scale must be positive"):
         PotentialShaping(obs_scale=(1.0, 0.0))
