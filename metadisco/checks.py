@@ -20,7 +20,7 @@ from metadisco.core.records import Comparison, Interval, ProblemScores
 from metadisco.core.scores import GUARD_SE
 from metadisco.measure.stats import gap_closed_ci, mean_ci
 from metadisco.meta_objectives.base import same_params
-from metadisco.scoring import RunScores, ScoringProgram
+from metadisco.scoring import RunScores, ScoringProgram, fitness_from
 
 
 class NormaliserError(MetadiscoError):
@@ -64,17 +64,6 @@ class Baseline:
     def as_dict(self, envs) -> dict:
         """{name: {field: value}} (baseline.json), one name per problem."""
         return {env: {k: float(v[i]) for k, v in vars(self).items()} for i, env in enumerate(envs)}
-
-
-def fitness_from(run: RunScores, kind: str, baseline: Baseline | None, index):
-    """RunScores (any leading axes) -> fitness of the same shape: the score of `kind`
-    (core.scores), NaN where a run diverged, normalised for `*_norm` kinds so that the initial
-    policy scores 0 and PPO 1 on problem `index` (its row in the Baseline; may be traced)."""
-    raw = run.value(kind)
-    if scores.fitness_of(kind).normalised:
-        ppo, init = baseline.normaliser(kind)
-        raw = scores.normalise(raw, ppo[index], init[index])
-    return raw
 
 
 def check_normaliser(per_seed: Baseline, kind: str, envs) -> None:

@@ -18,12 +18,12 @@ import numpy as np
 from flax import struct
 
 from metadisco import strategy as strategies
-from metadisco.checks import Baseline, fitness_from
+from metadisco.checks import Baseline
 from metadisco.core import streams
 from metadisco.core.scores import at_worst
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, MIRRORED_STRATEGIES
 from metadisco.measure import health
-from metadisco.scoring import RunScores
+from metadisco.scoring import RunScores, fitness_from
 
 
 @struct.dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from metadisco.core import scores
+
+if TYPE_CHECKING:
+    from metadisco.checks import Baseline
 
 
 @struct.dataclass
@@ -206,3 +209,14 @@ def _local(tree):
 def fetch(tree) -> Any:
     """Device (possibly global) arrays -> numpy on this host."""
     return jax.device_get(_local(tree))
+
+
+def fitness_from(run: RunScores, kind: str, baseline: Baseline | None, index):
+    """RunScores (any leading axes) -> fitness of the same shape: the score of `kind`
+    (core.scores), NaN where a run diverged, normalised for `*_norm` kinds so that the initial
+    policy scores 0 and PPO 1 on problem `index` (its row in the Baseline, metadisco.checks; may be traced)."""
+    raw = run.value(kind)
+    if scores.fitness_of(kind).normalised:
+        ppo, init = baseline.normaliser(kind)
+        raw = scores.normalise(raw, ppo[index], init[index])
+    return raw

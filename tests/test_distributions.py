@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metadisco.checks import fitness_from
 from metadisco.config import DistributionConfig, ESConfig, InnerConfig, RunConfig, resolve, validate
 from metadisco.core.errors import ConfigError
 from metadisco.core.strategies import STRATEGIES, UNSUPPORTED_STRATEGIES
@@ -17,7 +16,7 @@ from metadisco.engine import MetaTrainer
 from metadisco.es_step import centered_ranks, mirrored
 from metadisco.inner_loops import preset_for
 from metadisco.rundir import RunDir
-from metadisco.scoring import fetch
+from metadisco.scoring import fetch, fitness_from
 from metadisco.strategy import is_population_based, make_strategy
 from metadisco.train import run
 from tests.helpers import constant_train, metric_rows, stand_in_result, tiny_config

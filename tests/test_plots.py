@@ -377,12 +377,12 @@ def test_training_curves_figure():
 def test_the_figure_the_console_and_the_report_number_a_generation_alike(tmp_path):
     """A metrics row stores its generation 0-based; every human-facing place says how many are done."""
     from metadisco.analysis.report import write_report
+    from metadisco.console import update_bar
     from metadisco.core.run_config import RunConfig
-    from metadisco.train import _update_bar
 
     rows = records(metrics_rows(3, eval_at=(2,)))
     console = []
-    _update_bar(None, rows[-1], console.append, total=4)
+    update_bar(None, rows[-1], console.append, total=4)
     (fit,) = panels(training_curves_figure(rows), "curves/fitness")
     lines = {ln.get_label(): ln for ln in fit.lines}
     assert console[0].startswith("gen 3/4:") and "gen 3: ES mean" in console[1]

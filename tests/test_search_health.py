@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 from metadisco.config import DistributionConfig, ESConfig, ExpectConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.console import health_line
 from metadisco.core.records import Comparison, GenerationRecord, Health, Interval, Violations
 from metadisco.engine import MetaTrainer
 from metadisco.measure import health as search_health
+from metadisco.measure.verdicts import verdict
 from metadisco.meta_objectives import MetaObjective
 from metadisco.rundir import RunDir
-from metadisco.train import health_line, run, verdict
+from metadisco.train import run
 from tests.helpers import stand_in_result
 
 CENTRED = search_health.centred_rank_weights  # OpenES's shaping, as published
@@ -174,7 +176,7 @@ def test_the_health_line_counts_undefined_generations_and_calls_the_share_a_heur
 
 
 def test_the_progress_bar_shows_why_health_is_undefined_and_prints_the_warning():
-    from metadisco.train import _update_bar
+    from metadisco.console import update_bar
 
     class Bar:
         def __init__(self):
@@ -192,10 +194,10 @@ def test_the_progress_bar_shows_why_health_is_undefined_and_prints_the_warning()
     row = replace(health_rows([search_health.COLLAPSED])[0], fitness_mean=1.0, best_fitness=1.0, num_diverged=0,
                   wall_time_s=1.0, env_steps_per_s=1e3)
     bar = Bar()
-    _update_bar(bar, row, print, 10, ["warning: collapsed"])
+    update_bar(bar, row, print, 10, ["warning: collapsed"])
     assert bar.postfix["health"] == "n/a (collapsed)" and bar.written == ["warning: collapsed"]
     logged = []
-    _update_bar(None, row, logged.append, 10, [])
+    update_bar(None, row, logged.append, 10, [])
     assert "health n/a: every member scored the same (collapsed population)" in logged[0]
 
 
@@ -576,7 +578,7 @@ def test_a_found_from_a_noisy_search_says_both_on_the_verdicts_line():
     import dataclasses
     from types import SimpleNamespace
 
-    from metadisco import train
+    from metadisco import console
     from metadisco.config import demo
     from metadisco.core.records import Health, Violations
     from tests.helpers import full_record
@@ -593,7 +595,7 @@ def test_a_found_from_a_noisy_search_says_both_on_the_verdicts_line():
         run = SimpleNamespace(metrics=lambda: [*records, found], path="runs/R", objectives_dir="runs/R/objectives",
                               next_steps=lambda: "next: metadisco plot runs/R", selection_final=lambda: None)
         said = []
-        train._summary(run, cfg, said.append, Violations(mean=(), best=()))
+        console.summary(run, cfg, said.append, Violations(mean=(), best=()))
         return said
 
     noisy = last_lines(0.02)
