@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -19,11 +18,9 @@ from metadisco.engine import MetaTrainer
 from metadisco.measure import health
 from metadisco.measure.registration import changed_rule_note
 from metadisco.measure.run_files import completed, selection
+from metadisco.measure.selection import FinalSelection
 from metadisco.measure.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
 from metadisco.rundir import RunDir
-
-if TYPE_CHECKING:
-    from metadisco.train import FinalSelection
 
 
 def score_text(i) -> str:

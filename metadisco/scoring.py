@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -29,9 +29,6 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from metadisco.core import scores
-
-if TYPE_CHECKING:
-    from metadisco.checks import Baseline
 
 
 @struct.dataclass
@@ -211,10 +208,11 @@ def fetch(tree) -> Any:
     return jax.device_get(_local(tree))
 
 
-def fitness_from(run: RunScores, kind: str, baseline: Baseline | None, index):
+def fitness_from(run: RunScores, kind: str, baseline, index):
     """RunScores (any leading axes) -> fitness of the same shape: the score of `kind`
     (core.scores), NaN where a run diverged, normalised for `*_norm` kinds so that the initial
-    policy scores 0 and PPO 1 on problem `index` (its row in the Baseline, metadisco.checks; may be traced)."""
+    policy scores 0 and PPO 1 on problem `index` (its row in `baseline`, a metadisco.checks.Baseline, or None
+    for a raw kind; `index` may be traced)."""
     raw = run.value(kind)
     if scores.fitness_of(kind).normalised:
         ppo, init = baseline.normaliser(kind)

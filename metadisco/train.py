@@ -36,7 +36,7 @@ from metadisco.checks import Baseline
 from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.invocation import command
 from metadisco.core.plugs import PLUGS
-from metadisco.core.records import Comparison, GenerationRecord, Violations
+from metadisco.core.records import Violations
 from metadisco.core.run_config import config_digest
 from metadisco.core.scores import fitness_of
 from metadisco.core.strategies import searched_point
@@ -115,36 +115,8 @@ def save_candidate(run: RunDir, trainer: MetaTrainer, state: RunState, generatio
                     "note": "the ES mean at a validation check: a finalist of the selection if nominated"})
 
 
-@dataclasses.dataclass(frozen=True)
-class FinalSelection:
-    """What a validated run returns, decided at its end (metadisco.measure.selection): every finalist
-    re-scored on common fresh seeds, the index of the one chosen, its comparison with PPO and its start on
-    the training problems on fresh seeds of their own, and its constraint checks."""
-
-    finalists: list[final_selection.Rescored]
-    index: int
-    reported: final_selection.Rescored  # the winner on seeds the ranking never saw: the score to quote
-    comparison: Comparison
-    violations: Violations
-    completed: int
-
-    @property
-    def chosen(self) -> final_selection.Rescored:
-        return self.finalists[self.index]
-
-    def describe(self) -> str:
-        return selected_words(self.chosen.finalist.start, self.chosen.finalist.generation)
-
-    def named(self) -> str:
-        """The chosen objective, as its comparison and verdict lines name it."""
-        return f"selected objective ({self.describe().split(' (')[0]})"
-
-    def record(self) -> GenerationRecord:
-        """A metrics-row view of the chosen objective's re-scoring, as verdicts read one."""
-        return GenerationRecord(self.completed - 1, comparison=self.comparison, violations=self.violations)
-
-
-def finalise_selection(run: RunDir, trainer: MetaTrainer, baseline: Baseline, done: int, log) -> FinalSelection | None:
+def finalise_selection(run: RunDir, trainer: MetaTrainer, baseline: Baseline, done: int,
+                       log) -> final_selection.FinalSelection | None:
     """At the end of a validated run: re-score its finalists (the start and the ES means its checks
     nominated) on common fresh seeds, keep the best as objectives/selected.json with its re-scored value
     and interval, and return the decision (None in a multi-process job, which keeps the checks' choice:
@@ -171,7 +143,7 @@ def finalise_selection(run: RunDir, trainer: MetaTrainer, baseline: Baseline, do
     # the winner's score to quote, beside the start's, on a third set of seeds: the ranking's is a maximum
     pair = [solutions[0]] if candidates[index].start else [solutions[0], solutions[index]]
     reported = final_selection.reported(candidates[index], trainer.rescore(pair, baseline, done, use=2))
-    final = FinalSelection(finalists, index, reported, trainer.compare_selected(solutions[index], baseline, done),
+    final = final_selection.FinalSelection(finalists, index, reported, trainer.compare_selected(solutions[index], baseline, done),
                            violations, done)
     chosen = final.chosen
     named = final.named()

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metadisco.core.records import GenerationRecord, Interval, finite
+from metadisco.core.records import Comparison, GenerationRecord, Interval, Violations, finite
 from metadisco.core.scores import at_worst
-from metadisco.measure.run_files import completed
+from metadisco.measure.run_files import completed, selected_words
 from metadisco.measure.stats import t_interval
 
 FINALISTS = 3  # ES means re-scored beside the start: the best checks, so few that re-scoring stays cheap
@@ -117,3 +117,32 @@ def _number(x) -> float:
 def interval_json(i: Interval) -> dict:
     """An Interval as selected.json stores it."""
     return {"value": i.value, "low": i.low, "high": i.high}
+
+
+@dataclass(frozen=True)
+class FinalSelection:
+    """What a validated run returns, decided at its end (metadisco.measure.selection): every finalist
+    re-scored on common fresh seeds, the index of the one chosen, its comparison with PPO and its start on
+    the training problems on fresh seeds of their own, and its constraint checks."""
+
+    finalists: list[Rescored]
+    index: int
+    reported: Rescored  # the winner on seeds the ranking never saw: the score to quote
+    comparison: Comparison
+    violations: Violations
+    completed: int
+
+    @property
+    def chosen(self) -> Rescored:
+        return self.finalists[self.index]
+
+    def describe(self) -> str:
+        return selected_words(self.chosen.finalist.start, self.chosen.finalist.generation)
+
+    def named(self) -> str:
+        """The chosen objective, as its comparison and verdict lines name it."""
+        return f"selected objective ({self.describe().split(' (')[0]})"
+
+    def record(self) -> GenerationRecord:
+        """A metrics-row view of the chosen objective's re-scoring, as verdicts read one."""
+        return GenerationRecord(self.completed - 1, comparison=self.comparison, violations=self.violations)
