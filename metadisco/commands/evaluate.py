@@ -19,9 +19,9 @@ def provisional_selections(targets) -> list[str]:
 
     warnings = []
     for spec in targets:
-        base = spec.removesuffix(":selected")
-        if Path(base).is_dir() and RunFiles(base).is_run() and RunFiles(base).default_which() == "selected":
-            warnings += [w for w in [RunFiles(base).provisional_warning()] if w]
+        run = RunFiles(spec.removesuffix(":selected"))
+        if Path(run.path).is_dir() and run.is_run() and run.default_which() == "selected" and run.provisional_warning():
+            warnings.append(run.provisional_warning())
     return warnings
 
 
