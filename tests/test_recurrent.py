@@ -212,16 +212,15 @@ def test_a_recurrent_run_stopped_and_resumed_equals_the_run_made_in_one_go(tmp_p
 @pytest.mark.slow
 @pytest.mark.parametrize("finished_run", ["gru"], indirect=True)
 def test_every_workflow_accepts_a_recurrent_run(capsys, finished_run):
-    """evaluate (with the run's inner settings), plot, distil and export (DiscoGen's recurrent backend named)
-    all take a recurrent run (one evolved plug, no comparisons on fresh seeds: the smallest programs that take
-    every workflow through one; every plug in a recurrent program: test_every_plug_reaches_a_recurrent_run)."""
+    """evaluate (trained, with the run's inner settings) and export to DiscoGen (its recurrent backend named, the
+    plug distilled first) take a recurrent run (one evolved plug, no comparisons on fresh seeds: the smallest
+    programs that take every workflow through one; every plug in a recurrent program:
+    test_every_plug_reaches_a_recurrent_run). plot, distil and export as the run prints them run whole on the
+    same run in tests/test_next_steps.py."""
     whole, _ = finished_run
     out = recurrent_cli(capsys, "evaluate", str(whole), "--envs", "MemoryChain-bsuite", "--inner-from-run", "--seeds",
                         "2", "--timesteps", "512", "--no-progress")
     assert "MemoryChain-bsuite" in out
-    recurrent_cli(capsys, "plot", str(whole), "--formats", "png")
-    recurrent_cli(capsys, "distil", str(whole), "--no-symbolic")
-    recurrent_cli(capsys, "export", str(whole))
     out = recurrent_cli(capsys, "export", str(whole), "--format", "discogen")
     assert "template_backend: recurrent" in out and "HSIZE = 16" in out
     assert "init_hstate" in (whole / "export" / "discogen" / "loss.py").read_text()
