@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import REDISCOVERY_CHEAPER, REDISCOVERY_SIZE
+
 NOTEBOOK = Path(__file__).resolve().parent.parent / "examples" / "quickstart.ipynb"
 
 
@@ -19,6 +21,11 @@ def test_the_quickstart_notebook_runs_top_to_bottom(tmp_path, monkeypatch, capsy
     for i, cell in enumerate(cells):
         exec(compile("".join(cell["source"]), f"{NOTEBOOK.name}, cell {i}", "exec"), namespace)
     run = namespace["run"]
+    # at the rediscovery tests' size (tests/test_search_health.py), so that it loads their compiled programs
+    from metadisco.config import resolve
+
+    smoke = resolve("rediscover_value_loss", [f"{k}={v}" for k, v in namespace["SIZE"].items()])
+    assert smoke == resolve("rediscover_value_loss", [*REDISCOVERY_SIZE, *REDISCOVERY_CHEAPER])
     assert (run / "figures" / "training_curves.png").exists()
     assert (namespace["results"].out_dir / "results.md").exists()
     exported = namespace["exported"]  # api.export's record of what it wrote

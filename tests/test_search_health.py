@@ -17,7 +17,7 @@ from metadisco.measure.verdicts import verdict
 from metadisco.meta_objectives import MetaObjective
 from metadisco.rundir import RunDir
 from metadisco.train import run
-from tests.helpers import stand_in_result
+from tests.helpers import REDISCOVERY_CHEAPER, REDISCOVERY_SIZE, stand_in_result
 
 CENTRED = search_health.centred_rank_weights  # OpenES's shaping, as published
 
@@ -357,14 +357,10 @@ def test_a_rediscovery_problem_at_test_size_states_its_answer_and_ends_with_a_ve
     at full size is in docs/results/rediscovery.md.)"""
     from metadisco.config import resolve
 
-    # On CartPole: fitness from the training curve and no evaluation episodes, programs without the
-    # evaluation loop (about 4 s less compilation each); the run's flow and lines are the same. Not on
-    # MountainCar: no training episode ends in 1024 steps, so that fitness would be NaN throughout.
-    cheaper = ["fitness=final", "inner.eval_episodes=0"] if experiment != "rediscover_shaping" else []
-    # One device: the flow does not depend on it (two devices equal one: tests/test_engine.py), and
-    # one-device programs compile faster (these three tests alone: 47 s against 52 s on two).
-    cfg = resolve(experiment, ["generations=2", "eval_every=2", "eval_seeds=2", "es.population_size=4",
-                               "inner.total_timesteps=1024", "inner.num_steps=64", "devices=1", *cheaper])
+    # the run's flow and lines are the same at REDISCOVERY_CHEAPER's settings. One device: the flow does not
+    # depend on it (two devices equal one: tests/test_engine.py), and one-device programs compile faster.
+    cheaper = REDISCOVERY_CHEAPER if experiment != "rediscover_shaping" else []
+    cfg = resolve(experiment, [*REDISCOVERY_SIZE, *cheaper])
     assert cfg.expect.answer and cfg.expect.beats in ("start", "ppo") and cfg.heldout.envs
     logged = []
     run(cfg, tmp_path / "r", progress=False, log=logged.append)
