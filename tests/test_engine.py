@@ -159,7 +159,7 @@ def test_a_resume_counts_the_generations_done_from_the_checkpoint_it_starts_from
 
 def test_a_time_limit_stops_at_a_generation_boundary_and_the_resumed_run_equals_the_uninterrupted_one(tmp_path):
     cfg = tiny_config(generations=7, eval_every=3, checkpoint_every=5)
-    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    trainer = MetaTrainer(cfg, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0, noise=0.1)])  # host logic
     run(cfg, tmp_path / "full", progress=False, trainer=trainer, log=lambda *a: None)
     now = [0.0]  # a clock that each logged generation moves 10 s on
 
@@ -496,7 +496,7 @@ def test_resume_on_a_layout_that_changes_the_bits_is_refused_unless_asked(tmp_pa
         return leg
 
     whole = tiny_config(member_batch=0)
-    trainer = MetaTrainer(whole, trains=[quadratic_train])
+    trainer = MetaTrainer(whole, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)])
     path = tmp_path / "whole"
     run(whole, path, progress=False, stop_after=1, log=lambda *a: None, trainer=trainer)
     n = trainer.mesh.devices.size
@@ -513,7 +513,7 @@ def test_resume_on_a_layout_that_changes_the_bits_is_refused_unless_asked(tmp_pa
     assert [(leg["from_generation"], leg["devices"]) for leg in RunDir(path).layouts()] == [(0, n + 2), (1, n)]
     # fixed member batches: another count of several devices does not change the bits, and the resume says so
     batched = tiny_config()
-    trainer = MetaTrainer(batched, trains=[quadratic_train])
+    trainer = MetaTrainer(batched, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)])
     path = tmp_path / "batched"
     run(batched, path, progress=False, stop_after=1, log=lambda *a: None, trainer=trainer)
     started_on(path, devices=n + 2)
