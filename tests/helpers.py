@@ -40,8 +40,8 @@ TINY = ["inner.total_timesteps=2048", "inner.num_envs=4", "inner.num_steps=64", 
 
 # The named rediscovery problems at test size (tests/test_search_health.py), and the quickstart notebook's
 # SMOKE size of one of them (tests/test_notebook.py checks it), so that the two share their programs. On
-# CartPole, fitness from the training curve and no evaluation episodes: programs without the evaluation loop
-# (about 4 s less compilation each); not on MountainCar, where no training episode ends in 1024 steps.
+# CartPole, fitness from the training curve and no evaluation episodes: programs without the evaluation loop,
+# compiled faster; not on MountainCar, where no training episode ends in 1024 steps.
 REDISCOVERY_SIZE = ["generations=2", "eval_every=2", "eval_seeds=2", "es.population_size=4", "inner.total_timesteps=1024",
                     "inner.num_steps=64", "devices=1"]
 REDISCOVERY_CHEAPER = ["fitness=final", "inner.eval_episodes=0"]
