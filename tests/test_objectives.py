@@ -498,6 +498,22 @@ def test_every_shaping_is_identity_at_init_and_potential_based(name):
     assert gaps[0] == pytest.approx(gaps[1], rel=1e-5, abs=1e-5)
 
 
+def test_the_shaping_check_tells_a_path_dependent_shaping_from_a_potential_far_from_its_start():
+    """`metadisco check`'s potential_based: a learned reward transform (monotone, not
+    policy-invariant) changes the return gap with the path; a potential alone, its output layer at
+    scale 100 (|Phi| in the hundreds, float32 rounding in the telescoping sum), does not."""
+    from metadisco.meta_objectives.constraints import check_shaping_constraints
+
+    transform = PotentialShaping(obs_shape=(3,), transform=True)
+    params = transform.default_params()
+    params["transform"] = {"a": jnp.float32(1.0), "b": jnp.float32(0.5)}
+    assert [v.constraint for v in check_shaping_constraints(transform, params)] == ["potential_based"]
+    potential = PotentialShaping(obs_shape=(3,))
+    for seed in range(20):
+        far = random_params(potential, jax.random.key(seed), 100.0)
+        assert check_shaping_constraints(potential, far) == [], seed
+
+
 # --------------------------------------------------------------------------------------------
 # The contract: register, options, hooks
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -236,6 +236,7 @@ def test_the_search_spaces_that_claim_validity_include_every_family():
 @pytest.mark.parametrize("plug, name", VALID_FOR_EVERY_MEMBER)
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from((0.1, 1.0, 10.0, 100.0)))
+@example(seed=42703, scale=100.0)  # a potential in the hundreds: float32 rounding, not a path dependence
 def test_every_member_of_a_space_that_claims_validity_passes_its_plugs_checks(plug, name, seed, scale):
     """Parameters drawn around the start and far from it (scale 100: a mean that wandered): every
     constraint `metadisco check` demands of an evolved objective holds, so no verdict can call a
