@@ -24,7 +24,7 @@ import pytest
 from metadisco.analysis import suites
 from metadisco.analysis.evaluation import render
 from metadisco.analysis.evaluation import run as evaluation
-from metadisco.analysis.evaluation.programs import Programs
+from metadisco.analysis.evaluation.programs import Programs, mesh
 from metadisco.analysis.evaluation.protocol import LR_FACTORS
 from metadisco.analysis.evaluation.results import Estimate, Evaluation, read_results
 from metadisco.analysis.targets import resolve_target
@@ -459,6 +459,16 @@ def test_evaluate_a_baseline_end_to_end(baseline_cli):
         assert len(results.envs[name].methods["dpo"].scores) == 2
     assert "Aggregate over held-out environments" in md
     assert str(out) in stdout
+    assert len(jax.local_devices()) == 2 and results.settings.devices == 1  # the CPU trains on one
+
+
+def test_an_evaluation_on_the_cpu_trains_on_one_device_unless_given_its_devices():
+    """Host devices share the cores and run at once, and then XLA:CPU holds a loop's memory until its
+    program ends (gigabytes over a long run: benchmarks/evaluation_layout.py); one device does not."""
+    two = jax.local_devices()
+    assert len(two) == 2
+    assert mesh(8).devices.size == 1
+    assert mesh(8, two).devices.size == 2 and mesh(3, two).devices.size == 1  # as many as divide the seeds
 
 
 def test_a_baseline_with_other_options_is_that_baseline_with_its_drift_changed():

@@ -2,9 +2,10 @@
 
 One program per environment x PPO config x objectives structure x number of seeds x grid size x
 device layout: jit(train vmapped over seeds [and over a grid of hyperparameter settings]), the
-seeds split over the local devices. Hyperparameters are traced arguments, so PPO at any learning
-rate reuses one compile. The networks' initial parameters come from one small program per
-environment and PPO config (`metadisco.inner_loops.ppo.initial_network`), shared by every method and grid,
+seeds split over the local accelerators (one device on the CPU: `mesh`). Hyperparameters are
+traced arguments, so PPO at any learning rate reuses one compile. The networks' initial parameters
+come from one small program per environment and PPO config
+(`metadisco.inner_loops.ppo.initial_network`), shared by every method and grid,
 so that the training programs compile without the initialisers. A `Programs` belongs to the evaluation that made it (pass one to
 `evaluate` to share compiles between evaluations in one process).
 """
@@ -25,9 +26,17 @@ from metadisco.meta_objectives import Objectives
 __all__ = ["Programs", "mesh", "hparams"]
 
 
-def mesh(num_seeds: int) -> Mesh:
-    """The local devices, as many as divide the number of seeds (seeds are split over them)."""
-    devices = jax.local_devices()
+def mesh(num_seeds: int, devices=None) -> Mesh:
+    """The devices the seeds are split over: of `devices` (default: on an accelerator the local
+    devices, on the CPU one device), as many as divide the number of seeds.
+
+    XLA:CPU runs host devices as concurrent executions on the same cores. While they contend, a
+    loop iteration that finishes asynchronously keeps memory until its program ends, so a long
+    training program on several host devices grows by gigabytes (docs/evaluate.md, "Memory"). One
+    device keeps the cores busy through XLA's thread pool over the batch."""
+    if devices is None:
+        devices = jax.local_devices()
+        devices = devices[:1] if devices[0].platform == "cpu" else devices
     n = max(d for d in range(1, min(len(devices), num_seeds) + 1) if num_seeds % d == 0)
     return Mesh(np.array(devices[:n]), ("seed",))
 
@@ -56,9 +65,11 @@ class Program:
 
 
 class Programs:
-    """Environments and compiled programs, built on first use and kept for this object's life."""
+    """Environments and compiled programs, built on first use and kept for this object's life.
+    devices: the devices to split seeds over (default: `mesh`'s choice)."""
 
-    def __init__(self):
+    def __init__(self, devices=None):
+        self.devices = devices
         self._envs: dict[str, Env] = {}
         self._programs: dict = {}
         self._inits: dict = {}
@@ -95,7 +106,7 @@ class Programs:
     def get(self, env: Env, config: PPOConfig, objectives: Objectives, num_seeds: int, grid: int = 0):
         """program(keys [S], params, hparams) -> TrainResult with leaves [S, ...]; with grid > 0
         program(keys [S], params, hparams with leaves [G]) -> leaves [G, S, ...]."""
-        layout = mesh(num_seeds)
+        layout = mesh(num_seeds, self.devices)
         key = (env.name, config, objectives, num_seeds, grid, tuple(d.id for d in layout.devices.flat))
         try:
             if key in self._programs:

@@ -138,7 +138,8 @@ def evaluate(
         lr_factors=tuple(protocol.lr_factors) or None,
         lr_grid=({j.name: tuple(f * float(j.config.hparams.lr) for f in protocol.lr_factors) for j in jobs}
                  if protocol.lr_factors else None),
-        bootstrap_reps=int(bootstrap_reps), confidence=summary.CONFIDENCE, devices=int(mesh(seeds).devices.size),
+        bootstrap_reps=int(bootstrap_reps), confidence=summary.CONFIDENCE,
+        devices=int(mesh(seeds, programs.devices).devices.size),
         jax_version=jax.__version__)
     envs = {job.name: summary.env_stats(job, labels, env_results[job.name], protocol, bootstrap_reps, seed)
             for job in jobs}

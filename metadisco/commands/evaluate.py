@@ -93,5 +93,6 @@ def add(subparsers) -> None:
     p.add_argument("--out", help="output folder (default RUN_DIR/evaluation/TIMESTAMP or ./evaluations/TIMESTAMP)")
     p.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar: a line on stderr per method and environment")
-    p.add_argument("--host-devices", type=int, help="CPU devices to split the seeds over (default: the cores, at least 2)")
+    p.add_argument("--host-devices", type=int, help="CPU devices of this process (default: the cores, at least 2); on the CPU "
+                                                     "an evaluation trains on one of them (docs/evaluate.md)")
     p.set_defaults(func=run)
