@@ -790,10 +790,16 @@ def test_initial_networks_computed_apart_start_the_same_run_bit_for_bit(env_name
     """`initial_network` in a program of its own gives the parameters `train` initialises itself
     (only the observations' shape reaches the initialisers), so a run that takes them is the same
     run, bit for bit: what lets evaluate's programs compile without the initialisers."""
-    ppo = PPO.create(make_env(env_name), TINY.replace(total_timesteps=TINY.batch_size * 2, eval_episodes=1))
+    # the critic's values in `visited` read the networks at once (the near-uniform initial policy's
+    # returns may not), in place of the evaluation loop (a second of compile per program)
+    ppo = PPO.create(make_env(env_name), TINY.replace(total_timesteps=TINY.batch_size * 2, eval_episodes=0,
+                                                      record_samples=1))
     keys = jax.random.split(jax.random.key(4), 2)
     networks = jax.jit(jax.vmap(lambda k: initial_network(ppo, k)))(keys)
     train = jax.jit(jax.vmap(lambda k, n: ppo_train(ppo, k, {}, network_params=n)))
     own = jax.jit(jax.vmap(lambda k: ppo_train(ppo, k, {})))
     jax.tree.map(np.testing.assert_array_equal, train(keys, networks), own(keys))
+    swapped = jax.tree.map(lambda x: x[::-1], networks)  # the same program: the run takes the networks it is given
+    assert any(not np.array_equal(a, b, equal_nan=True)
+               for a, b in zip(jax.tree.leaves(train(keys, swapped)), jax.tree.leaves(own(keys))))
     assert any(not np.array_equal(x[0], x[1]) for x in jax.tree.leaves(networks))  # one network per seed
