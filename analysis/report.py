@@ -1,7 +1,7 @@
 """The HTML report of a run: one self-contained page (figures embedded as PNG data URIs, the
 config summary, the verdict, the held-out evaluation and the distillation, or the command that
 makes each, the last metrics rows, notes), written by `metadisco.analysis.plots.plot_run`. Generations are
-numbered as the console numbers them (`metadisco.measure.run_files.completed`)."""
+numbered as the console numbers them (`metadisco.core.records.completed`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import math
 from pathlib import Path
 
 from metadisco.core.fileio import atomic_write_text
-from metadisco.core.records import GenerationRecord, Violation
+from metadisco.core.records import GenerationRecord, Violation, completed
 from metadisco.core.strategies import searched_point
 from metadisco.measure import health as search_health
-from metadisco.measure.run_files import completed, selected_words, selection
+from metadisco.measure.selection import selected_words, selection
 from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
 
 __all__ = ["CAPTIONS", "write_report"]

@@ -52,8 +52,7 @@ from pathlib import Path
 from metadisco.analysis.evaluation.results import read_results  # jax-free
 from metadisco.analysis.runs import Run  # jax-free
 from metadisco.core.errors import EXIT_TIME_LIMIT, ConfigError
-from metadisco.core.records import finite
-from metadisco.measure.run_files import completed
+from metadisco.core.records import completed, finite
 from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
 from metadisco.time_limit import format_duration, parse_duration
 

@@ -12,13 +12,12 @@ import numpy as np
 
 from metadisco.core.invocation import command
 from metadisco.core.plugs import PLUGS
-from metadisco.core.records import GenerationRecord, Health, Violations, finite
+from metadisco.core.records import GenerationRecord, Health, Violations, completed, finite
 from metadisco.core.strategies import POPULATION_STRATEGIES, searched_point
 from metadisco.engine import MetaTrainer
 from metadisco.measure import health
 from metadisco.measure.registration import changed_rule_note
-from metadisco.measure.run_files import completed, selection
-from metadisco.measure.selection import FinalSelection
+from metadisco.measure.selection import FinalSelection, selection
 from metadisco.measure.verdicts import degenerate, es_mean_vs_ppo, pass_criterion, verdict
 from metadisco.rundir import RunDir
 

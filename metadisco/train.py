@@ -36,7 +36,7 @@ from metadisco.checks import Baseline
 from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.invocation import command
 from metadisco.core.plugs import PLUGS
-from metadisco.core.records import Violations
+from metadisco.core.records import Violations, completed
 from metadisco.core.run_config import config_digest
 from metadisco.core.scores import fitness_of
 from metadisco.core.strategies import searched_point
@@ -44,8 +44,7 @@ from metadisco.engine import MetaTrainer
 from metadisco.es_step import RunState
 from metadisco.measure import health
 from metadisco.measure import selection as final_selection
-from metadisco.measure.run_files import Selection, completed, select, selected_words, selection
-from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
+from metadisco.measure.selection import Selection, select, selected_words, selection
 from metadisco.meta_objectives import load_objectives, save_objectives
 from metadisco.meta_objectives.constraints import check_evolved, require_valid
 from metadisco.mirrors import Mirrors
@@ -81,24 +80,13 @@ def save_state(run: RunDir, trainer: MetaTrainer, state: RunState, baseline: Bas
 
 
 def save_selected(run: RunDir, trainer: MetaTrainer, state: RunState, chosen: Selection) -> None:
-    """objectives/selected.json: the candidate `chosen` (metadisco.measure.run_files.select), the ES mean of
+    """objectives/selected.json: the candidate `chosen` (metadisco.measure.selection.select), the ES mean of
     `state` or the run's start, with the scores of the check that chose it (process 0 only). Written when a
     candidate's validation score beats every earlier one; a resumed run recomputes the same (its rows are
     the same), so it needs no checkpoint."""
     if jax.process_index() != 0:
         return
-    v, part = chosen.record.validation, "start" if chosen.start else "mean"
-    extra = {"generation": chosen.generation, "candidate": part, "scored_at": completed(chosen.record),
-             "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve),
-             "validation": {"envs": list(trainer.cfg.validation.envs), "score": chosen.score, "start": v.start,
-                            "mean": v.mean, "ppo": v.ppo, "problems": {p.name: getattr(p, part) for p in v.problems},
-                            "seeds": trainer.cfg.validation.seeds},
-             "fitness": trainer.cfg.fitness, "final": False,
-             "note": ("the run's start: no ES mean scored higher on the validation problems" if chosen.start else
-                      "the ES mean of the generation with the best validation score")
-                     + f" (RunConfig.validation, fresh seeds, never used by the ES update; scored at generation "
-                       f"{completed(chosen.record)}); provisional: the end of the run re-scores the finalists on common "
-                       "seeds and keeps the highest (metadisco.measure.selection)"}
+    extra = final_selection.provisional_json(chosen, trainer.cfg, trainer.evolve)
     solution = trainer.initial_solution if chosen.start else fetch(trainer.mean_params(fetch(state)))
     run.write_file(run.objectives_path("selected"), save_objectives, trainer.objectives,
                    trainer.full_params(solution), extra)
@@ -145,22 +133,7 @@ def finalise_selection(run: RunDir, trainer: MetaTrainer, baseline: Baseline, do
     reported = final_selection.reported(candidates[index], trainer.rescore(pair, baseline, done, use=2))
     final = final_selection.FinalSelection(finalists, index, reported, trainer.compare_selected(solutions[index], baseline, done),
                            violations, done)
-    chosen = final.chosen
-    named = final.named()
-    extra = {"generation": chosen.finalist.generation, "candidate": "start" if chosen.finalist.start else "mean",
-             "envs": list(trainer.cfg.envs), "evolved": list(trainer.evolve), "fitness": trainer.cfg.fitness,
-             "validation": {"envs": list(trainer.cfg.validation.envs), "score": reported.score.value,
-                            "score_low": reported.score.low, "score_high": reported.score.high,
-                            "vs_start": final_selection.interval_json(reported.vs_start),
-                            "seeds": trainer.cfg.validation.seeds, "rescored_at": done,
-                            "ranking_score": final_selection.interval_json(chosen.score),
-                            "scored_on": "seeds neither the checks nor the finalists' ranking saw (its own set)"},
-             "finalists": [f.to_json() for f in finalists], "final": True,
-             "comparison": es_mean_vs_ppo(final.comparison, named),
-             "verdict": verdict(final.record(), trainer.cfg.expect, named),
-             "note": f"re-scored at the end of the run (generation {done}) with the other finalists (the start and the "
-                     f"{len(finalists) - 1} best-checked ES means free of violations) on common fresh seeds, never "
-                     "used by the ES update: the highest there; what evaluate, distil, export and plot take"}
+    extra = final_selection.final_json(final, trainer.cfg, trainer.evolve)
     run.write_file(run.objectives_path("selected"), save_objectives, trainer.objectives,
                    trainer.full_params(solutions[index]), extra)
     log(f"selection: {len(finalists)} finalists re-scored on {trainer.cfg.validation.seeds} common fresh seeds of "

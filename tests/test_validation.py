@@ -15,10 +15,10 @@ from metadisco.analysis.report import write_report
 from metadisco.analysis.targets import resolve_target
 from metadisco.config import ESConfig, HeldoutConfig, RunConfig, ValidationConfig, validate
 from metadisco.core.errors import ConfigError
-from metadisco.core.records import Comparison, GenerationRecord, Violation, Violations
+from metadisco.core.records import Comparison, GenerationRecord, Violation, Violations, completed
 from metadisco.engine import MetaTrainer
 from metadisco.measure import selection as final_selection
-from metadisco.measure.run_files import completed, selection
+from metadisco.measure.selection import selection
 from metadisco.meta_objectives import load_objectives
 from metadisco.rundir import RunDir, RunDirError
 from metadisco.train import run

@@ -10,9 +10,9 @@ import numpy as np
 import seaborn as sns
 
 from metadisco.analysis.figures.style import theme
-from metadisco.core.records import GenerationRecord, finite
+from metadisco.core.records import GenerationRecord, completed, finite
 from metadisco.measure.health import NOISY_COSINE
-from metadisco.measure.run_files import completed, selection
+from metadisco.measure.selection import selection
 
 __all__ = ["training_curves_figure"]
 

@@ -223,7 +223,7 @@ def _violations(row: Mapping, key: str) -> tuple[Violation, ...] | None:
 class GenerationRecord:
     """One generation of a run: a line of metrics.jsonl."""
 
-    generation: int  # 0-based; measure.run_files.completed numbers it as the generations done
+    generation: int  # 0-based; core.records.completed numbers it as the generations done
     fitness_mean: float | None = None  # over the members that did not diverge (NaN: none did not)
     fitness_max: float | None = None
     fitness_min: float | None = None
@@ -316,3 +316,10 @@ class GenerationRecord:
         the TensorBoard and MLflow mirrors log."""
         return {key: float(value) for key, value in self.measures().items()
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+
+
+def completed(record: GenerationRecord) -> int:
+    """The generations completed when a metrics.jsonl row was written, 1 for the first row: the one
+    number every human-facing place (console, report, figures, verdicts) calls "generation N", as
+    checkpoints and objectives files count. The record's `generation` is 0-based."""
+    return record.generation + 1

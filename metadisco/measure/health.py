@@ -46,8 +46,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from metadisco.core.records import GenerationRecord, Health, finite
-from metadisco.measure.run_files import completed
+from metadisco.core.records import GenerationRecord, Health, completed, finite
 
 # Below this cosine between the halves' gradients (a mean over the recent generations) the
 # gradient the ES follows is mostly seed noise: its signal share 2c/(1+c) is under 1/3.

@@ -27,10 +27,6 @@ loaded, the held-out set).
     files.baseline()           dict, or None when the run has none
     files.checkpoints()        [Path, ...] oldest first; temporary files ignored
     files.objectives_path(which)  RUN_DIR/objectives/{which}.json ("mean" or "best")
-    completed(record)          the generations done when a metrics row was written: how the console,
-                               the report and the figures number generations (1 = the first)
-    selection(records)         what objectives/selected.json holds after these rows (a Selection):
-                               the train loop, its summary, the report and the figure read it alike
     with writing(path): ...    an OSError while writing `path` -> RunWriteError naming it and the cause
 
 Everything a run writes is written atomically (a reader sees the old file or the new one) except
@@ -40,76 +36,19 @@ metrics.jsonl, which grows a line at a time; `metrics()` keeps complete lines on
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
-import math
 import os
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
 from metadisco.core.errors import ConfigError, MetadiscoError
 from metadisco.core.invocation import command
-from metadisco.core.records import GenerationRecord, finite
+from metadisco.core.records import GenerationRecord
 from metadisco.core.run_config import RunConfig
+from metadisco.measure.selection import selected_words
 
 CHECKPOINT_RE = re.compile(r"^gen_(\d{6})\.msgpack$")
-
-
-def completed(record: GenerationRecord) -> int:
-    """The generations completed when a metrics.jsonl row was written, 1 for the first row: the one
-    number every human-facing place (console, report, figures, verdicts) calls "generation N", as
-    checkpoints and objectives files count. The record's `generation` is 0-based."""
-    return record.generation + 1
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What objectives/selected.json holds (RunConfig.validation): the candidate with the best validation
-    score of any check so far, `record` the check (metrics row) that scored it, None before any finite
-    score; `start`: the run's start point rather than that check's ES mean."""
-
-    score: float = -math.inf
-    record: GenerationRecord | None = None
-    start: bool = False
-
-    @property
-    def generation(self) -> int | None:
-        """The generation of the objective held: 0 for the start, else the generations done at its check."""
-        return None if self.record is None else 0 if self.start else completed(self.record)
-
-    def describe(self) -> str:
-        """In words, which objective it is (the console's summary, the report)."""
-        return selected_words(self.start, self.generation)
-
-
-def selected_words(start: bool, generation) -> str:
-    """In words, the objective objectives/selected.json holds: the start, or the ES mean of `generation`."""
-    if start:
-        return "the start (generation 0; no ES mean scored higher on validation)"
-    return f"the ES mean of generation {generation}"
-
-
-def select(best: Selection, record: GenerationRecord) -> Selection:
-    """`best` after `record`'s check: its candidates are the start (validation.start), then the ES mean
-    (validation.mean), each taken where finite and strictly higher than the best so far (so the first
-    of equals is kept, and at one check the ES mean must beat the start), the ES mean only where its
-    constraint checks at that check found nothing. Provisional: at the end of the run the finalists are
-    re-scored on common seeds (metadisco.measure.selection), which decides."""
-    v = record.validation
-    if v is None:
-        return best
-    degenerate = bool(record.violations and record.violations.mean)  # an invalid ES mean is no candidate
-    for score, start in ((v.start, True), (v.mean, False)):
-        if finite(score) and score > best.score and (start or not degenerate):
-            best = Selection(score, record, start)
-    return best
-
-
-def selection(records) -> Selection:
-    """The Selection after `records` (metrics rows, oldest first): a run and its resume fold the same rows."""
-    return functools.reduce(select, records, Selection())
 
 
 DISTILLED = {"drift", "value_loss", "shaping"}  # the plug points `metadisco distil` fits closed forms to

@@ -10,10 +10,16 @@ objectives/selected.json keeps that re-scored mean with its 95% interval, and it
 start, paired by seed. A seed that diverged counts as a failure: it ties the worst finite seed of any
 finalist on that problem (core.scores.at_worst), never a missing value that drops its candidate.
 
+    selection(records)              the Selection after these rows (a fold of `select`): what
+                                    selected.json holds while the run runs; the train loop, its
+                                    summary, the report and the figure read it alike
     finalists(records)              [Finalist, ...]: the start, then the nominated ES means
     rescored(finalists, per_seed)   [Rescored, ...] from each one's per-seed scores on the common seeds
     chosen(rescored)                the index of the one the run returns (the first of equals: the start)
     reported(winner, per_seed)      its score to report, from seeds neither the checks nor the ranking saw
+    provisional_json(selection, cfg, evolved), final_json(final, cfg, evolved)
+                                    what selected.json holds beside the objective: `final` true only
+                                    after the end's re-scoring
 
 The ranking's score of the one it chose is still the largest of the finalists' scores on the same seeds,
 so it keeps some of the curse. The score selected.json reports is the winner's alone on a third set of
@@ -22,17 +28,73 @@ seeds (Stream.SELECTION index 2), scored beside the start for its paired differe
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from metadisco.core.records import Comparison, GenerationRecord, Interval, Violations, finite
+from metadisco.core.records import Comparison, GenerationRecord, Interval, Violations, completed, finite
+from metadisco.core.run_config import RunConfig
 from metadisco.core.scores import at_worst
-from metadisco.measure.run_files import completed, selected_words
 from metadisco.measure.stats import t_interval
+from metadisco.measure.verdicts import es_mean_vs_ppo, verdict
 
 FINALISTS = 3  # ES means re-scored beside the start: the best checks, so few that re-scoring stays cheap
+
+
+# Nomination: the checks, as a run goes
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What objectives/selected.json holds (RunConfig.validation): the candidate with the best validation
+    score of any check so far, `record` the check (metrics row) that scored it, None before any finite
+    score; `start`: the run's start point rather than that check's ES mean."""
+
+    score: float = -math.inf
+    record: GenerationRecord | None = None
+    start: bool = False
+
+    @property
+    def generation(self) -> int | None:
+        """The generation of the objective held: 0 for the start, else the generations done at its check."""
+        return None if self.record is None else 0 if self.start else completed(self.record)
+
+    def describe(self) -> str:
+        """In words, which objective it is (the console's summary, the report)."""
+        return selected_words(self.start, self.generation)
+
+
+def selected_words(start: bool, generation) -> str:
+    """In words, the objective objectives/selected.json holds: the start, or the ES mean of `generation`."""
+    if start:
+        return "the start (generation 0; no ES mean scored higher on validation)"
+    return f"the ES mean of generation {generation}"
+
+
+def select(best: Selection, record: GenerationRecord) -> Selection:
+    """`best` after `record`'s check: its candidates are the start (validation.start), then the ES mean
+    (validation.mean), each taken where finite and strictly higher than the best so far (so the first
+    of equals is kept, and at one check the ES mean must beat the start), the ES mean only where its
+    constraint checks at that check found nothing. Provisional: at the end of the run the finalists are
+    re-scored on common seeds (`finalists`, `rescored`, `chosen`), which decides."""
+    v = record.validation
+    if v is None:
+        return best
+    degenerate = bool(record.violations and record.violations.mean)  # an invalid ES mean is no candidate
+    for score, start in ((v.start, True), (v.mean, False)):
+        if finite(score) and score > best.score and (start or not degenerate):
+            best = Selection(score, record, start)
+    return best
+
+
+def selection(records) -> Selection:
+    """The Selection after `records` (metrics rows, oldest first): a run and its resume fold the same rows."""
+    return functools.reduce(select, records, Selection())
+
+
+# The end: the finalists re-scored
 
 
 @dataclass(frozen=True)
@@ -146,3 +208,40 @@ class FinalSelection:
     def record(self) -> GenerationRecord:
         """A metrics-row view of the chosen objective's re-scoring, as verdicts read one."""
         return GenerationRecord(self.completed - 1, comparison=self.comparison, violations=self.violations)
+
+
+def provisional_json(chosen: Selection, cfg: RunConfig, evolved) -> dict:
+    """selected.json's fields while the run runs: the candidate `chosen` and the scores of the check
+    that nominated it; `final` false (the end re-scores the finalists)."""
+    v, part = chosen.record.validation, "start" if chosen.start else "mean"
+    return {"generation": chosen.generation, "candidate": part, "scored_at": completed(chosen.record),
+            "envs": list(cfg.envs), "evolved": list(evolved),
+            "validation": {"envs": list(cfg.validation.envs), "score": chosen.score, "start": v.start,
+                           "mean": v.mean, "ppo": v.ppo, "problems": {p.name: getattr(p, part) for p in v.problems},
+                           "seeds": cfg.validation.seeds},
+            "fitness": cfg.fitness, "final": False,
+            "note": ("the run's start: no ES mean scored higher on the validation problems" if chosen.start else
+                     "the ES mean of the generation with the best validation score")
+                    + f" (RunConfig.validation, fresh seeds, never used by the ES update; scored at generation "
+                      f"{completed(chosen.record)}); provisional: the end of the run re-scores the finalists on common "
+                      "seeds and keeps the highest (metadisco.measure.selection)"}
+
+
+def final_json(final: FinalSelection, cfg: RunConfig, evolved) -> dict:
+    """selected.json's fields after the end's re-scoring: the winner, its score from seeds of its own,
+    the finalists' ranking, its comparison and verdict; `final` true."""
+    chosen, reported, named = final.chosen, final.reported, final.named()
+    return {"generation": chosen.finalist.generation, "candidate": "start" if chosen.finalist.start else "mean",
+            "envs": list(cfg.envs), "evolved": list(evolved), "fitness": cfg.fitness,
+            "validation": {"envs": list(cfg.validation.envs), "score": reported.score.value,
+                           "score_low": reported.score.low, "score_high": reported.score.high,
+                           "vs_start": interval_json(reported.vs_start),
+                           "seeds": cfg.validation.seeds, "rescored_at": final.completed,
+                           "ranking_score": interval_json(chosen.score),
+                           "scored_on": "seeds neither the checks nor the finalists' ranking saw (its own set)"},
+            "finalists": [f.to_json() for f in final.finalists], "final": True,
+            "comparison": es_mean_vs_ppo(final.comparison, named),
+            "verdict": verdict(final.record(), cfg.expect, named),
+            "note": f"re-scored at the end of the run (generation {final.completed}) with the other finalists (the start "
+                    f"and the {len(final.finalists) - 1} best-checked ES means free of violations) on common fresh seeds, "
+                    "never used by the ES update: the highest there; what evaluate, distil, export and plot take"}

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from metadisco.core.records import Comparison, GenerationRecord, Interval, Violation, finite
-from metadisco.measure.run_files import completed
+from metadisco.core.records import Comparison, GenerationRecord, Interval, Violation, completed, finite
 
 
 def _interval(interval: Interval, fmt: str = "+.4g") -> str:
