@@ -100,7 +100,7 @@ judge_cfg = resolve(None, [f"{k}={v}" for k, v in judge.items()])
 judge_trainer = MetaTrainer(judge_cfg)
 stored = Path(sys.argv[3])  # the judge's PPO baseline, computed by the first run that needs it
 if stored.exists():
-    from metadisco.checks import Baseline
+    from metadisco.scoring import Baseline
     judge_baseline = Baseline(**{k: np.asarray(v) for k, v in json.loads(stored.read_text()).items()})
 else:
     judge_baseline = fetch(judge_trainer.baseline())

@@ -12,7 +12,6 @@ import dataclasses
 
 import jax
 import numpy as np
-from flax import struct
 
 from metadisco.core import scores, streams
 from metadisco.core.errors import MetadiscoError
@@ -20,50 +19,11 @@ from metadisco.core.records import Comparison, Interval, ProblemScores
 from metadisco.core.scores import GUARD_SE
 from metadisco.measure.stats import gap_closed_ci, mean_ci
 from metadisco.meta_objectives.base import same_params
-from metadisco.scoring import RunScores, ScoringProgram, fitness_from
+from metadisco.scoring import Baseline, ScoringProgram, fitness_from
 
 
 class NormaliserError(MetadiscoError):
     """A normalised fitness on an environment where PPO does not beat its initial policy."""
-
-
-@struct.dataclass
-class Baseline:
-    """PPO (default objectives) on each problem (env, or env and horizon; then the validation
-    problems), the normaliser of *_norm fitness.
-
-    Each field is [num_problems], a mean over the baseline seeds ([num_problems, seeds] before `mean`).
-    """
-
-    init_eval: jax.Array  # the initial policy's evaluation, sampled actions
-    init_eval_greedy: jax.Array  # the same, greedy
-    final_eval: jax.Array  # the final policy's evaluation, sampled
-    greedy_eval: jax.Array  # the final policy's evaluation, greedy
-    auc: jax.Array  # mean return over training (the learning curve)
-    final: jax.Array  # mean of the last 10% of the learning curve
-
-    @classmethod
-    def of(cls, run: RunScores) -> Baseline:
-        """The fields of RunScores (any leading axes)."""
-        return cls(**{name: getattr(run, name) for name in cls.__dataclass_fields__})
-
-    @classmethod
-    def template(cls, n: int) -> Baseline:
-        """A Baseline of `n` problems that normalises nothing: 0 for the initial policy, 1 for PPO."""
-        return cls(*(np.zeros(n, np.float32) if f.startswith("init") else np.ones(n, np.float32)
-                     for f in cls.__dataclass_fields__))
-
-    def normaliser(self, kind: str):
-        """(PPO's score, the initial policy's) for fitness `kind`: the 1 and the 0 of its `_norm` twin."""
-        init = self.init_eval_greedy if scores.score_of(kind).greedy else self.init_eval
-        return getattr(self, scores.score_of(kind).name), init
-
-    def mean(self) -> Baseline:
-        return jax.tree.map(lambda x: x.mean(-1), self)
-
-    def as_dict(self, envs) -> dict:
-        """{name: {field: value}} (baseline.json), one name per problem."""
-        return {env: {k: float(v[i]) for k, v in vars(self).items()} for i, env in enumerate(envs)}
 
 
 def check_normaliser(per_seed: Baseline, kind: str, envs) -> None:

@@ -25,7 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from metadisco import strategy as strategies
-from metadisco.checks import Baseline, CheckedProblem, Checks, check_normaliser
+from metadisco.checks import CheckedProblem, Checks, check_normaliser
 from metadisco.config import ObjectivesConfig, RunConfig, objectives_of, ppo_config, validation_ppo_config
 from metadisco.core import scores, streams
 from metadisco.core.errors import ConfigError
@@ -36,7 +36,7 @@ from metadisco.measure.health import NOT_DRAWN
 from metadisco.meta_objectives import Objectives
 from metadisco.meta_objectives import names as objective_names
 from metadisco.meta_objectives.base import same_params
-from metadisco.scoring import Branch, RunScores, ScoringProgram, fetch
+from metadisco.scoring import Baseline, Branch, RunScores, ScoringProgram, fetch
 
 
 def build_objectives(cfg: ObjectivesConfig, obs_shape) -> Objectives:

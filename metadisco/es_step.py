@@ -18,12 +18,11 @@ import numpy as np
 from flax import struct
 
 from metadisco import strategy as strategies
-from metadisco.checks import Baseline
 from metadisco.core import streams
 from metadisco.core.scores import at_worst
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, MIRRORED_STRATEGIES
 from metadisco.measure import health
-from metadisco.scoring import RunScores, fitness_from
+from metadisco.scoring import Baseline, RunScores, fitness_from
 
 
 @struct.dataclass

@@ -59,6 +59,47 @@ class RunScores:
         return xp.where(self.diverged | ~xp.isfinite(raw), xp.nan, raw)
 
 
+
+
+@struct.dataclass
+class Baseline:
+    """PPO (default objectives) on each problem (env, or env and horizon; then the validation
+    problems), the normaliser of *_norm fitness.
+
+    Each field is [num_problems], a mean over the baseline seeds ([num_problems, seeds] before `mean`).
+    """
+
+    init_eval: jax.Array  # the initial policy's evaluation, sampled actions
+    init_eval_greedy: jax.Array  # the same, greedy
+    final_eval: jax.Array  # the final policy's evaluation, sampled
+    greedy_eval: jax.Array  # the final policy's evaluation, greedy
+    auc: jax.Array  # mean return over training (the learning curve)
+    final: jax.Array  # mean of the last 10% of the learning curve
+
+    @classmethod
+    def of(cls, run: RunScores) -> Baseline:
+        """The fields of RunScores (any leading axes)."""
+        return cls(**{name: getattr(run, name) for name in cls.__dataclass_fields__})
+
+    @classmethod
+    def template(cls, n: int) -> Baseline:
+        """A Baseline of `n` problems that normalises nothing: 0 for the initial policy, 1 for PPO."""
+        return cls(*(np.zeros(n, np.float32) if f.startswith("init") else np.ones(n, np.float32)
+                     for f in cls.__dataclass_fields__))
+
+    def normaliser(self, kind: str):
+        """(PPO's score, the initial policy's) for fitness `kind`: the 1 and the 0 of its `_norm` twin."""
+        init = self.init_eval_greedy if scores.score_of(kind).greedy else self.init_eval
+        return getattr(self, scores.score_of(kind).name), init
+
+    def mean(self) -> Baseline:
+        return jax.tree.map(lambda x: x.mean(-1), self)
+
+    def as_dict(self, envs) -> dict:
+        """{name: {field: value}} (baseline.json), one name per problem."""
+        return {env: {k: float(v[i]) for k, v in vars(self).items()} for i, env in enumerate(envs)}
+
+
 @dataclasses.dataclass(frozen=True)
 class Branch:
     """One branch of the program's switch: a problem trained with the run's objectives (each row at
@@ -211,7 +252,7 @@ def fetch(tree) -> Any:
 def fitness_from(run: RunScores, kind: str, baseline, index):
     """RunScores (any leading axes) -> fitness of the same shape: the score of `kind`
     (core.scores), NaN where a run diverged, normalised for `*_norm` kinds so that the initial
-    policy scores 0 and PPO 1 on problem `index` (its row in `baseline`, a metadisco.checks.Baseline, or None
+    policy scores 0 and PPO 1 on problem `index` (its row in `baseline`, a `Baseline`, or None
     for a raw kind; `index` may be traced)."""
     raw = run.value(kind)
     if scores.fitness_of(kind).normalised:

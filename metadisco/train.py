@@ -32,7 +32,6 @@ import jax
 
 from metadisco import config as config_lib
 from metadisco import console
-from metadisco.checks import Baseline
 from metadisco.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.invocation import command
 from metadisco.core.plugs import PLUGS
@@ -49,7 +48,7 @@ from metadisco.meta_objectives import load_objectives, save_objectives
 from metadisco.meta_objectives.constraints import check_evolved, require_valid
 from metadisco.mirrors import Mirrors
 from metadisco.rundir import RunDir, RunDirError, RunWriteError
-from metadisco.scoring import fetch
+from metadisco.scoring import Baseline, fetch
 from metadisco.time_limit import TimeLimit
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metadisco.checks import Baseline, NormaliserError
+from metadisco.checks import NormaliserError
 from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
 from metadisco.core.errors import EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.records import Interval
@@ -22,7 +22,7 @@ from metadisco.core.scores import FITNESS_KINDS
 from metadisco.core.strategies import ANTITHETIC_STRATEGIES, STRATEGIES, UNSUPPORTED_STRATEGIES, WEIGHTED_STRATEGIES
 from metadisco.engine import MetaTrainer, devices_for
 from metadisco.rundir import RunDir, RunDirError
-from metadisco.scoring import RunScores, fetch, fitness_from
+from metadisco.scoring import Baseline, RunScores, fetch, fitness_from
 from metadisco.strategy import make_strategy
 from metadisco.time_limit import TimeLimit
 from metadisco.train import run

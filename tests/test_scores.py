@@ -12,12 +12,11 @@ import pytest
 from metadisco.analysis.evaluation import summary
 from metadisco.analysis.evaluation.plan import EnvJob
 from metadisco.analysis.evaluation.protocol import LABELS, Protocol, resolve_protocol
-from metadisco.checks import Baseline
 from metadisco.core import scores
 from metadisco.es_step import centered_ranks
 from metadisco.inner_loops import preset_for
 from metadisco.inner_loops.ppo import TrainResult
-from metadisco.scoring import RunScores, fitness_from
+from metadisco.scoring import Baseline, RunScores, fitness_from
 
 SEEDS, UPDATES = 6, 20
 

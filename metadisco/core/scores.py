@@ -55,7 +55,7 @@ def tail_mean(curve, fraction: float = FINAL_TAIL):
 class Score:
     """One kind of score of a training run.
 
-    name: the fitness kind (a run config's `fitness`, the fields of metadisco.engine.Baseline);
+    name: the fitness kind (a run config's `fitness`, the fields of metadisco.scoring.Baseline);
     label: its column in an evaluation's results; needs: "evaluation" (evaluation episodes,
     PPOConfig.eval_episodes >= 1) or "curve" (the learning curve); greedy: whether its zero is the
     initial policy's greedy evaluation (else sampled); compute(run, tail) -> values [...].

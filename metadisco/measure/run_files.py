@@ -280,7 +280,7 @@ class RunFiles:
         return records
 
     def baseline(self) -> dict | None:
-        """{env: {field: PPO's value}} (the fields of metadisco.engine.Baseline: init_eval, final_eval,
+        """{env: {field: PPO's value}} (the fields of metadisco.scoring.Baseline: init_eval, final_eval,
         auc, ...) for a run with normalised fitness, else None."""
         return self.read_json("baseline.json") if self.baseline_path.is_file() else None
 
