@@ -32,9 +32,9 @@ from metadisco.core import scores
 
 
 @struct.dataclass
-class RunScores:
-    """Every score of training runs (the registry metadisco.core.scores), each [...] (any leading
-    axes): what the scoring program returns for each (row, seed)."""
+class ScoreFields:
+    """The scores of training runs (the registry metadisco.core.scores), one field each: RunScores
+    holds them per run, Baseline PPO's per problem."""
 
     init_eval: jax.Array  # the initial policy's evaluation, sampled actions
     init_eval_greedy: jax.Array  # the same, greedy
@@ -42,6 +42,13 @@ class RunScores:
     greedy_eval: jax.Array  # the final policy's evaluation, greedy
     auc: jax.Array  # mean return over training (the learning curve)
     final: jax.Array  # mean of the last 10% of the learning curve
+
+
+@struct.dataclass
+class RunScores(ScoreFields):
+    """Every score of training runs, each [...] (any leading axes): what the scoring program returns
+    for each (row, seed), and whether the run diverged."""
+
     diverged: jax.Array  # bool: a loss or parameter went NaN/inf
 
     @classmethod
@@ -59,27 +66,18 @@ class RunScores:
         return xp.where(self.diverged | ~xp.isfinite(raw), xp.nan, raw)
 
 
-
-
 @struct.dataclass
-class Baseline:
+class Baseline(ScoreFields):
     """PPO (default objectives) on each problem (env, or env and horizon; then the validation
     problems), the normaliser of *_norm fitness.
 
     Each field is [num_problems], a mean over the baseline seeds ([num_problems, seeds] before `mean`).
     """
 
-    init_eval: jax.Array  # the initial policy's evaluation, sampled actions
-    init_eval_greedy: jax.Array  # the same, greedy
-    final_eval: jax.Array  # the final policy's evaluation, sampled
-    greedy_eval: jax.Array  # the final policy's evaluation, greedy
-    auc: jax.Array  # mean return over training (the learning curve)
-    final: jax.Array  # mean of the last 10% of the learning curve
-
     @classmethod
     def of(cls, run: RunScores) -> Baseline:
-        """The fields of RunScores (any leading axes)."""
-        return cls(**{name: getattr(run, name) for name in cls.__dataclass_fields__})
+        """The scores of RunScores (any leading axes), its divergence aside."""
+        return cls(**{f.name: getattr(run, f.name) for f in dataclasses.fields(ScoreFields)})
 
     @classmethod
     def template(cls, n: int) -> Baseline:
