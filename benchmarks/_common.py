@@ -92,7 +92,23 @@ def machine_info() -> dict:
         "jax_devices": [str(d) for d in jax.devices()],
         "device_kind": jax.devices()[0].device_kind,
         "platform": platform.platform(),
+        "commit": commit(),
     }
+
+
+def commit() -> str | None:
+    """The checkout's commit (short), "+changes" after it where tracked files differ from it; None
+    outside a git checkout: the code the numbers were measured at."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=here)
+    except OSError:
+        return None
+    if head.returncode:
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 def machine_markdown(info: dict) -> str:
@@ -106,6 +122,8 @@ def machine_markdown(info: dict) -> str:
         f"({info.get('device_kind', '?')}; children set {DEVICE_FLAG} per measurement)",
         f"- {info['platform']}",
     ]
+    if info.get("commit"):  # records from before it was kept have none
+        lines.append(f"- measured at commit {info['commit']}")
     return "\n".join(lines)
 
 
