@@ -18,21 +18,14 @@ demo: $(STAMP)
 PYTEST_WORKERS ?= auto
 PYTEST_DIST := $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadfile --no-loadscope-reorder)
 # The suite compiles with XLA's optimisations off (tests/conftest.py); the tests marked `optimised`
-# (resume bit for bit, the device count, PPO solves CartPole) run instead in the optimised build that
-# users run, in a second pass: their promise is about that build. It collects only the files that hold
-# such tests (collecting every file costs each worker seconds of imports), unless PYTEST_ARGS names
-# files. Whole files here too: the engine's two such tests apart on two workers measured slower (both
-# compile at once: 78 s against 61 s cold).
-# Exit status 5 is pytest's "no tests collected": PYTEST_ARGS chose no test of that pass.
-# The documentation site builds beside the second pass, its output shown when it fails.
-OPTIMISED_FILES := $(shell grep -l 'pytest.mark.optimised' tests/test_*.py)
+# (resume bit for bit, the device count, PPO solves CartPole) compile in the optimised build that users
+# run, in the same pass (conftest's optimised_build): their promise is about that build.
+# Exit status 5 is pytest's "no tests collected": PYTEST_ARGS chose no test.
+# The documentation site builds beside the tests, its output shown when it fails.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not optimised" $(PYTEST_ARGS) \
-	  || [ $$? -eq 5 ]
 	@$(MKDOCS) build --strict --site-dir site > $(VENV)/mkdocs.log 2>&1 & docs=$$!; \
-	JAX_DISABLE_MOST_OPTIMIZATIONS=0 $(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m optimised \
-	  $(or $(filter tests/%,$(PYTEST_ARGS)),$(OPTIMISED_FILES)) $(filter-out tests/%,$(PYTEST_ARGS)); \
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) $(PYTEST_ARGS); \
 	status=$$?; [ $$status -eq 5 ] && status=0; \
 	if wait $$docs; then echo "metadisco: documentation site built (mkdocs build --strict)"; \
 	else cat $(VENV)/mkdocs.log; echo "metadisco: mkdocs build --strict failed"; status=1; fi; exit $$status

@@ -5,6 +5,8 @@ import gc
 import os
 import sys
 
+import pytest
+
 flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in flags:
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=2".strip()
@@ -16,7 +18,8 @@ if _scripts not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = os.pathsep.join(filter(None, (_scripts, os.environ.get("PATH"))))
 # The suite's programs are tiny and run once: XLA's optimisation work costs more than it saves
 # (jax's own switch: backend optimisation level 0, no expensive LLVM passes). Subprocesses inherit
-# it; JAX_DISABLE_MOST_OPTIMIZATIONS=0 restores the optimised build.
+# it; JAX_DISABLE_MOST_OPTIMIZATIONS=0 restores the optimised build, as `optimised_build` does for
+# the tests marked `optimised`.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 from metadisco import compile_cache  # noqa: E402  (jax-free)
 
@@ -78,10 +81,32 @@ LONGEST_FIRST = ("test_gpu_queue.py", "test_documented_commands.py", "test_recur
 
 
 def pytest_report_header(config):
-    """Which build the session compiles (`make test` runs its `optimised` tests in both)."""
+    """Which build the session compiles (the tests marked `optimised`: the optimised build)."""
     value = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"]
     off = value.lower() in ("y", "yes", "t", "true", "on", "1")  # jax's config.bool_env
-    return f"XLA: {'most optimisations off' if off else 'the optimised build'} (JAX_DISABLE_MOST_OPTIMIZATIONS={value})"
+    return (f"XLA: {'most optimisations off' if off else 'the optimised build'} (JAX_DISABLE_MOST_OPTIMIZATIONS={value}); "
+            "tests marked optimised: the optimised build")
+
+
+@pytest.fixture(autouse=True)
+def optimised_build(request, monkeypatch):
+    """A test marked `optimised` (resume bit for bit, the device count's bits, PPO solving CartPole)
+    compiles in XLA's optimised build, the one users run: its promise is about that build. jax reads
+    the switch at each compile, so the test's programs, and the processes it starts, are built so;
+    it needs programs of its own (a trainer, a jit made in the test: one compiled in the suite's build
+    earlier in this process would be reused). The persistent cache keys on the switch."""
+    if request.node.get_closest_marker("optimised") is None:
+        yield
+        return
+    import jax
+
+    before = jax.config.read("jax_disable_most_optimizations")
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "0")
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", before)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from metadisco import compile_cache
 
 # A small jitted program in a fresh process, set up as the CLI sets up jax; prints the result and
@@ -79,3 +81,20 @@ def test_a_cache_past_its_limit_is_cleared_whole_and_one_within_it_kept(tmp_path
     assert not compile_cache.clear_if_over(cache, 10) and len(list(cache.iterdir())) == 2  # 10 bytes: kept
     (cache / "c-cache").write_bytes(b"x")
     assert compile_cache.clear_if_over(cache, 10) and not cache.exists()  # 11 bytes: cleared whole
+
+
+@pytest.mark.optimised
+def test_a_test_marked_optimised_compiles_in_the_optimised_build_and_so_do_its_processes():
+    """tests/conftest.py's optimised_build: jax's switch off in this process and for what it starts."""
+    import jax
+
+    assert jax.config.read("jax_disable_most_optimizations") is False
+    code = "import jax; print(jax.config.read('jax_disable_most_optimizations'))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split() == ["False"]
+
+
+def test_the_other_tests_compile_in_the_suites_build():
+    import jax
+
+    off = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"].lower() in ("y", "yes", "t", "true", "on", "1")  # bool_env's
+    assert jax.config.read("jax_disable_most_optimizations") is off

@@ -109,8 +109,12 @@ def standin_run(tmp_path_factory, standin):
 
 
 @pytest.mark.slow
-@pytest.mark.optimised  # bit for bit in the build users run, too (Makefile, test)
-def test_stop_and_resume_equals_uninterrupted_bit_for_bit(tmp_path, uninterrupted, trainer):
+@pytest.mark.optimised  # bit for bit in the build users run (tests/conftest.py)
+def test_stop_and_resume_equals_uninterrupted_bit_for_bit(tmp_path):
+    # a trainer of its own, and the uninterrupted run too: the module's were compiled in the suite's build
+    trainer = MetaTrainer(tiny_config())
+    uninterrupted = tmp_path / "uninterrupted"
+    run(tiny_config(), uninterrupted, progress=False, log=lambda *a: None, trainer=trainer)
     path = tmp_path / "run"
     run(tiny_config(), path, progress=False, stop_after=2, log=lambda *a: None, trainer=trainer)
     assert len(RunDir(path).metrics()) == 2
@@ -235,7 +239,7 @@ INVARIANT = ["rediscover_shaping", "generations=2", "eval_every=2", "eval_seeds=
 
 
 @pytest.mark.slow
-@pytest.mark.optimised  # the build users run, too (Makefile, test)
+@pytest.mark.optimised  # the build users run (tests/conftest.py)
 def test_the_device_count_does_not_change_a_single_bit(tmp_path, capsys):
     # Real PPO, so that a different program would show in the last bits (it did before member
     # batches: 52.42 vs 52.29 in the demo's first generation on 1 and 2 devices).

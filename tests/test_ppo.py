@@ -70,7 +70,7 @@ def cartpole():
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.optimised  # it learns in the build users run, too (Makefile, test)
+@pytest.mark.optimised  # it learns in the build users run (tests/conftest.py)
 def test_default_ppo_solves_cartpole(cartpole):
     config = PPOConfig(total_timesteps=150_000, eval_episodes=0).replace(lr=2.5e-3)  # reads no evaluation
     result = jax.jit(make_train(cartpole, config))(jax.random.key(0), {})
