@@ -342,3 +342,21 @@ def test_default_bootstrap_bounds_are_stable_to_the_two_decimals_printed():
     b = stats.probability_of_improvement_ci(raw, ppo, BOOTSTRAP_REPS, seed=1)
     # a probability of improvement takes values k / (n m tasks): its bounds may differ by one such step
     assert max(abs(a[1] - b[1]), abs(a[2] - b[2])) <= 1 / (4 * 4 * 2) + 1e-12, (a, b)
+
+
+@pytest.mark.parametrize("confidence", [0.95, 0.9])
+def test_bootstrap_intervals_are_as_wide_as_their_confidence_says(confidence):
+    """On 400 draws of N(0, 1) the mean's interval is 2 z sigma / sqrt(n) wide (z the normal
+    quantile of the confidence): an interval built at another confidence would be narrower or wider
+    than that by more than the bootstrap's noise (10%). Both percentile bootstraps: the stratified
+    one over [runs, tasks] and the paired gap-closed one over seeds."""
+    from statistics import NormalDist
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(400)
+    expected = 2 * NormalDist().inv_cdf(0.5 + confidence / 2) * x.std() / math.sqrt(x.size)
+    _, low, high = stats.stratified_bootstrap_ci(x[:, None], stats.mean, reps=4000, confidence=confidence)
+    assert high - low == pytest.approx(expected, rel=0.1)
+    # start 0 and target 1 on every seed: the share of the gap closed is mean(x + 0.5)
+    _, low, high = stats.gap_closed_ci(x + 0.5, np.zeros_like(x), np.ones_like(x), reps=4000, confidence=confidence)
+    assert high - low == pytest.approx(expected, rel=0.1)
