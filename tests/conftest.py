@@ -66,18 +66,18 @@ gc.set_threshold(100_000, 50, 100)
 # loop; `make test` and CI run everything.
 
 
-# The files that take longest, longest first (summed test time in a whole-suite run, `--durations=0`):
+# The files that take longest, longest first (summed test time in a whole-suite run, cold, at 32eed3d):
 # `make test` hands whole files to its workers (--dist loadfile) in collection order, each file to
 # the first worker that is nearly done (--no-loadscope-reorder: otherwise pytest-xdist orders files
 # by their number of tests), so the long ones start first and no worker is left alone with a long
 # file at the end. Files not named go last.
-LONGEST_FIRST = ("test_gpu_queue.py", "test_documented_commands.py", "test_recurrent.py", "test_plots.py", "test_engine.py",
-                 "test_cli.py",
-                 "test_notebook.py", "test_search_spaces.py", "test_rundir.py", "test_evaluate.py",
-                 "test_distil_search.py", "test_multihost.py", "test_distributions.py", "test_search_health.py",
-                 "test_ppo.py", "test_objectives.py", "test_distil.py", "test_layout.py", "test_library.py",
-                 "test_compile_cache.py", "test_zoo.py", "test_closed_form.py", "test_export_discogen.py",
-                 "test_install.py", "test_learning_probes.py")
+LONGEST_FIRST = ("test_engine.py", "test_documented_commands.py", "test_evaluate.py", "test_ppo.py",
+                 "test_gpu_queue.py", "test_recurrent.py", "test_cli.py", "test_search_health.py",
+                 "test_search_spaces.py", "test_objectives.py", "test_plots.py", "test_notebook.py",
+                 "test_distributions.py", "test_validation.py", "test_library.py", "test_multihost.py",
+                 "test_next_steps.py", "test_distil_search.py", "test_distil.py", "test_export_discogen.py",
+                 "test_rundir.py", "test_distil_shaping.py", "test_zoo.py", "test_learning_probes.py",
+                 "test_closed_form.py", "test_layout.py", "test_compile_cache.py", "test_install.py")
 
 
 def pytest_report_header(config):
