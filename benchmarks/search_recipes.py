@@ -73,13 +73,13 @@ from pathlib import Path
 from metadisco import compile_cache
 compile_cache.configure()  # before jax: a recipe's later seeds, and every judge, reuse the programs
 import numpy as np
-from metadisco.config import resolve
+from metadisco.config import resolve, run_plan
 from metadisco.engine import MetaTrainer
 from metadisco.scoring import fetch
 from metadisco.core import streams
 overrides, seconds = json.loads(sys.argv[1]), float(sys.argv[2])
 cfg = resolve(None, [f"{k}={v}" for k, v in overrides.items()])
-trainer = MetaTrainer(cfg)
+trainer = MetaTrainer(run_plan(cfg))
 baseline = trainer.replicate(fetch(trainer.baseline()))
 state = trainer.replicate(fetch(trainer.init()))
 walls, cosines, g = [], [], 0
@@ -97,7 +97,7 @@ while True:
 mean = fetch(trainer.mean_params(fetch(state)))
 judge = json.loads(sys.argv[4])  # one judge for every run: the same program, fresh seeds and PPO
 judge_cfg = resolve(None, [f"{k}={v}" for k, v in judge.items()])
-judge_trainer = MetaTrainer(judge_cfg)
+judge_trainer = MetaTrainer(run_plan(judge_cfg))
 stored = Path(sys.argv[3])  # the judge's PPO baseline, computed by the first run that needs it
 if stored.exists():
     from metadisco.scoring import Baseline

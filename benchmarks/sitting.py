@@ -51,14 +51,14 @@ class Count(logging.Handler):
             compiles.append(record.getMessage())
 logging.getLogger("jax").addHandler(Count()); logging.getLogger("jax").setLevel(logging.DEBUG)
 jax.config.update("jax_log_compiles", True)
-from metadisco.config import demo, resolve
+from metadisco.config import demo, resolve, run_plan
 from metadisco.engine import MetaTrainer
 fetch = getattr(__import__("metadisco.engine", fromlist=["x"]), "fetch", None)
 if fetch is None:
     from metadisco.scoring import fetch
 experiment, overrides = sys.argv[1], sys.argv[2:]
 cfg = resolve(experiment, overrides) if experiment else demo(overrides)
-trainer = MetaTrainer(cfg)
+trainer = MetaTrainer(run_plan(cfg))
 out = {}
 def timed(name, f):
     n, t = len(compiles), time.perf_counter()

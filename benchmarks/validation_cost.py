@@ -6,14 +6,14 @@ drift_mix, population 8 x 2 seeds, 16,384 steps, 8 fresh seeds; validation on Ac
 """
 import time
 
-from metadisco.config import resolve
+from metadisco.config import resolve, run_plan
 from metadisco.engine import MetaTrainer
 from metadisco.scoring import fetch
 
 base = ["envs=CartPole-v1", "fitness=final_eval", "inner.total_timesteps=16384", "es.population_size=8", "eval_seeds=8",
         "generations=2", "eval_every=1", "objectives.drift=drift_mix", "objectives.evolve=drift"]
 for extra in ([], ["validation.envs=Acrobot-v1", "validation.seeds=8"]):
-    t = MetaTrainer(resolve(None, base + extra))
+    t = MetaTrainer(run_plan(resolve(None, base + extra)))
     state, baseline = t.replicate(fetch(t.init())), t.replicate(t.baseline())
 
     def timed(call):

@@ -17,6 +17,7 @@ import json
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metadisco import resources
 from metadisco.core.errors import ConfigError
@@ -37,12 +38,17 @@ from metadisco.core.run_config import (
 )
 from metadisco.core.scores import fitness_of
 
+if TYPE_CHECKING:
+    from metadisco.inner_loops import PPOConfig
+    from metadisco.meta_objectives import Objectives
+
 # The schema's classes are part of this module's interface: a config is built here.
 __all__ = [
     "DEMO_ENV_BOUND", "DEMO_EXPERIMENT", "EXPERIMENTS", "DistributionConfig", "ESConfig", "ExpectConfig", "HeldoutConfig",
     "InnerConfig", "ObjectivesConfig", "PlugChoice", "RunConfig", "ValidationConfig", "check_static", "demo", "diff",
     "experiment_purpose", "inner_config", "list_experiments", "load_experiment", "nest_overrides", "objectives_of",
-    "override", "parse_overrides", "ppo_config", "resolve", "typed_objectives", "validate", "validation_ppo_config",
+    "override", "parse_overrides", "PlannedProblem", "ppo_config", "resolve", "RunPlan", "run_plan", "typed_objectives",
+    "validate", "validation_ppo_config",
 ]
 
 # Overrides: a mapping of typed values ({"es": {"population_size": 4}, "inner.hidden": (64, 64)}),
@@ -447,6 +453,42 @@ def validation_ppo_config(cfg: RunConfig, index: int):
     if v.lr:
         config = config.replace(lr=v.lr[index])
     return config
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedProblem:
+    """One environment a run trains on (or validates on) at one horizon, as its config sets it."""
+
+    name: str  # the env's name, or "env@fraction" with distribution.horizons (metrics, baseline.json)
+    env: str  # the environment (metadisco.inner_loops.make_env's name)
+    env_index: int | None  # into RunPlan.envs (cfg.envs); None for a validation problem
+    horizon: float  # fraction of the env's total_timesteps (1.0 without distribution.horizons)
+    ppo_config: PPOConfig  # its preset with the run's inner overrides, at that horizon
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What a validated config decides about its run, built once (`run_plan`) and handed to the engine
+    (metadisco.engine.MetaTrainer), which reads it and none of this module's rules: the objectives,
+    every problem and its PPO config. The engine builds the environments, programs and strategy from it."""
+
+    cfg: RunConfig
+    objectives: Objectives  # each plug built with its section's options, not yet sized for an environment
+    envs: tuple[PlannedProblem, ...]  # each of cfg.envs at its whole budget (horizon 1)
+    horizons: tuple[float, ...]  # distribution.horizons, or (1.0,)
+    problems: tuple[PlannedProblem, ...]  # every (env, horizon), env-major: env e at horizon h is e * len(horizons) + h
+    validation: tuple[PlannedProblem, ...]  # each of cfg.validation.envs, its section's lr and timesteps
+
+
+def run_plan(cfg: RunConfig) -> RunPlan:
+    """The plan of a validated run config (`validate`'s result, or a run directory's stored config)."""
+    horizons = tuple(cfg.distribution.horizons) or (1.0,)
+    envs = tuple(PlannedProblem(name, name, e, 1.0, ppo_config(cfg, name)) for e, name in enumerate(cfg.envs))
+    problems = tuple(PlannedProblem(name if len(horizons) == 1 else f"{name}@{h:g}", name, e, h, ppo_config(cfg, name, h))
+                     for e, name in enumerate(cfg.envs) for h in horizons)
+    validation = tuple(PlannedProblem(name, name, None, 1.0, validation_ppo_config(cfg, i))
+                       for i, name in enumerate(cfg.validation.envs))
+    return RunPlan(cfg, objectives_of(cfg.objectives), envs, horizons, problems, validation)
 
 
 def diff(a: dict, b: dict, prefix: str = "") -> list[str]:

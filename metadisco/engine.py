@@ -1,8 +1,9 @@
 """A run's plan and its trainer: what a config builds, and the calls the host loop makes.
 
-`MetaTrainer` builds every static piece of a run from its config, once: the environments and
-problems, the objectives and where they start, PPO's parameters in the run's own family, the
-strategy, the device mesh. It hands them to the three parts that compute:
+`MetaTrainer` builds every static piece of a run from its plan (metadisco.config.run_plan: what the
+config decides, built once), once: the environments and problems, the objectives sized for them and
+where they start, PPO's parameters in the run's own family, the strategy, the device mesh. It hands
+them to the three parts that compute:
 
     metadisco.scoring   the one training program (every PPO training the run does, at one shape)
     metadisco.es_step   ask and tell: a generation = ask -> the program per drawn env -> tell
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -26,10 +28,10 @@ from jax.sharding import PartitionSpec as P
 
 from metadisco import strategy as strategies
 from metadisco.checks import CheckedProblem, Checks, check_normaliser
-from metadisco.config import ObjectivesConfig, RunConfig, objectives_of, ppo_config, validation_ppo_config
 from metadisco.core import scores, streams
 from metadisco.core.errors import ConfigError
 from metadisco.core.records import Comparison, GenerationRecord, Health
+from metadisco.core.run_config import RunConfig
 from metadisco.es_step import Asked, Draw, EsStep, GenerationMetrics, RunState
 from metadisco.inner_loops import Env, PPOConfig, make_env, make_train
 from metadisco.measure.health import NOT_DRAWN
@@ -38,11 +40,8 @@ from metadisco.meta_objectives import names as objective_names
 from metadisco.meta_objectives.base import same_params
 from metadisco.scoring import Baseline, Branch, RunScores, ScoringProgram, fetch
 
-
-def build_objectives(cfg: ObjectivesConfig, obs_shape) -> Objectives:
-    """The Objectives a run trains with: each plug's objective built with the options its config
-    section gives, then sized for an environment with observations of `obs_shape`."""
-    return objectives_of(cfg).for_env(obs_shape)
+if TYPE_CHECKING:
+    from metadisco.config import RunPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,9 +82,9 @@ class ValidationProblem:
 
 
 class MetaTrainer:
-    """Builds every static piece of a run from its config; computes nothing until called."""
+    """Builds every static piece of a run from its plan; computes nothing until called."""
 
-    def __init__(self, cfg: RunConfig, devices=None, trains=None, ppo_trains=None, validation_trains=None,
+    def __init__(self, plan: RunPlan, devices=None, trains=None, ppo_trains=None, validation_trains=None,
                  validation_ppo_trains=None):
         """trains / ppo_trains: optional replacement inner loops (the evolved one and the PPO
         reference), one `train(key, meta_params) -> TrainResult` per training problem (`problems`:
@@ -93,12 +92,14 @@ class MetaTrainer:
         answer in tests or custom inner loops. With distribution.lr_range the evolved one is called
         as `train(key, meta_params, hparams)`, hparams.lr the drawn rate. validation_trains /
         validation_ppo_trains: the same for the validation problems (cfg.validation.envs, in order)."""
-        self.cfg = cfg
-        dist = cfg.distribution
-        self.envs = tuple(TrainingEnv(name, make_env(name), ppo_config(cfg, name)) for name in cfg.envs)
-        self.horizons = tuple(dist.horizons) or (1.0,)
-        self.env_slots = dist.envs_per_generation or len(cfg.envs)  # envs each generation trains on
-        self.objectives = build_objectives(cfg.objectives, self.envs[0].env.obs_shape)
+        if isinstance(plan, RunConfig):
+            raise TypeError("MetaTrainer takes a run's plan: MetaTrainer(metadisco.config.run_plan(cfg))")
+        self.plan, self.cfg = plan, plan.cfg
+        cfg = plan.cfg
+        self.envs = tuple(TrainingEnv(e.env, make_env(e.env), e.ppo_config) for e in plan.envs)
+        self.horizons = plan.horizons
+        self.env_slots = cfg.distribution.envs_per_generation or len(cfg.envs)  # envs each generation trains on
+        self.objectives = plan.objectives.for_env(self.envs[0].env.obs_shape)
         self.evolve = tuple(cfg.objectives.evolve)
         # where this run starts, every plug point (the one definition: MetaObjective.start_params)
         self.default_params = self.objectives.start_params(cfg.seed)
@@ -146,28 +147,24 @@ class MetaTrainer:
     def _training_problems(self, trains, ppo_trains) -> tuple[TrainingProblem, ...]:
         """Every (env, horizon) pair, env-major, with its trains: `trains` / `ppo_trains` where
         given (one per problem, in that order), else PPO built with the run's objectives / PPO's."""
-        cfg = self.cfg
-        pairs = [(e, h) for e in range(len(self.envs)) for h in self.horizons]
-        configs = [ppo_config(cfg, self.envs[e].name, h) for e, h in pairs]
-        trains = trains or [make_train(self.envs[e].env, pc, self.objectives) for (e, _), pc in zip(pairs, configs)]
-        ppo_trains = ppo_trains or [functools.partial(_ppo_of, self.envs[e].env, pc) for (e, _), pc in zip(pairs, configs)]
-        names = [self.envs[e].name if len(self.horizons) == 1 else f"{self.envs[e].name}@{h:g}" for e, h in pairs]
-        if len(trains) != len(pairs) or len(ppo_trains) != len(pairs):
-            raise ValueError(f"need one train per training problem {names}")
-        return tuple(TrainingProblem(name, e, self.envs[e], h, pc, train, ppo_train)
-                     for name, (e, h), pc, train, ppo_train in zip(names, pairs, configs, trains, ppo_trains))
+        planned = self.plan.problems
+        trains = trains or [make_train(self.envs[p.env_index].env, p.ppo_config, self.objectives) for p in planned]
+        ppo_trains = ppo_trains or [functools.partial(_ppo_of, self.envs[p.env_index].env, p.ppo_config) for p in planned]
+        if len(trains) != len(planned) or len(ppo_trains) != len(planned):
+            raise ValueError(f"need one train per training problem {[p.name for p in planned]}")
+        return tuple(TrainingProblem(p.name, p.env_index, self.envs[p.env_index], p.horizon, p.ppo_config, train, ppo_train)
+                     for p, train, ppo_train in zip(planned, trains, ppo_trains))
 
     def _validation_problems(self, trains, ppo_trains) -> tuple[ValidationProblem, ...]:
         """Each validation env (cfg.validation.envs) with its trains: `trains` / `ppo_trains` where given."""
-        cfg = self.cfg
-        names = cfg.validation.envs
-        configs = [validation_ppo_config(cfg, i) for i in range(len(names))]
-        envs = [make_env(name) for name in names] if names and not (trains and ppo_trains) else [None] * len(names)
-        trains = trains or [make_train(env, pc, self.objectives) for env, pc in zip(envs, configs)]
-        ppo_trains = ppo_trains or [functools.partial(_ppo_of, env, pc) for env, pc in zip(envs, configs)]
-        if len(trains) != len(names) or len(ppo_trains) != len(names):
-            raise ValueError(f"need one train per validation problem {list(names)}")
-        return tuple(ValidationProblem(*args) for args in zip(names, configs, trains, ppo_trains))
+        planned = self.plan.validation
+        envs = [make_env(p.env) for p in planned] if planned and not (trains and ppo_trains) else [None] * len(planned)
+        trains = trains or [make_train(env, p.ppo_config, self.objectives) for env, p in zip(envs, planned)]
+        ppo_trains = ppo_trains or [functools.partial(_ppo_of, env, p.ppo_config) for env, p in zip(envs, planned)]
+        if len(trains) != len(planned) or len(ppo_trains) != len(planned):
+            raise ValueError(f"need one train per validation problem {[p.name for p in planned]}")
+        return tuple(ValidationProblem(p.name, p.ppo_config, train, ppo_train)
+                     for p, train, ppo_train in zip(planned, trains, ppo_trains))
 
     def _program(self) -> tuple[ScoringProgram, list[CheckedProblem]]:
         """The run's one training program: a branch per training problem (at each member's learning

@@ -202,13 +202,13 @@ def run(cfg: config_lib.RunConfig | None, run_dir, resume: bool = False, overwri
     elif is_main:
         run.refuse_existing(overwrite)
     if trainer is None and not resume:
-        trainer = MetaTrainer(cfg)  # a config it cannot build fails before the directory is created
+        trainer = MetaTrainer(config_lib.run_plan(cfg))  # a config it cannot build fails before the directory is created
     if not resume:
         refuse_invalid_start(trainer)
     with run.lock() if is_main else contextlib.nullcontext(), _sigterm_interrupts():
         try:
-            _run(run, cfg, resume, overwrite, progress, stop_after, log, trainer or MetaTrainer(cfg), time_limit,
-                 allow_layout_change)
+            trainer = trainer or MetaTrainer(config_lib.run_plan(cfg))
+            _run(run, cfg, resume, overwrite, progress, stop_after, log, trainer, time_limit, allow_layout_change)
         except KeyboardInterrupt as e:
             raise _interrupted(run, cfg, e) from None
         except RunWriteError as e:

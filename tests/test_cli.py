@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from metadisco.config import list_experiments, resolve
+from metadisco.config import list_experiments, resolve, run_plan
 from tests import helpers
 from tests.helpers import LPO, metadisco_in_process
 
@@ -138,7 +138,7 @@ def test_metrics_are_mirrored_to_tensorboard_and_mlflow(tmp_path):
     cfg = validate(RunConfig(generations=3, es=ESConfig(population_size=4), eval_every=0,
                              tensorboard=True, mlflow=True))
     path = tmp_path / "run"
-    run(cfg, path, progress=False, trainer=MetaTrainer(cfg, trains=[quadratic_train]), log=lambda *a: None)
+    run(cfg, path, progress=False, trainer=MetaTrainer(run_plan(cfg), trains=[quadratic_train]), log=lambda *a: None)
     assert list((path / "tensorboard").glob("events.out.tfevents.*"))
     mlflow.set_tracking_uri(f"sqlite:///{(path / 'mlflow.db').resolve()}")
     runs = mlflow.search_runs(experiment_names=[cfg.name])

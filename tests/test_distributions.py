@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metadisco.config import DistributionConfig, ESConfig, InnerConfig, RunConfig, resolve, validate
+from metadisco.config import DistributionConfig, ESConfig, InnerConfig, RunConfig, resolve, run_plan, validate
 from metadisco.core.errors import ConfigError
 from metadisco.core.strategies import STRATEGIES, UNSUPPORTED_STRATEGIES
 from metadisco.engine import MetaTrainer
@@ -57,7 +57,7 @@ def dist_config(**dist) -> RunConfig:
 def stand_in_trainer(cfg, make=reporting, **kwargs) -> MetaTrainer:
     """A trainer whose inner loops are `make(problem index)` and whose PPO learns from 0 to 1."""
     n = len(cfg.envs) * max(1, len(cfg.distribution.horizons))
-    return MetaTrainer(cfg, trains=[make(p) for p in range(n)], ppo_trains=[constant_train(0.0, 1.0)] * n, **kwargs)
+    return MetaTrainer(run_plan(cfg), trains=[make(p) for p in range(n)], ppo_trains=[constant_train(0.0, 1.0)] * n, **kwargs)
 
 
 def population_fitness(trainer, index):
@@ -116,7 +116,7 @@ def test_the_mirrored_layout_matches_evosax(strategy):
 def test_without_pairs_each_member_draws_its_own_rate():
     for es in (ESConfig(population_size=8, antithetic=False), ESConfig(strategy="CMA_ES", population_size=8)):
         cfg = tiny_config(es=es, distribution=DistributionConfig(lr_range=(0.5, 2.0)))
-        factor = fetch(MetaTrainer(cfg, trains=[reporting(0)]).draw_of(0)).lr_factor
+        factor = fetch(MetaTrainer(run_plan(cfg), trains=[reporting(0)]).draw_of(0)).lr_factor
         assert len(np.unique(factor)) == 8, es
 
 
@@ -180,7 +180,7 @@ def test_two_devices_equal_one_with_draws(tmp_path):
 
 def mean_w2(cfg, trains, ppo_trains=None, generations=60):
     """The ES mean's output weight (mean over its entries) after `generations` generations."""
-    trainer = MetaTrainer(cfg, trains=trains, ppo_trains=ppo_trains)
+    trainer = MetaTrainer(run_plan(cfg), trains=trains, ppo_trains=ppo_trains)
     state, baseline = trainer.replicate(fetch(trainer.init())), trainer.replicate(fetch(trainer.baseline()))
     for g in range(generations):
         state, _ = trainer.generation(state, baseline, g)
@@ -235,12 +235,12 @@ def test_the_worst_game_and_pairwise_scoring_tell_the_es_what_they_say():
     the other, whatever the scale of the gap."""
     envs = dict(envs=TWO_ENVS, fitness="final_eval_norm", eval_every=0, es=ESConfig(population_size=4))
     ppo = [constant_train(0.0, 1.0)] * 2
-    worst = MetaTrainer(tiny_config(**envs, distribution=DistributionConfig(env_fitness="worst")),
+    worst = MetaTrainer(run_plan(tiny_config(**envs, distribution=DistributionConfig(env_fitness="worst"))),
                         trains=[quadratic(0.0)] * 2, ppo_trains=ppo).step
     per_env = jnp.array([[1.0, 3.0], [2.0, -1.0], [5.0, 4.0], [jnp.nan, jnp.nan]])
     diverged = jnp.array([False, False, False, True])
     np.testing.assert_allclose(worst.es_fitness(per_env.mean(1), per_env, diverged), [1.0, -1.0, 4.0, -1.0])
-    pairwise = MetaTrainer(tiny_config(**{**envs, "es": ESConfig(population_size=4, fitness_shaping="pairwise")}),
+    pairwise = MetaTrainer(run_plan(tiny_config(**{**envs, "es": ESConfig(population_size=4, fitness_shaping="pairwise")})),
                            trains=[quadratic(0.0)] * 2, ppo_trains=ppo).step
     fitness = jnp.array([1.0, 1e6, 0.5, 1e6 + 1.0])
     np.testing.assert_allclose(pairwise.es_fitness(fitness, fitness[:, None], diverged), [0.5, -0.5, -0.5, 0.5])
@@ -260,7 +260,7 @@ def test_horizons_are_separate_programs_with_their_own_progress():
     """A horizon is the run's config at that fraction of total_timesteps: its progress (update /
     num_updates) and lr annealing run over its own length."""
     cfg = tiny_config(distribution=DistributionConfig(horizons=(0.5, 1.0)))
-    trainer = MetaTrainer(cfg, trains=[quadratic(0.0)] * 2)
+    trainer = MetaTrainer(run_plan(cfg), trains=[quadratic(0.0)] * 2)
     half, full = (p.ppo_config for p in trainer.problems)
     assert (half.total_timesteps, full.total_timesteps) == (1024, 2048)
     assert (half.num_updates, full.num_updates) == (4, 8)

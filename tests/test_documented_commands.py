@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from metadisco.config import run_plan
 from tests.helpers import ROOT, SMALL
 from tests.helpers import metadisco_in_process as cli
 
@@ -238,7 +239,7 @@ def planned_trains(typed, monkeypatch):
             cfg = train.resume_config(run, cfg)
         else:
             run.refuse_existing(overwrite)
-        MetaTrainer(cfg)
+        MetaTrainer(run_plan(cfg))
         configs.append(cfg)
         return run.path
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from metadisco.checks import NormaliserError
-from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.config import ESConfig, InnerConfig, ObjectivesConfig, RunConfig, run_plan, validate
 from metadisco.core.errors import EXIT_TIME_LIMIT, RunInterrupted
 from metadisco.core.records import Interval
 from metadisco.core.run_config import config_digest
@@ -50,7 +50,7 @@ def diverging_train(key, meta_params):
 
 def test_fitness_improves_on_a_meta_problem_with_a_known_answer(tmp_path):
     cfg = tiny_config(generations=40, eval_every=0, es=ESConfig(population_size=16, sigma_init=0.02, lr=0.01))
-    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    trainer = MetaTrainer(run_plan(cfg), trains=[quadratic_train])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
     first = np.mean([r.fitness_mean for r in rows[:5]])
@@ -63,7 +63,7 @@ def test_the_members_of_a_generation_train_on_the_same_seeds(tmp_path):
     """Common random numbers: a stand-in whose score is its seed's noise alone (what the member is does not
     enter it) scores every member of a generation alike; the next generation draws other seeds."""
     cfg = tiny_config(generations=3, eval_every=0, seeds_per_member=2)
-    trainer = MetaTrainer(cfg, trains=[constant_train(0.0, 1.0, noise=1.0)])
+    trainer = MetaTrainer(run_plan(cfg), trains=[constant_train(0.0, 1.0, noise=1.0)])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
     assert [(r.fitness_min, r.fitness_std) for r in rows] == [(r.fitness_max, 0.0) for r in rows]
@@ -72,7 +72,7 @@ def test_the_members_of_a_generation_train_on_the_same_seeds(tmp_path):
 
 def test_a_diverging_member_does_not_stop_the_run(tmp_path):
     cfg = tiny_config(generations=3, eval_every=0)
-    trainer = MetaTrainer(cfg, trains=[diverging_train])
+    trainer = MetaTrainer(run_plan(cfg), trains=[diverging_train])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
     assert len(rows) == 3
@@ -84,7 +84,7 @@ def test_a_diverging_member_does_not_stop_the_run(tmp_path):
 @pytest.fixture(scope="module")
 def trainer():
     """One compiled trainer for tiny_config(), shared (compiling costs more than running here)."""
-    return MetaTrainer(tiny_config())
+    return MetaTrainer(run_plan(tiny_config()))
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def uninterrupted(tmp_path_factory, trainer):
 def standin():
     """tiny_config()'s trainer with stand-in inner loops (the run's and PPO's): the host loop's logic (resume,
     crash, corrupt checkpoint, extension) at a generation in milliseconds. Real PPO: `trainer`."""
-    return MetaTrainer(tiny_config(), trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0, noise=0.1)])
+    return MetaTrainer(run_plan(tiny_config()), trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0, noise=0.1)])
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def standin_run(tmp_path_factory, standin):
 @pytest.mark.optimised  # bit for bit in the build users run (tests/conftest.py)
 def test_stop_and_resume_equals_uninterrupted_bit_for_bit(tmp_path):
     # a trainer of its own, and the uninterrupted run too: the module's were compiled in the suite's build
-    trainer = MetaTrainer(tiny_config())
+    trainer = MetaTrainer(run_plan(tiny_config()))
     uninterrupted = tmp_path / "uninterrupted"
     run(tiny_config(), uninterrupted, progress=False, log=lambda *a: None, trainer=trainer)
     path = tmp_path / "run"
@@ -163,7 +163,8 @@ def test_a_resume_counts_the_generations_done_from_the_checkpoint_it_starts_from
 
 def test_a_time_limit_stops_at_a_generation_boundary_and_the_resumed_run_equals_the_uninterrupted_one(tmp_path):
     cfg = tiny_config(generations=7, eval_every=3, checkpoint_every=5)
-    trainer = MetaTrainer(cfg, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0, noise=0.1)])  # host logic
+    # host logic: stand-in inner loops
+    trainer = MetaTrainer(run_plan(cfg), trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0, noise=0.1)])
     run(cfg, tmp_path / "full", progress=False, trainer=trainer, log=lambda *a: None)
     now = [0.0]  # a clock that each logged generation moves 10 s on
 
@@ -207,7 +208,7 @@ def test_a_finished_run_extended_to_more_generations_equals_one_started_with_the
 
 def test_an_extended_run_keeps_the_comparison_of_its_old_last_generation_and_refuses_fewer_generations(tmp_path):
     cfg = tiny_config(generations=4, eval_every=2)
-    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    trainer = MetaTrainer(run_plan(cfg), trains=[quadratic_train])
     run(cfg, tmp_path / "full", progress=False, trainer=trainer, log=lambda *a: None)
     path = tmp_path / "extended"
     run(tiny_config(generations=3, eval_every=2), path, progress=False, trainer=trainer, log=lambda *a: None)
@@ -306,7 +307,7 @@ def test_a_generation_compiles_once(tmp_path):
         return quadratic_train(key, meta_params)
 
     cfg = tiny_config(generations=5, eval_every=0)
-    run(cfg, tmp_path / "run", progress=False, trainer=MetaTrainer(cfg, trains=[counting_train]), log=lambda *a: None)
+    run(cfg, tmp_path / "run", progress=False, trainer=MetaTrainer(run_plan(cfg), trains=[counting_train]), log=lambda *a: None)
     assert len(RunDir(tmp_path / "run").metrics()) == 5
     assert len(traces) == 1
 
@@ -361,7 +362,7 @@ def test_normalised_fitness_over_two_environments(tmp_path, fitness):
     # the evolved inner loops return 30 on env 0 and -300 on env 1 whatever the member
     trains = [constant_train(0.0, 30.0), constant_train(-500.0, -300.0)]
     ppo = [constant_train(10.0, 50.0), constant_train(-500.0, -100.0)]  # PPO: 10 -> 50, -500 -> -100
-    trainer = MetaTrainer(cfg, trains=trains, ppo_trains=ppo)
+    trainer = MetaTrainer(run_plan(cfg), trains=trains, ppo_trains=ppo)
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     baseline = json.loads((tmp_path / "run" / "baseline.json").read_text())
     want = {"CartPole-v1": {"init_eval": 10.0, "auc": 30.0, "final": 50.0, "final_eval": 50.0},
@@ -384,7 +385,7 @@ def test_a_normaliser_within_noise_is_refused_before_the_generations(tmp_path, p
     cfg = tiny_config(envs=("CartPole-v1", "Acrobot-v1"), fitness="final_eval_norm", baseline_seeds=8,
                       eval_every=0)  # no evaluation program: the run only has to go through
     ppo = [constant_train(10.0, 50.0), constant_train(-500.0, -500.0 + ppo_gain, noise)]
-    trainer = MetaTrainer(cfg, trains=[constant_train(0.0, 1.0)] * 2, ppo_trains=ppo)
+    trainer = MetaTrainer(run_plan(cfg), trains=[constant_train(0.0, 1.0)] * 2, ppo_trains=ppo)
     if not refused:
         run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
         assert len(RunDir(tmp_path / "run").metrics()) == cfg.generations
@@ -403,7 +404,7 @@ def test_every_strategy_runs_by_name(strategy, tmp_path):
     # depend on the strategy (a population's leaves are [P, ...] for all); tested above with Open_ES.
     cfg = tiny_config(generations=2, eval_every=0, es=ESConfig(strategy=strategy, population_size=4), devices=1,
                       seeds_per_member=1)
-    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    trainer = MetaTrainer(run_plan(cfg), trains=[quadratic_train])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
     assert [r.generation for r in rows] == [0, 1]
@@ -430,10 +431,10 @@ def test_a_start_point_that_is_ppo_exactly_is_trained_once_in_the_comparisons_on
     """drift_mix starts at PPO-clip bit for bit (Objectives.params_reproducing), so the comparison trains the
     start once, as PPO: the same row as training it separately."""
     cfg = tiny_config(generations=1, objectives=ObjectivesConfig(drift="drift_mix"))
-    shared, separate = MetaTrainer(cfg), MetaTrainer(cfg)
+    shared, separate = MetaTrainer(run_plan(cfg)), MetaTrainer(run_plan(cfg))
     separate.checks.start_is_ppo = False
-    assert shared.start_is_ppo and MetaTrainer(tiny_config()).start_is_ppo  # LPO's seed-0 start is its default_params
-    assert not MetaTrainer(tiny_config(seed=1)).start_is_ppo  # another seed's hidden layer: not the params compared
+    assert shared.start_is_ppo and MetaTrainer(run_plan(tiny_config())).start_is_ppo  # LPO's seed-0 start is its default_params
+    assert not MetaTrainer(run_plan(tiny_config(seed=1))).start_is_ppo  # another seed's hidden layer: not the params compared
     state, baseline = shared.replicate(fetch(shared.init())), shared.replicate(shared.baseline_template())
     comparisons = [t.check(state, baseline, 1)[0] for t in (shared, separate)]
     assert comparisons[0].to_row() == comparisons[1].to_row()  # NaN (null) where both are NaN: no gap from the start to PPO
@@ -443,7 +444,7 @@ def test_a_start_point_that_is_ppo_exactly_is_trained_once_in_the_comparisons_on
 def test_a_selection_that_kept_the_start_trains_it_once_in_its_comparison(monkeypatch):
     """compare_selected of the start itself: one candidate trained on each seed, not the start twice."""
     cfg = tiny_config(generations=1, eval_every=1)
-    trainer = MetaTrainer(cfg, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)])
+    trainer = MetaTrainer(run_plan(cfg), trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)])
     trained, score = [], trainer.program.score_candidates
     monkeypatch.setattr(trainer.program, "score_candidates",
                         lambda branch, candidates, seeds: trained.append(len(candidates)) or score(branch, candidates, seeds))
@@ -455,7 +456,7 @@ def test_a_selection_that_kept_the_start_trains_it_once_in_its_comparison(monkey
 
 def test_resume_refuses_a_config_json_edited_since_the_run_began(tmp_path):
     cfg = tiny_config(generations=4, eval_every=0)
-    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    trainer = MetaTrainer(run_plan(cfg), trains=[quadratic_train])
     path = tmp_path / "run"
     run(cfg, path, progress=False, stop_after=2, trainer=trainer, log=lambda *a: None)
     stored = json.loads((path / "config.json").read_text())
@@ -476,7 +477,7 @@ def test_a_field_the_schema_gained_since_a_run_began_neither_blocks_its_resume_n
     (its file and digest lack it; it reads at its default) resumes and extends, and its file keeps
     what it held but for generations."""
     cfg = tiny_config(generations=2, eval_every=0)
-    trainer = MetaTrainer(cfg, trains=[quadratic_train])
+    trainer = MetaTrainer(run_plan(cfg), trains=[quadratic_train])
     path = tmp_path / "run"
     run(cfg, path, progress=False, trainer=trainer, log=lambda *a: None)
     stored = json.loads((path / "config.json").read_text())
@@ -500,7 +501,7 @@ def test_resume_on_a_layout_that_changes_the_bits_is_refused_unless_asked(tmp_pa
         return leg
 
     whole = tiny_config(member_batch=0)
-    trainer = MetaTrainer(whole, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)])
+    trainer = MetaTrainer(run_plan(whole), trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)])
     path = tmp_path / "whole"
     run(whole, path, progress=False, stop_after=1, log=lambda *a: None, trainer=trainer)
     n = trainer.mesh.devices.size
@@ -517,7 +518,7 @@ def test_resume_on_a_layout_that_changes_the_bits_is_refused_unless_asked(tmp_pa
     assert [(leg["from_generation"], leg["devices"]) for leg in RunDir(path).layouts()] == [(0, n + 2), (1, n)]
     # fixed member batches: another count of several devices does not change the bits, and the resume says so
     batched = tiny_config()
-    trainer = MetaTrainer(batched, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)])
+    trainer = MetaTrainer(run_plan(batched), trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)])
     path = tmp_path / "batched"
     run(batched, path, progress=False, stop_after=1, log=lambda *a: None, trainer=trainer)
     started_on(path, devices=n + 2)

@@ -29,7 +29,7 @@ from metadisco.analysis.evaluation.protocol import LR_FACTORS
 from metadisco.analysis.evaluation.results import Estimate, Evaluation, read_results
 from metadisco.analysis.targets import resolve_target
 from metadisco.cli import main
-from metadisco.config import ESConfig, InnerConfig, RunConfig
+from metadisco.config import ESConfig, InnerConfig, RunConfig, run_plan
 from metadisco.inner_loops import preset_for, preset_name
 from metadisco.meta_objectives import LPO, ClosedFormDrift, Objectives, PotentialShaping, save_objectives
 from tests.helpers import metadisco_in_process as cli
@@ -495,7 +495,7 @@ def test_run_init_target_is_where_the_run_started_from_its_own_seed(tmp_path):
     cfg = validate(RunConfig(seed=7, generations=1, inner=InnerConfig(total_timesteps=2048, hidden=(16, 16)),
                              objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8}),
                              es=ESConfig(population_size=4)))
-    trainer = MetaTrainer(cfg)
+    trainer = MetaTrainer(run_plan(cfg))
     run = RunDir(tmp_path / "run").create(cfg)
     moved = jax.tree.map(lambda x: x + 1.0, trainer.default_params)  # the ES mean, somewhere else
     run.write_file(run.objectives_path("mean"), save_objectives, trainer.objectives, moved, {"envs": list(cfg.envs)})

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from metadisco.config import list_experiments, resolve
+from metadisco.config import list_experiments, resolve, run_plan
 from tests.helpers import gpu_queue_smoke
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +84,7 @@ def test_every_entry_builds_and_traces_its_program_at_the_smoke_size(entry):
     problems, checks) and traces the one training program, without compiling or training it."""
     from metadisco.engine import MetaTrainer
 
-    trainer = MetaTrainer(resolve(entry.experiment, [*entry.overrides, *QUEUE.smoke, *entry.smoke]))
+    trainer = MetaTrainer(run_plan(resolve(entry.experiment, [*entry.overrides, *QUEUE.smoke, *entry.smoke])))
     program, rows, per_row = trainer.program, trainer.cfg.es.population_size, trainer.cfg.seeds_per_member
     params = jax.tree.map(lambda x: jnp.broadcast_to(x, (rows, *jnp.shape(x))), trainer.initial_solution)
     seeds = jax.random.key_data(jax.random.split(jax.random.key(0), rows * per_row)).reshape(rows, per_row, -1)

@@ -95,6 +95,38 @@ def test_the_engine_imports_nothing_of_analysis():
     assert not bad, bad
 
 
+# What computes a run reads its plan (metadisco.config.run_plan, built once from the config) and never
+# calls back into config's rules: the config decides, the engine builds (docs/design.md).
+PLANNED = ("engine.py", "es_step.py", "checks.py", "scoring.py", "strategy.py")
+
+
+def config_imports(source: str) -> list[int]:
+    """The lines of `source` that import metadisco.config, inside functions too, outside `if TYPE_CHECKING:`
+    (an annotation's import: nothing runs)."""
+    tree, typing_only = ast.parse(source), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            typing_only |= {id(n) for child in node.body for n in ast.walk(child)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module in ("metadisco.config", "metadisco") and (
+                node.module == "metadisco.config" or any(a.name == "config" for a in node.names)):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Import) and any(a.name == "metadisco.config" for a in node.names):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_engine_reads_its_plan_and_never_calls_back_into_config():
+    bad = {name: lines for name in PLANNED if (lines := config_imports((ROOT / "metadisco" / name).read_text()))}
+    assert not bad, f"import of metadisco.config (lines) in {bad}: hand what it needs over in RunPlan"
+    assert config_imports("def f():\n    from metadisco.config import ppo_config\n") == [2]
+    assert config_imports("from metadisco import config as c\n") == [1]
+    assert config_imports("if TYPE_CHECKING:\n    from metadisco.config import RunPlan\n") == []
+
+
 def test_one_package_is_installed():
     """Nothing but metadisco lands at the top of site-packages: every package the build lists is
     metadisco or beneath it, and every layer's folder is mapped there."""

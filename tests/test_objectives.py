@@ -682,23 +682,23 @@ def test_formulas_are_written_once():
 
 
 def test_options_from_an_experiment_file_reach_the_objective(tmp_path):
-    from metadisco.config import resolve
+    from metadisco.config import resolve, run_plan
     from metadisco.core.errors import ConfigError
-    from metadisco.engine import MetaTrainer, build_objectives
+    from metadisco.engine import MetaTrainer
 
     path = tmp_path / "exp.toml"
     path.write_text('[inner]\ntotal_timesteps = 2048\n[objectives]\nevolve = ["value_loss"]\n'
                     '[objectives.value_loss]\nname = "learned"\nuse_target = true\nhidden = 4\n')
     cfg = resolve(str(path))
-    assert build_objectives(cfg.objectives, (4,)).value_loss == LearnedValueLoss(hidden=4, use_target=True)
-    trainer = MetaTrainer(cfg)
+    assert run_plan(cfg).objectives.for_env((4,)).value_loss == LearnedValueLoss(hidden=4, use_target=True)
+    trainer = MetaTrainer(run_plan(cfg))
     assert trainer.objectives.value_loss == LearnedValueLoss(hidden=4, use_target=True)
     assert trainer.initial_solution["value_loss"]["w1"].shape == (4, 4)  # 4 features with use_target
 
     # the command line: a string for a section is the name; options in either order
     for overrides in (["objectives.drift=dpo", "objectives.drift.alpha=1.5"],
                       ["objectives.drift.alpha=1.5", "objectives.drift=dpo"]):
-        assert build_objectives(resolve(None, overrides).objectives, (4,)).drift == DPO(alpha=1.5)
+        assert run_plan(resolve(None, overrides)).objectives.for_env((4,)).drift == DPO(alpha=1.5)
     # naming another objective drops the options given for the previous one
     assert resolve(str(path), ["objectives.value_loss=l2", "objectives.evolve=drift"]).objectives.value_loss.options == ()
     with pytest.raises(ConfigError, match="objectives.value_loss=l2 has no parameters to evolve"):  # nothing left
@@ -857,7 +857,7 @@ def test_a_start_is_checked_as_initial_parameters_whatever_the_seed():
     """The checks demanded at initial parameters (here the identity at init) hold a run's start to
     them at any seed: train refuses such a start, and only parameters the checks are not told are
     a start, and that differ from seed 0's, are checked as given ones."""
-    from metadisco.config import ObjectivesConfig, RunConfig, validate
+    from metadisco.config import ObjectivesConfig, RunConfig, run_plan, validate
     from metadisco.engine import MetaTrainer
     from metadisco.meta_objectives.base import same_params
     from metadisco.meta_objectives.constraints import ConstraintsViolated
@@ -870,7 +870,7 @@ def test_a_start_is_checked_as_initial_parameters_whatever_the_seed():
     assert [v.constraint for v in check_objective(objective)] == ["identity_at_init"]  # seed 0's start
     cfg = validate(RunConfig(seed=3, objectives=ObjectivesConfig(shaping="tests.test_objectives:BiasedShaping",
                                                                  evolve=("shaping",))))
-    trainer = MetaTrainer(cfg)
+    trainer = MetaTrainer(run_plan(cfg))
     assert same_params(trainer.default_params, trainer.objectives.start_params(3))  # where the engine starts
     with pytest.raises(ConstraintsViolated, match="identity_at_init"):
         refuse_invalid_start(trainer)

@@ -18,7 +18,7 @@ import pytest
 
 from metadisco.analysis.distillation.run import write_output
 from metadisco.analysis.runs import Run
-from metadisco.config import resolve
+from metadisco.config import resolve, run_plan
 from metadisco.core.errors import EXIT_TERMINATED, MetadiscoError
 from metadisco.engine import MetaTrainer
 from metadisco.measure.run_files import parse_metrics
@@ -39,7 +39,7 @@ def cfg():
 @pytest.fixture(scope="module")
 def trainer(cfg):
     """The stand-in inner loop of tests.helpers: a run of 4 generations takes a second."""
-    return MetaTrainer(cfg, trains=[quadratic_train])
+    return MetaTrainer(run_plan(cfg), trains=[quadratic_train])
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_sigterm_writes_a_checkpoint_and_the_resumed_run_equals_an_uninterrupted
     assert f"metadisco train --resume {run_dir}" in out + err
     cfg = resolve(None, [a for a in args if "=" in a])  # the run's config, as the command parsed it
     assert Run(run_dir).config() == cfg
-    trainer = MetaTrainer(cfg)  # one trainer (one trace) for the resumed and the reference run
+    trainer = MetaTrainer(run_plan(cfg))  # one trainer (one trace) for the resumed and the reference run
     run(None, run_dir, resume=True, trainer=trainer, **QUIET)
     run(cfg, tmp_path / "full", trainer=trainer, **QUIET)
     assert metric_rows(run_dir) == metric_rows(tmp_path / "full")

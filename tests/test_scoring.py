@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from metadisco.checks import seeds_of
-from metadisco.config import ValidationConfig
+from metadisco.config import ValidationConfig, run_plan
 from metadisco.engine import MetaTrainer
 from metadisco.scoring import fetch, pack
 from metadisco.train import run
@@ -39,7 +39,7 @@ def seed_reporting_train(key, meta_params):
 def test_each_candidate_comes_back_with_its_own_scores_on_every_seed_paired_by_seed():
     """Three candidates on 5 seeds laid over the program's 4 rows x 1 seed (two calls, one padded):
     candidate c scores its own value on each seed, and seed j is the same seed for every candidate."""
-    trainer = MetaTrainer(tiny_config(seeds_per_member=1), trains=[seed_reporting_train],
+    trainer = MetaTrainer(run_plan(tiny_config(seeds_per_member=1)), trains=[seed_reporting_train],
                           ppo_trains=[constant_train(0.0, 1.0)])
     start = trainer.initial_solution
     candidates = []
@@ -62,7 +62,7 @@ def test_a_run_compiles_one_training_program_for_generations_baseline_checks_val
     compiled program, once compiled."""
     cfg = tiny_config(generations=4, eval_every=2, fitness="final_eval_norm",
                       validation=ValidationConfig(envs=("Acrobot-v1",), seeds=3))
-    trainer = MetaTrainer(cfg, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)],
+    trainer = MetaTrainer(run_plan(cfg), trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)],
                           validation_trains=[quadratic_train], validation_ppo_trains=[constant_train(-1.0, 0.0)])
     run(cfg, tmp_path / "run", progress=False, trainer=trainer, log=lambda *a: None)
     rows = [r for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

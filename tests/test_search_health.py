@@ -8,7 +8,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metadisco.config import DistributionConfig, ESConfig, ExpectConfig, InnerConfig, ObjectivesConfig, RunConfig, validate
+from metadisco.config import (
+    DistributionConfig,
+    ESConfig,
+    ExpectConfig,
+    InnerConfig,
+    ObjectivesConfig,
+    RunConfig,
+    run_plan,
+    validate,
+)
 from metadisco.console import health_line
 from metadisco.core.records import Comparison, GenerationRecord, Health, Interval, Violations
 from metadisco.engine import MetaTrainer
@@ -243,7 +252,7 @@ def test_the_engine_reports_signal_and_noise_every_generation(tmp_path):
         logged = []
         path = tmp_path / f"noise{noise:g}"
         # PPO's part (the eval rows' reference) a stand-in too: this test reads only the health columns
-        trainer = MetaTrainer(cfg, trains=[linear_train(noise)], ppo_trains=[constant_ppo])
+        trainer = MetaTrainer(run_plan(cfg), trains=[linear_train(noise)], ppo_trains=[constant_ppo])
         run(cfg, path, progress=False, trainer=trainer, log=logged.append)
         rows = RunDir(path).metrics()
         assert all(r.health.grad_cos is not None and r.health.rank_corr is not None for r in rows)
@@ -264,7 +273,7 @@ def test_each_game_records_its_own_health_so_a_game_of_seed_noise_shows_while_th
                fitness="final_eval_norm",
                distribution=DistributionConfig(envs_per_generation=1))
     logged = []
-    trainer = MetaTrainer(cfg, trains=[linear_train(0.0), linear_train(1e5)], ppo_trains=[constant_ppo] * 2)
+    trainer = MetaTrainer(run_plan(cfg), trains=[linear_train(0.0), linear_train(1e5)], ppo_trains=[constant_ppo] * 2)
     run(cfg, tmp_path / "r", progress=False, trainer=trainer, log=logged.append)
     rows = RunDir(tmp_path / "r").metrics()
     for r in rows:  # the drawn game only
@@ -289,7 +298,7 @@ def test_a_population_tied_beside_diverged_members_reads_as_collapsed_and_warns(
         return stand_in_result(jnp.full((8,), ret), ret, jnp.float32(0.0))
 
     logged = []
-    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[dead_zone]), log=logged.append)
+    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(run_plan(cfg), trains=[dead_zone]), log=logged.append)
     rows = RunDir(tmp_path / "r").metrics()
     assert all(np.isnan(r.health.grad_cos) and r.health.undefined == search_health.COLLAPSED for r in rows)
     assert all(r.num_diverged > 0 for r in rows)
@@ -303,7 +312,7 @@ def test_a_population_tied_beside_diverged_members_reads_as_collapsed_and_warns(
 def test_one_seed_per_member_is_not_measured_and_says_so(tmp_path):
     cfg = tiny(seeds_per_member=1, generations=2, eval_every=0)
     logged = []
-    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[linear_train(1.0)]), log=logged.append)
+    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(run_plan(cfg), trains=[linear_train(1.0)]), log=logged.append)
     assert all(r.health is None for r in RunDir(tmp_path / "r").metrics())
     assert any("search health is not measured" in line for line in logged)
     assert health_line(RunDir(tmp_path / "r").metrics()) is None
@@ -319,7 +328,7 @@ def test_a_run_whose_every_score_is_nan_ends_with_its_summary(tmp_path):
         return stand_in_result(jnp.full((8,), nan), nan, jnp.float32(0.0))
 
     logged = []
-    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[no_episode_ended]), log=logged.append)
+    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(run_plan(cfg), trains=[no_episode_ended]), log=logged.append)
     assert all(np.isnan(r.fitness_mean) for r in RunDir(tmp_path / "r").metrics())
     summary = next(line for line in logged if line.startswith("population mean fitness"))
     assert "nan" in summary and "no member had a finite score" in summary
@@ -332,7 +341,7 @@ def test_a_run_that_finds_its_expected_answer_says_found(tmp_path):
                es=ESConfig(population_size=16, sigma_init=0.05, lr=0.05))
     ppo = [constant_ppo]
     logged = []
-    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[linear_train(0.01)], ppo_trains=ppo),
+    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(run_plan(cfg), trains=[linear_train(0.01)], ppo_trains=ppo),
         log=logged.append)
     assert any("expected answer (stated before the run): more w2" in line for line in logged)
     assert logged[-1].startswith("verdict: FOUND"), logged[-1]
@@ -403,7 +412,7 @@ def test_a_degenerate_es_mean_gets_a_degenerate_verdict_never_found(tmp_path):
                es=ESConfig(population_size=16, sigma_init=0.3, lr=0.5),
                expect=ExpectConfig(answer="anything", beats="start"))
     logged = []
-    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(cfg, trains=[weights_down_train],
+    run(cfg, tmp_path / "r", progress=False, trainer=MetaTrainer(run_plan(cfg), trains=[weights_down_train],
                                                                  ppo_trains=[constant_ppo]), log=logged.append)
     rows = RunDir(tmp_path / "r").metrics()
     final = rows[-1]
@@ -474,7 +483,7 @@ def test_a_plug_that_does_not_evolve_has_one_set_of_parameters_everywhere(tmp_pa
     cfg = tiny(generations=2, eval_every=2, seed=3,
                objectives=ObjectivesConfig(drift={"name": "lpo", "hidden": 8},
                                            value_loss="tests.test_search_health:RandomScale"))
-    trainer = MetaTrainer(cfg, trains=[scale_reporting_train], ppo_trains=[constant_ppo])
+    trainer = MetaTrainer(run_plan(cfg), trains=[scale_reporting_train], ppo_trains=[constant_ppo])
     c = float(trainer.objectives.start_params(cfg.seed)["value_loss"]["c"])  # the run's start
     assert abs(c - float(trainer.objectives.default_params()["value_loss"]["c"])) > 1e-3  # seed 0's would differ
     run(cfg, tmp_path / "r", progress=False, trainer=trainer, log=lambda _: None)
@@ -545,7 +554,7 @@ def test_a_population_based_strategy_has_no_gradient_to_measure_and_its_mean_is_
 
     cfg = tiny(generations=3, eval_every=3, es=ESConfig(strategy="SimpleGA", population_size=16))
     logged = []
-    trainer = MetaTrainer(cfg, trains=[linear_train(1.0)], ppo_trains=[constant_ppo])
+    trainer = MetaTrainer(run_plan(cfg), trains=[linear_train(1.0)], ppo_trains=[constant_ppo])
     run(cfg, tmp_path / "ga", progress=False, trainer=trainer, log=logged.append)
     rows = RunDir(tmp_path / "ga").metrics()
     assert all(r.health.undefined == search_health.NO_GRADIENT and np.isnan(r.health.grad_cos) for r in rows)

@@ -13,7 +13,7 @@ from metadisco import api
 from metadisco.analysis.figures.training import training_curves_figure
 from metadisco.analysis.report import write_report
 from metadisco.analysis.targets import resolve_target
-from metadisco.config import ESConfig, HeldoutConfig, RunConfig, ValidationConfig, validate
+from metadisco.config import ESConfig, HeldoutConfig, RunConfig, ValidationConfig, run_plan, validate
 from metadisco.core.errors import ConfigError
 from metadisco.core.records import Comparison, GenerationRecord, Violation, Violations, completed
 from metadisco.engine import MetaTrainer
@@ -45,7 +45,7 @@ def validated(**changes) -> RunConfig:
 
 
 def trainer_for(cfg, noise=0.01, target=VALIDATION_TARGET) -> MetaTrainer:
-    return MetaTrainer(cfg, trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)],
+    return MetaTrainer(run_plan(cfg), trains=[quadratic_train], ppo_trains=[constant_train(-1.0, 0.0)],
                        validation_trains=[validation_train(noise, target)],
                        validation_ppo_trains=[constant_train(-1.0, 0.0)])
 
@@ -72,7 +72,7 @@ def test_validation_keeps_its_best_candidate_and_never_moves_the_es(tmp_path):
     cfg = validated()
     run(cfg, tmp_path / "run", progress=False, trainer=trainer_for(cfg), log=lambda *a: None)
     plain = tiny_config()
-    run(plain, tmp_path / "plain", progress=False, trainer=MetaTrainer(plain, trains=[quadratic_train]),
+    run(plain, tmp_path / "plain", progress=False, trainer=MetaTrainer(run_plan(plain), trains=[quadratic_train]),
         log=lambda *a: None)
     rows = RunDir(tmp_path / "run").metrics()
     checks = [r for r in rows if r.validation is not None]
@@ -259,7 +259,7 @@ def test_overwrite_leaves_nothing_of_the_old_run_and_deletes_nothing_that_is_not
     (tmp_path / "run" / "distil" / "report.json").write_text("{}")
     assert (tmp_path / "run" / "objectives" / "selected.json").is_file()
     plain = tiny_config()
-    run(plain, tmp_path / "run", overwrite=True, progress=False, trainer=MetaTrainer(plain, trains=[quadratic_train]),
+    run(plain, tmp_path / "run", overwrite=True, progress=False, trainer=MetaTrainer(run_plan(plain), trains=[quadratic_train]),
         log=lambda *a: None)
     left = sorted(p.relative_to(tmp_path / "run").as_posix() for p in (tmp_path / "run").rglob("*"))
     assert "objectives/selected.json" not in left and not any(p.startswith(("distil", "objectives/candidates"))
@@ -269,8 +269,8 @@ def test_overwrite_leaves_nothing_of_the_old_run_and_deletes_nothing_that_is_not
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep me")
     with pytest.raises(RunDirError, match="not one"):
-        run(plain, tmp_path / "notes", overwrite=True, progress=False, trainer=MetaTrainer(plain, trains=[quadratic_train]),
-            log=lambda *a: None)
+        run(plain, tmp_path / "notes", overwrite=True, progress=False,
+            trainer=MetaTrainer(run_plan(plain), trains=[quadratic_train]), log=lambda *a: None)
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
 
 
