@@ -276,6 +276,24 @@ def test_devices_are_chosen_so_that_each_holds_whole_batches(population, batch, 
         assert (population // devices) % cfg.members_per_batch == 0
 
 
+def test_a_comparison_reads_each_difference_against_its_own_reference_paired_by_seed():
+    """checks.comparison from per-seed fitness (ours, start, PPO) on two problems: per problem and overall
+    (mean over problems, then seeds), the difference from PPO and from the start, each paired by seed."""
+    from metadisco.checks import CheckedProblem, comparison
+    from metadisco.measure.stats import gap_closed_ci, mean_ci
+
+    ours, start, ppo = np.array([3.0, 4, 5, 6]), np.array([1.0, 1, 2, 2]), np.array([2.0, 5, 4, 7])
+    scored = [(ours, start, ppo), (ours + 1, start, ppo + np.array([2.0, 0, 1, 3]))]
+    c = comparison([CheckedProblem("A", 0, None, 0), CheckedProblem("B", 1, None, 1)], scored)
+    for row, (o, s, p) in zip(c.problems, scored):
+        assert (row.mean, row.start, row.ppo) == (np.mean(o), np.mean(s), np.mean(p))
+        assert row.diff == Interval(*mean_ci(o - p)) and row.vs_start == Interval(*mean_ci(o - s))
+    o, s, p = (np.mean([x[j] for x in scored], axis=0) for j in range(3))
+    assert (c.mean, c.start, c.ppo) == (np.mean(o), np.mean(s), np.mean(p))
+    assert c.diff == Interval(*mean_ci(o - p)) and c.vs_start == Interval(*mean_ci(o - s))
+    assert c.gap_closed == Interval(*gap_closed_ci(o, s, p))
+
+
 def test_eval_rows_put_the_es_mean_beside_ppo(uninterrupted, trainer):
     rows = RunDir(uninterrupted).metrics()
     evals = [r.comparison for r in rows if r.comparison is not None]

@@ -34,6 +34,8 @@ def _brute_poi(x, y):
 
 def test_iqm_single_task_is_mean_of_middle_half():
     assert stats.iqm([[1], [2], [3], [4], [5], [6], [7], [8]]) == 4.5
+    # skewed, so that another trimmed share gives another number (a 20% cut: 1.0; the mean: 13.25)
+    assert stats.iqm([[0], [0], [0], [0], [1], [2], [3], [100]]) == 0.75
 
 
 def test_iqm_pools_runs_and_tasks():

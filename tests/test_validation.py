@@ -195,6 +195,22 @@ def test_a_degenerate_es_mean_is_never_a_candidate():
     assert [f.generation for f in final_selection.finalists(rows)] == [0, 4]
 
 
+def test_the_finalists_are_the_start_and_the_best_checks_and_the_first_of_equals_is_chosen():
+    """The start, then the FINALISTS ES means with the best check scores, best first (of equal scores the
+    earlier generation; a check that did not score finitely after every one that did); of finalists
+    re-scored equal, the first (the start) is chosen."""
+    means = [0.1, 0.5, 0.3, np.nan, 0.4, 0.5]
+    rows = [checked(start=0.2, mean=m, generation=2 * i) for i, m in enumerate(means)]  # completed 2i + 1
+    assert final_selection.FINALISTS == 3
+    assert [f.generation for f in final_selection.finalists(rows)] == [0, 3, 11, 9]
+    assert [f.generation for f in final_selection.finalists(rows, k=6)] == [0, 3, 11, 9, 5, 1, 7]
+    assert final_selection.finalists(rows)[0].checked == 0.2  # the start's best check score
+    equal = final_selection.rescored([final_selection.Finalist(0, 0.2), final_selection.Finalist(3, 0.5)],
+                                     np.full((2, 1, 4), 0.7))
+    assert final_selection.chosen(equal) == 0
+    assert final_selection.chosen(list(reversed(equal))) == 0
+
+
 def test_a_diverged_seed_counts_as_a_failure_not_a_dropped_candidate():
     """A finalist with one diverged seed keeps a finite score: that seed ties the worst finite seed of any
     finalist on its problem, so a candidate that diverges on a seed cannot win by the seeds it kept."""
