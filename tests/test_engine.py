@@ -429,6 +429,11 @@ def test_every_strategy_runs_by_name(strategy, tmp_path):
     assert all(np.isfinite(r.fitness_mean) and np.isfinite(r.best_fitness) for r in rows)
 
 
+def test_the_engine_takes_a_plan_and_says_how_to_make_one_from_a_config():
+    with pytest.raises(TypeError, match=r"MetaTrainer\(metadisco\.config\.run_plan\(cfg\)\)"):
+        MetaTrainer(tiny_config())
+
+
 @pytest.mark.parametrize("override, message", [
     ({"es": ESConfig(population_size=5)}, "odd"),
     ({"es": ESConfig(strategy="OpenES")}, "Did you mean Open_ES"),
