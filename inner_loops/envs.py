@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from metadisco.core.catalog import (  # noqa: F401  (re-exported)
@@ -206,7 +207,7 @@ def from_gymnax(env, params: Any = None, name: str | None = None) -> Env:
         num_actions, low, high = int(action_space.n), None, None
     else:
         num_actions = int(action_space.shape[0]) if action_space.shape else 1
-        low, high = float(jnp.min(action_space.low)), float(jnp.max(action_space.high))
+        low, high = float(np.min(action_space.low)), float(np.max(action_space.high))  # no program to compile
     return Env(
         name=name or env.name,
         core=env,
@@ -235,13 +236,23 @@ def from_brax(env, name: str, episode_length: int = BRAX_EPISODE_LENGTH) -> Env:
         name=name,
         core=BraxCore(env, episode_length),
         default_params={},
-        obs_shape=(int(env.observation_size),),
+        obs_shape=_brax_obs_shape(env),
         discrete=False,
         num_actions=int(env.action_size),
         action_low=-1.0,
         action_high=1.0,
         max_episode_steps=episode_length,
     )
+
+
+def _brax_obs_shape(env) -> tuple[int, ...]:
+    """The observation's shape from the shapes of `env.reset` (jax.eval_shape), not its values: brax's
+    own `observation_size` runs a reset op by op, a few hundred small programs to compile (2.5 s on
+    the CPU for hopper), for one number."""
+    try:
+        return tuple(int(n) for n in jax.eval_shape(env.reset, jax.random.PRNGKey(0)).obs.shape[-1:])
+    except Exception:  # an env whose reset cannot be traced abstractly: brax's own answer
+        return (int(env.observation_size),)
 
 
 @struct.dataclass
