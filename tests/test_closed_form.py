@@ -189,6 +189,7 @@ def test_closed_form_value_loss_equals_the_built_in_l2_and_its_module():
     ("e**2/2 - 3*e", "wrong sign"),     # minimum at e = 3: pushes v away from t outside the band
     ("e**2/2 + 0.1*t**2", "L(0, t) != 0"),
     ("log(e)", "not finite"),
+    ("1e-6*e**2", "never trained"),     # pulls, but too little to move a critic (|dL/de| <= 2e-4)
 ])
 def test_value_loss_constraints(expr, fragment):
     problems = check_value_loss_constraints(expr)
@@ -264,3 +265,44 @@ def test_a_plug_in_objective_written_in_numpy_is_checked_op_by_op():
             return np.asarray(ratio, np.float64) - 1.0
 
     assert {v.constraint for v in check_drift_constraints(NumpyTilted())} >= {"nonnegative", "flat_at_one"}
+
+
+def test_an_objective_is_checked_far_from_its_start_as_well_as_near_it():
+    """check_objective checks perturbations at three scales (0.1, 1, 10 x a normal draw): a drift that
+    goes negative only once a parameter leaves [-1, 1] is valid at its start and near it, and caught."""
+
+    class NegativeFarOut(mo.MetaObjective):
+        plug, name = "drift", "negative_far_out"
+
+        def init(self, key):
+            return {"w2": jnp.zeros(8)}
+
+        def drift(self, params, ratio, advantage, progress):
+            far = jnp.sum(jax.nn.relu(jnp.abs(params["w2"]) - 1.0))
+            return (ratio - 1.0) ** 2 * jnp.abs(advantage) - far * jnp.abs(advantage)
+
+    from metadisco.meta_objectives.constraints import check_objective
+
+    objective = NegativeFarOut()
+    assert check_drift_constraints(objective) == []  # at its start
+    assert {v.constraint for v in check_objective(objective, samples=1)} == set()  # 0.1 only: near it
+    found = check_objective(objective)
+    assert "nonnegative" in {v.constraint for v in found}
+    assert all(v.where.startswith("perturbed parameters") for v in found)
+
+
+def test_a_shaping_that_rescales_rewards_by_one_percent_is_not_potential_based():
+    """The potential-based check's tolerance is rounding's, not a percent: r' = 1.01 r changes which
+    path is better by 1% of the rewards' difference, and is caught."""
+    from metadisco.meta_objectives.constraints import check_shaping_constraints
+
+    class Rescaled(mo.MetaObjective):
+        plug, name = "shaping", "rescaled"
+
+        def init(self, key):
+            return {}
+
+        def shape_reward(self, params, obs, reward, next_obs, terminated, gamma):
+            return 1.01 * reward
+
+    assert [v.constraint for v in check_shaping_constraints(Rescaled(), {})] == ["potential_based"]

@@ -211,6 +211,29 @@ def test_tuning_picks_each_method_its_own_learning_rate():
     assert "each method is scored at its best: dpo 0.000125, ppo 0.0005" in md
 
 
+class DivergingPrograms(StandInPrograms):
+    """StandInPrograms whose runs diverge above 1.5x the preset's rate, their (finite) scores kept."""
+
+    def get(self, env, config, objectives, num_seeds, grid=0):
+        program, limit = super().get(env, config, objectives, num_seeds, grid), 1.5 * float(config.hparams.lr)
+
+        def diverging(keys, params, hp):
+            result = program(keys, params, hp)
+            return result._replace(diverged=jnp.broadcast_to((hp.lr > limit)[..., None] if grid else hp.lr > limit,
+                                                             result.eval_return.shape))
+
+        return diverging
+
+
+def test_tuning_never_picks_a_rate_whose_runs_diverged_however_they_scored():
+    """A diverged seed ties the worst finite seed of the grid (scores.at_worst), whatever its score:
+    PPO's best rate (x2) and x4 diverge here, so PPO is tuned to x1, the best that did not."""
+    results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=3, budget=4096, tune_lr=True, progress=False,
+                                  programs=DivergingPrograms(), bootstrap_reps=200)
+    assert results.envs["CartPole-v1"].tuning["ppo"].best_factor == 1.0
+    assert results.envs["CartPole-v1"].tuning["dpo"].best_factor == 0.5  # its best did not diverge
+
+
 def test_the_discogen_protocol_tunes_over_ten_rates_up_to_ten_times_the_base_on_eight_seeds():
     programs = StandInPrograms()
     results = evaluation.evaluate(["ppo"], envs=["CartPole-v1"], seeds=2, budget=4096, protocol="discogen", progress=False,
