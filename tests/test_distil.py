@@ -276,3 +276,13 @@ def test_a_value_loss_on_the_clipped_base_is_exported_with_its_clipping(tmp_path
         np.testing.assert_allclose(module.value_loss_expression(value, target), at_v, rtol=1e-6, atol=1e-6)
         tex = open(paths["tex"]).read()
         assert "clip" in tex and "v_{\\mathrm{old}}" in tex
+
+
+def test_a_fit_is_scored_by_the_variance_it_explains_around_the_targets_mean():
+    """R² = 1 - SS_res / SS_tot with SS_tot around the target's mean: predicting the mean scores 0, the
+    target itself 1, on targets far from 0 (where SS_tot around 0 would call the mean a good fit)."""
+    target = np.array([10.0, 11.0, 12.0, 13.0])
+    assert D.fit_metrics(np.full(4, target.mean()), target).r2 == pytest.approx(0.0)
+    assert D.fit_metrics(target.copy(), target).r2 == 1.0
+    half = D.fit_metrics(target.mean() + 0.5 * (target - target.mean()), target)
+    assert half.r2 == pytest.approx(0.75) and half.max_abs_error == pytest.approx(0.75)

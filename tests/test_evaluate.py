@@ -234,6 +234,32 @@ def test_tuning_never_picks_a_rate_whose_runs_diverged_however_they_scored():
     assert results.envs["CartPole-v1"].tuning["dpo"].best_factor == 0.5  # its best did not diverge
 
 
+class HighScoringDivergedSeeds(StandInPrograms):
+    """StandInPrograms whose DPO runs diverge on about half the seeds, and score 1000 more there."""
+
+    def get(self, env, config, objectives, num_seeds, grid=0):
+        program = super().get(env, config, objectives, num_seeds, grid)
+        if objectives.drift.name != "dpo":
+            return program
+
+        def diverging(keys, params, hp):
+            result = program(keys, params, hp)
+            diverged = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, 1)) < 0.5)(keys)
+            return result._replace(diverged=diverged, eval_return=result.eval_return + 1000.0 * diverged)
+
+        return diverging
+
+
+def test_a_seed_that_diverged_is_scored_as_the_worst_finite_seed_however_it_scored():
+    results = evaluation.evaluate(["dpo"], envs=["CartPole-v1"], seeds=6, budget=4096, progress=False,
+                                  programs=HighScoringDivergedSeeds(), bootstrap_reps=200)
+    env = results.envs["CartPole-v1"]
+    dpo, ppo = env.methods["dpo"], env.methods["ppo"]
+    assert 0 < dpo.diverged < 6 and dpo.nonfinite == dpo.diverged and ppo.diverged == 0
+    worst = min(np.min(ppo.scores), np.min(dpo.scores))
+    assert np.all(dpo.scores < 200) and np.sum(dpo.scores == worst) >= dpo.diverged
+
+
 def test_the_discogen_protocol_tunes_over_ten_rates_up_to_ten_times_the_base_on_eight_seeds():
     programs = StandInPrograms()
     results = evaluation.evaluate(["ppo"], envs=["CartPole-v1"], seeds=2, budget=4096, protocol="discogen", progress=False,
