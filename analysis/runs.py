@@ -33,6 +33,11 @@ class Run(RunFiles):
         return self.path / "figures"
 
     @property
+    def error_span_path(self) -> Path:
+        """The value-loss figure's error span as plot measured it (where distil has not): figures/."""
+        return self.figures_dir / "error_span.json"
+
+    @property
     def evaluation_dir(self) -> Path:
         return self.path / "evaluation"
 

@@ -213,27 +213,48 @@ def plot(run_dir: str | Path, **options) -> dict:
     notes: list[str] = []
     span = None
     if "value_loss" in config.objectives.evolve and run.objectives_path(options["which"]).is_file():
-        span = visited_error_span(run, options["which"])
+        own_folder = options.get("out_dir") is None or Path(options["out_dir"]) == run.figures_dir
+        span = visited_error_span(run, options["which"], store=own_folder)
         notes.append(f"the value loss is drawn over the errors its critic makes: |v - target| <= {span:.3g} "
                      "(3 standard deviations of those PPO visits with it)")
     written = plot_run(run_dir, notes=notes, error_span=span, **options)
     return {**written, "notes": notes}
 
 
-def visited_error_span(run, which: str = "mean") -> float:
+def visited_error_span(run, which: str = "mean", store: bool = True) -> float:
     """3 standard deviations of the critic's errors v - target that PPO makes when it trains with a
-    run's objectives: distil's measure where `metadisco distil` has run, else measured now (one
-    short training run per meta-training environment, as distil samples them)."""
+    run's objectives: distil's measure where `metadisco distil` has run, else the one stored in
+    RUN_DIR/figures/error_span.json for these objectives and this config, else measured now (one
+    short training run per meta-training environment, as distil samples them) and, with `store`,
+    stored there, so that the report's redraws after evaluate and export do not train again."""
+    import hashlib
+    import json
+
     import numpy as np
 
-    from metadisco.analysis.distillation.run import stored_report
+    from metadisco.analysis.distillation.run import params_digest, stored_report
+    from metadisco.core.fileio import atomic_write_text
 
     report = stored_report(run, "value_loss", which)
     if report is not None and report.data.error_std:
         return 3.0 * float(report.data.error_std)
     objectives, params, _ = run.objectives(which)
+    measured_for = {"which": which, "params_digest": params_digest(params),
+                    "config_digest": hashlib.sha256(run.config_path.read_bytes()).hexdigest()[:16]}
+    try:
+        stored = json.loads(run.error_span_path.read_text())
+        if {k: stored.get(k) for k in measured_for} == measured_for and isinstance(stored.get("span"), float):
+            return stored["span"]
+    except (OSError, ValueError, AttributeError):  # none yet, or not one this code wrote: measure it
+        pass
     rows = _visited(run.config(), objectives, params)
-    return 3.0 * float(np.std(rows[:, 2] - rows[:, 3]))
+    span = 3.0 * float(np.std(rows[:, 2] - rows[:, 3]))
+    if store:
+        try:
+            atomic_write_text(run.error_span_path, json.dumps({**measured_for, "span": span}))
+        except OSError:  # a read-only run directory: measured again next time
+            pass
+    return span
 
 
 def refresh_report(run_dir: str | Path) -> Path | None:

@@ -350,3 +350,24 @@ def test_printed_commands_name_metadisco_as_the_user_can_type_it(tmp_path, monke
 def test_a_reader_on_a_folder_that_is_no_run_says_only_that(verb, tmp_path, capsys):
     code, out, err = metadisco_in_process([verb, str(tmp_path)], capsys)
     assert code == 2 and "config.json is missing" in err and "ES mean" not in out + err, err
+
+
+def test_the_value_loss_figures_error_span_is_measured_once_per_objective(finished_runs, tmp_path, monkeypatch):
+    """Before distil, plot measures the critic's error span by training PPO: once, stored in figures/ for
+    those objectives and that config, so the report's redraws after evaluate or export do not train again;
+    another objective (RUN:best) is measured for itself, and a plot into another folder stores nothing."""
+    from metadisco import api
+    from metadisco.analysis.distillation import run as distil_run
+    from metadisco.analysis.runs import Run
+
+    path = finished_runs.copy("drift_value", tmp_path / "run")
+    trained, visited = [], distil_run.visited_samples  # one training run per meta-training environment
+    monkeypatch.setattr(distil_run, "visited_samples", lambda *a, **k: trained.append(1) or visited(*a, **k))
+    run, envs = Run(path), len(Run(path).config().envs)
+    elsewhere = api.visited_error_span(run, "mean", store=False)
+    assert len(trained) == envs and not run.error_span_path.exists()
+    span = api.visited_error_span(run, "mean")
+    assert api.visited_error_span(run, "mean") == span == elsewhere and len(trained) == 2 * envs
+    assert run.error_span_path.is_file()
+    api.visited_error_span(run, "best")
+    assert len(trained) == 3 * envs
