@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import typing
 from typing import Any, ClassVar
@@ -180,6 +181,34 @@ class MetaObjective:
         """Why this objective cannot run on an environment with observations of `obs_shape`
         (None when it can). Drifts and value losses see only ratios, advantages and values."""
         return None
+
+
+def jitted_method(objective: MetaObjective, method: str) -> typing.Callable:
+    """`objective.<method>` (params first) as one jitted program per input shape, cached per objective
+    (one that does not hash: for this call alone), or op by op where it cannot be traced (a plug-in's
+    numpy). What the checks and figures evaluate on grids: op by op, an objective compiles a program
+    per operation and shape, seconds on the CPU."""
+    try:
+        return _jitted_method(objective, method)
+    except TypeError:  # an objective that does not hash
+        return _traced_or_eager(getattr(objective, method))
+
+
+@functools.lru_cache(maxsize=32)
+def _jitted_method(objective: MetaObjective, method: str) -> typing.Callable:
+    return _traced_or_eager(getattr(objective, method))
+
+
+def _traced_or_eager(fn: typing.Callable) -> typing.Callable:
+    jitted = jax.jit(fn)
+
+    def call(*args):
+        try:
+            return jitted(*args)
+        except Exception:  # not traceable: op by op, as before (its own error, if it has one)
+            return fn(*args)
+
+    return call
 
 
 def plug_key(key: jax.Array, plug: str) -> jax.Array:

@@ -15,7 +15,6 @@ breaks them: `metadisco check`, `export` and `evaluate` raise it, with one wordi
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable
 
@@ -25,7 +24,7 @@ import numpy as np
 
 from metadisco.core.errors import MetadiscoError
 from metadisco.core.records import Violation
-from metadisco.meta_objectives.base import MetaObjective, Params, same_params
+from metadisco.meta_objectives.base import MetaObjective, Params, jitted_method, same_params
 from metadisco.meta_objectives.closed_form import ClosedFormDrift
 from metadisco.meta_objectives.expressions import compile_kernel
 
@@ -41,38 +40,11 @@ def as_drift_fn(drift, params=None) -> Callable:
             raise ValueError(f"expected a drift objective, got a {drift.plug} objective")
         if params is None:
             params = drift.default_params()
-        compiled = _compiled(drift, "drift")
+        compiled = jitted_method(drift, "drift")
         return lambda ratio, advantage, progress=0.0: compiled(params, ratio, advantage, progress)
     if callable(drift):
         return drift
     raise TypeError(f"expected an expression, a drift objective or a callable, got {type(drift).__name__}")
-
-
-def _compiled(objective: MetaObjective, method: str) -> Callable:
-    """`objective.<method>` (params first) as one jitted program per input shape, or op by op where it
-    cannot be traced (a plug-in's numpy). Checked on a few grids at several parameters, an objective
-    run op by op compiles a program per operation and shape: seconds of a run's start on the CPU."""
-    try:
-        return _compiled_for(objective, method)
-    except TypeError:  # an objective that does not hash: compiled for this check alone
-        return _traced_or_eager(getattr(objective, method))
-
-
-@functools.lru_cache(maxsize=32)
-def _compiled_for(objective: MetaObjective, method: str) -> Callable:
-    return _traced_or_eager(getattr(objective, method))
-
-
-def _traced_or_eager(fn: Callable) -> Callable:
-    jitted = jax.jit(fn)
-
-    def call(*args):
-        try:
-            return jitted(*args)
-        except Exception:  # not traceable: op by op, as before (its own error, if it has one)
-            return fn(*args)
-
-    return call
 
 
 def _slope_at_one(fn, a, progress):
@@ -219,7 +191,7 @@ def as_value_loss_fn(value_loss, params=None) -> Callable:
             raise ValueError(f"expected a value_loss objective, got a {value_loss.plug} objective")
         if params is None:
             params = value_loss.default_params()
-        compiled = _compiled(value_loss, "value_loss")
+        compiled = jitted_method(value_loss, "value_loss")
         return lambda e, t: compiled(params, t + e, t, t + e)
     if callable(value_loss):
         return value_loss
@@ -317,7 +289,7 @@ def check_shaping_constraints(shaping: MetaObjective, params: Params, *, initial
     rewards = [reward, reward[::-1] * 3.0]
     discount = gamma ** jnp.arange(steps)
     try:
-        shape_reward = _compiled(shaping, "shape_reward")
+        shape_reward = jitted_method(shaping, "shape_reward")
         shaped = [np.asarray(shape_reward(params, path[:-1], r, path[1:], not_done, gamma), np.float64)
                   for path, r in zip(paths, rewards)]
     except Exception as e:  # a user objective can fail in any way: report it, do not crash

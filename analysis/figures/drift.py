@@ -34,6 +34,7 @@ from metadisco.analysis.figures.style import (
     theme,
 )
 from metadisco.meta_objectives import DPO, PPOClip
+from metadisco.meta_objectives.base import jitted_method
 
 __all__ = [
     "DriftDifference", "GRAD_LABEL", "DIFF_LABEL", "DIFF_GRAD_LABEL", "SLICE_ADVANTAGES", "default_drift_comparison",
@@ -81,7 +82,7 @@ def _drift_values(objective, params, R, A, progress):
     if isinstance(objective, DriftDifference):
         return (_drift_values(objective.a, objective.pa, R, A, progress)
                 - _drift_values(objective.b, objective.pb, R, A, progress))
-    d = objective.drift(params, jnp.asarray(R), jnp.asarray(A), jnp.float32(progress))
+    d = jitted_method(objective, "drift")(params, jnp.asarray(R), jnp.asarray(A), jnp.float32(progress))
     return np.broadcast_to(np.asarray(d, np.float64), R.shape)
 
 
@@ -91,12 +92,13 @@ def _surrogate_grad(objective, params, R, A, progress):
     if isinstance(objective, DriftDifference):
         return (_surrogate_grad(objective.a, objective.pa, R, A, progress)
                 - _surrogate_grad(objective.b, objective.pb, R, A, progress))
-    p = jnp.float32(progress)
+    drift = jitted_method(objective, "drift")
 
-    def surrogate(r, a):
-        return r * a - objective.drift(params, r, a, p)
+    def surrogate(r, a, params, p):
+        return r * a - drift(params, r, a, p)
 
-    g = jax.jit(jax.vmap(jax.grad(surrogate)))(jnp.asarray(R).ravel(), jnp.asarray(A).ravel())
+    grad = jax.vmap(jax.grad(surrogate), in_axes=(0, 0, None, None))
+    g = grad(jnp.asarray(R).ravel(), jnp.asarray(A).ravel(), params, jnp.float32(progress))
     return np.asarray(g, np.float64).reshape(R.shape)
 
 
